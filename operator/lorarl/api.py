@@ -1,0 +1,761 @@
+"""The LoraRLJob API (lorarl.dev/v1alpha1), typed once.
+
+This module is the single source of truth for the schema: the CRD in ``crds/`` and
+``docs/api.md`` are generated from these models (``lorarl.crdgen`` / ``lorarl.docsgen``) and a
+test fails when they drift. Defaults reproduce the validated miles Qwen3-4B GRPO LoRA recipe
+(``shared/reference/recipe-qwen3-4b-lora-amd.md``); the ``flag`` metadata on a field names the
+``train.py`` flag it becomes, for the generated docs.
+
+Conventions: Python attributes are snake_case, the wire format is camelCase. Optional fields
+left unset mean "the hardware profile's (or the recipe's) choice".
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "lorarl.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "LoraRLJob"
+PLURAL = "lorarljobs"
+SINGULAR = "lorarljob"
+SHORT_NAMES = ["lrl"]
+CATEGORIES = ["all", "lorarl"]
+
+# KubeRay rejects RayJob names longer than this (RayCluster = "<rayjob>-<5 chars>"); the child
+# RayJob carries the LoraRLJob's name, so the LoraRLJob name has the same limit.
+MAX_NAME_LENGTH = 47
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+# Every string that reaches the training command is checked against this: such a token passes
+# unchanged through KubeRay's submitter bash, Ray's list2cmdline re-quoting and the head's
+# shell (see lorarl.command). Anything else could change the command's meaning.
+SHELL_SAFE = r"^[A-Za-z0-9_@%+=:,./-]+$"
+SHELL_SAFE_HELP = "letters, digits and _@%+=:,./-"
+HF_REPO_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
+IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
+RESOURCE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+
+
+def flag(name: str) -> dict[str, Any]:
+    """Field metadata: the train.py flag a field renders to (documentation only)."""
+    return {"flag": name}
+
+
+def cel(rule: str, message: str, field_path: str | None = None, reason: str | None = None) -> dict:
+    """One ``x-kubernetes-validations`` entry."""
+    out: dict[str, Any] = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+class ApiModel(BaseModel):
+    """Base: camelCase on the wire, unknown fields rejected, enum values as strings."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+        validate_default=True,
+    )
+
+
+# --------------------------------------------------------------------------------------- model
+
+
+class ModelPreset(str, Enum):
+    """Architectures known by name (the Qwen3 dense family of the reference)."""
+
+    QWEN3_0_6B = "qwen3-0.6B"
+    QWEN3_1_7B = "qwen3-1.7B"
+    QWEN3_4B = "qwen3-4B"
+    QWEN3_8B = "qwen3-8B"
+    QWEN3_14B = "qwen3-14B"
+    QWEN3_32B = "qwen3-32B"
+
+
+class Architecture(ApiModel):
+    """Megatron architecture of the model. Either a known ``preset`` or the explicit shape of a
+    Qwen3-style dense transformer (SwiGLU, GQA, RoPE, RMSNorm), read from the model's HF
+    config.json."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!(has(self.preset) && (has(self.numLayers) || has(self.hiddenSize) || has(self.ffnHiddenSize) || has(self.numAttentionHeads) || has(self.numQueryGroups)))",
+                    "set either architecture.preset or the explicit shape (numLayers, hiddenSize, ffnHiddenSize, numAttentionHeads, numQueryGroups), not both",
+                ),
+                cel(
+                    "has(self.preset) || (has(self.numLayers) && has(self.hiddenSize) && has(self.ffnHiddenSize) && has(self.numAttentionHeads) && has(self.numQueryGroups))",
+                    "an explicit architecture needs numLayers, hiddenSize, ffnHiddenSize, numAttentionHeads and numQueryGroups (from the model's config.json)",
+                ),
+            ]
+        }
+    )
+
+    preset: Optional[ModelPreset] = Field(None, description="A known architecture by name.")
+    num_layers: Optional[int] = Field(
+        None, ge=1, le=512, description="config.json num_hidden_layers.", json_schema_extra=flag("--num-layers")
+    )
+    hidden_size: Optional[int] = Field(
+        None, ge=1, le=65536, description="config.json hidden_size.", json_schema_extra=flag("--hidden-size")
+    )
+    ffn_hidden_size: Optional[int] = Field(
+        None, ge=1, le=262144, description="config.json intermediate_size.", json_schema_extra=flag("--ffn-hidden-size")
+    )
+    num_attention_heads: Optional[int] = Field(
+        None, ge=1, le=1024, description="config.json num_attention_heads.", json_schema_extra=flag("--num-attention-heads")
+    )
+    num_query_groups: Optional[int] = Field(
+        None, ge=1, le=1024, description="config.json num_key_value_heads.", json_schema_extra=flag("--num-query-groups")
+    )
+    kv_channels: int = Field(128, ge=1, le=4096, description="config.json head_dim.", json_schema_extra=flag("--kv-channels"))
+    vocab_size: int = Field(
+        151936, ge=1, le=4194304, description="config.json vocab_size.", json_schema_extra=flag("--vocab-size")
+    )
+    rotary_base: int = Field(
+        1000000, ge=1, description="config.json rope_theta.", json_schema_extra=flag("--rotary-base")
+    )
+    norm_epsilon: float = Field(
+        1e-6, gt=0, lt=1, description="config.json rms_norm_eps.", json_schema_extra=flag("--norm-epsilon")
+    )
+    qk_layernorm: bool = Field(True, description="QK layer norm (Qwen3: true).", json_schema_extra=flag("--qk-layernorm"))
+    untie_embeddings_and_output_weights: bool = Field(
+        False,
+        description="config.json tie_word_embeddings == false.",
+        json_schema_extra=flag("--untie-embeddings-and-output-weights"),
+    )
+
+
+# A model name in this family needs no explicit architecture (the preset is inferred).
+QWEN3_DENSE_NAME = r"^Qwen/Qwen3-(0\.6B|1\.7B|4B|8B|14B|32B)(-[A-Za-z0-9._-]+)?$"
+
+
+class ModelSpec(ApiModel):
+    """The base model, a Hugging Face repository loaded directly through Megatron-Bridge."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.architecture) || self.name.matches('" + QWEN3_DENSE_NAME.replace("\\", "\\\\") + "')",
+                    "spec.model.architecture is required for models outside the Qwen3 dense family "
+                    "(Qwen/Qwen3-0.6B, -1.7B, -4B, -8B, -14B, -32B): give architecture.preset or its explicit shape",
+                )
+            ]
+        }
+    )
+
+    name: str = Field(
+        ...,
+        min_length=3,
+        max_length=96,
+        pattern=HF_REPO_ID,
+        description="Hugging Face repository id of the base model, e.g. Qwen/Qwen3-4B. Downloaded to "
+        "/root/models/<repo name> by the init container.",
+        json_schema_extra=flag("--hf-checkpoint"),
+    )
+    revision: Optional[str] = Field(
+        None, max_length=64, pattern=SHELL_SAFE, description="Git revision (branch, tag or commit) to download; default: the repository's default branch."
+    )
+    architecture: Optional[Architecture] = Field(
+        None, description="Megatron architecture; inferred for the Qwen3 dense family from the name."
+    )
+
+
+# ------------------------------------------------------------------------------------ hardware
+
+
+class AcceleratorProfile(str, Enum):
+    """Known accelerator profiles (see lorarl.profiles): AMD Instinct and, beyond the seed, NVIDIA."""
+
+    MI300X = "MI300X"
+    MI325X = "MI325X"
+    MI350X = "MI350X"
+    MI355X = "MI355X"
+    H100 = "H100"
+    H200 = "H200"
+    B200 = "B200"
+
+
+class Toleration(ApiModel):
+    """A core/v1 Toleration, passed to every Ray pod."""
+
+    key: Optional[str] = Field(None, max_length=317, description="Taint key to tolerate.")
+    operator: Optional[Literal["Exists", "Equal"]] = Field(None, description="Exists or Equal (default Equal).")
+    value: Optional[str] = Field(None, max_length=63, description="Taint value for operator Equal.")
+    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
+        None, description="Taint effect to tolerate; empty means all."
+    )
+    toleration_seconds: Optional[int] = Field(None, description="For NoExecute: how long the pod stays bound.")
+
+
+class HardwareSpec(ApiModel):
+    """Where and on what the job runs. The profile supplies the GPU resource name, images,
+    ROCm/CUDA environment and SGLang backends; nodes x gpusPerNode GPUs are requested."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.resourceName) || self.resourceName.startsWith('amd.com/') == (self.accelerator in ['MI300X', 'MI325X', 'MI350X', 'MI355X'])",
+                    "hardware.resourceName must be an amd.com/ resource for AMD accelerators and must not be for NVIDIA ones",
+                    field_path=".resourceName",
+                )
+            ]
+        }
+    )
+
+    accelerator: AcceleratorProfile = Field(..., description="Accelerator profile, e.g. MI355X.")
+    nodes: int = Field(
+        1, ge=1, le=128, description="Number of nodes (Ray pods); node 0 is the Ray head and trains too.",
+        json_schema_extra=flag("--actor-num-nodes"),
+    )
+    gpus_per_node: Optional[int] = Field(
+        None, ge=1, le=16, description="GPUs per node; default: the profile's (8).",
+        json_schema_extra=flag("--actor-num-gpus-per-node / --num-gpus-per-node"),
+    )
+    resource_name: Optional[str] = Field(
+        None,
+        max_length=253,
+        pattern=RESOURCE_NAME,
+        description="Override of the extended resource to request, for partitioned GPUs "
+        "(e.g. amd.com/cpx_nps4); default: the profile's (amd.com/gpu or nvidia.com/gpu).",
+    )
+    cpu: Optional[str] = Field(
+        None, pattern=QUANTITY, max_length=32, description="CPU request per Ray pod (e.g. \"64\"); default: none."
+    )
+    memory: Optional[str] = Field(
+        None, pattern=QUANTITY, max_length=32, description="Memory request and limit per Ray pod (e.g. 512Gi); default: none."
+    )
+    shm_size: str = Field(
+        "64Gi", pattern=QUANTITY, max_length=32, description="Size of the memory-backed /dev/shm of each Ray pod."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels every Ray pod requires (added to the profile's)."
+    )
+    profile_node_selector: bool = Field(
+        True,
+        description="Require the profile's node label (AMD node labeller amd.com/gpu.device-id, NVIDIA GPU "
+        "feature discovery nvidia.com/gpu.product); turn off where no labeller runs.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="Tolerations for every Ray pod."
+    )
+    affinity: Optional[dict[str, Any]] = Field(
+        None, description="A core/v1 Affinity for every Ray pod (passed through unchanged)."
+    )
+
+
+# ---------------------------------------------------------------------------------------- lora
+
+
+class LoraSpec(ApiModel):
+    """LoRA adapter settings (Megatron-Bridge LoRA)."""
+
+    rank: int = Field(64, ge=1, le=1024, description="LoRA rank.", json_schema_extra=flag("--lora-rank"))
+    alpha: int = Field(32, ge=1, le=4096, description="LoRA alpha (scaling = alpha / rank).", json_schema_extra=flag("--lora-alpha"))
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.", json_schema_extra=flag("--lora-dropout"))
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["all-linear"],
+        min_length=1,
+        max_length=32,
+        description="Modules that get adapters (joined with commas), e.g. all-linear or linear_qkv,linear_proj.",
+        json_schema_extra={"flag": "--target-modules", "items": {"pattern": IDENTIFIER, "maxLength": 64}},
+    )
+    base_cpu_backup: bool = Field(
+        True, description="Keep a CPU copy of the frozen base weights (colocated rollout offload).",
+        json_schema_extra=flag("--lora-base-cpu-backup"),
+    )
+
+
+# ------------------------------------------------------------------------------------- rollout
+
+
+class DatasetRef(ApiModel):
+    """A JSONL file in a Hugging Face dataset repository, downloaded to /root/datasets/<repo name>/."""
+
+    repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id, e.g. zhuzilin/dapo-math-17k.")
+    file: Optional[str] = Field(
+        None, max_length=128, pattern=SHELL_SAFE,
+        description="File inside the repository; default: <repo name>.jsonl.",
+    )
+    revision: Optional[str] = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
+
+
+class RolloutSpec(ApiModel):
+    """What the policy generates and how rewards are computed (one rollout = one batch of prompts)."""
+
+    prompt_data: DatasetRef = Field(
+        default_factory=lambda: DatasetRef(repo="zhuzilin/dapo-math-17k"),
+        description="Training prompts.",
+        json_schema_extra=flag("--prompt-data"),
+    )
+    input_key: str = Field("prompt", max_length=64, pattern=IDENTIFIER, description="JSONL key of the prompt.", json_schema_extra=flag("--input-key"))
+    label_key: str = Field("label", max_length=64, pattern=IDENTIFIER, description="JSONL key of the reference answer.", json_schema_extra=flag("--label-key"))
+    apply_chat_template: bool = Field(True, description="Wrap prompts in the model's chat template.", json_schema_extra=flag("--apply-chat-template"))
+    shuffle: bool = Field(True, description="Shuffle prompts.", json_schema_extra=flag("--rollout-shuffle"))
+    balance_data: bool = Field(True, description="Balance tokens across data-parallel ranks.", json_schema_extra=flag("--balance-data"))
+    reward_type: str = Field(
+        "deepscaler", max_length=64, pattern=IDENTIFIER,
+        description="miles reward model type (rm-type), e.g. deepscaler, math, dapo.",
+        json_schema_extra=flag("--rm-type"),
+    )
+    num_rollouts: int = Field(100, ge=1, le=1000000, description="Number of rollouts (= optimizer steps with the default shape).", json_schema_extra=flag("--num-rollout"))
+    batch_size: int = Field(8, ge=1, le=65536, description="Prompts per rollout.", json_schema_extra=flag("--rollout-batch-size"))
+    samples_per_prompt: int = Field(8, ge=1, le=1024, description="Responses sampled per prompt (the GRPO group size).", json_schema_extra=flag("--n-samples-per-prompt"))
+    max_response_length: int = Field(8192, ge=1, le=1048576, description="Max generated tokens per response.", json_schema_extra=flag("--rollout-max-response-len"))
+    temperature: float = Field(1.0, ge=0.0, le=10.0, description="Sampling temperature.", json_schema_extra=flag("--rollout-temperature"))
+    global_batch_size: int = Field(
+        64, ge=1, le=1048576,
+        description="Samples per optimizer step; batchSize x samplesPerPrompt must be a multiple of it.",
+        json_schema_extra=flag("--global-batch-size"),
+    )
+
+
+class EvalDataset(ApiModel):
+    """A named evaluation set."""
+
+    name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).")
+    repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id.")
+    file: Optional[str] = Field(None, max_length=128, pattern=SHELL_SAFE, description="File inside the repository; default: <repo name>.jsonl.")
+    revision: Optional[str] = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
+
+
+class EvalSpec(ApiModel):
+    """Periodic evaluation (before training and every interval rollouts)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("!self.enabled || size(self.datasets) > 0", "eval.datasets must not be empty when eval is enabled", field_path=".datasets")
+            ]
+        }
+    )
+
+    enabled: bool = Field(True, description="Run evaluation; when false no eval flag is passed and no eval data is downloaded.")
+    interval: int = Field(20, ge=1, le=1000000, description="Evaluate every this many rollouts.", json_schema_extra=flag("--eval-interval"))
+    datasets: list[EvalDataset] = Field(
+        default_factory=lambda: [EvalDataset(name="aime24", repo="zhuzilin/aime-2024")],
+        max_length=16,
+        description="Evaluation sets (names must be unique).",
+        json_schema_extra={"flag": "--eval-prompt-data", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    samples_per_prompt: int = Field(16, ge=1, le=1024, description="Samples per eval prompt (avg@N).", json_schema_extra=flag("--n-samples-per-eval-prompt"))
+    max_response_length: int = Field(16384, ge=1, le=1048576, description="Max generated tokens per eval response.", json_schema_extra=flag("--eval-max-response-len"))
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling top-p for eval.", json_schema_extra=flag("--eval-top-p"))
+
+
+# --------------------------------------------------------------------- optimizer and algorithm
+
+
+class OptimizerSpec(ApiModel):
+    """Optimizer of the LoRA parameters."""
+
+    name: Literal["adam", "sgd"] = Field("adam", description="Optimizer.", json_schema_extra=flag("--optimizer"))
+    lr: float = Field(2e-5, gt=0.0, le=1.0, description="Learning rate.", json_schema_extra=flag("--lr"))
+    lr_decay_style: Literal["constant", "linear", "cosine", "inverse-square-root", "WSD"] = Field(
+        "constant", description="Learning-rate schedule.", json_schema_extra=flag("--lr-decay-style")
+    )
+    weight_decay: float = Field(0.1, ge=0.0, le=10.0, description="Weight decay.", json_schema_extra=flag("--weight-decay"))
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="Adam beta1.", json_schema_extra=flag("--adam-beta1"))
+    adam_beta2: float = Field(0.98, ge=0.0, lt=1.0, description="Adam beta2.", json_schema_extra=flag("--adam-beta2"))
+
+
+class AlgorithmSpec(ApiModel):
+    """Policy-gradient algorithm and its coefficients."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.epsClipHigh >= self.epsClip", "algorithm.epsClipHigh must be >= algorithm.epsClip", field_path=".epsClipHigh")
+            ]
+        }
+    )
+
+    advantage_estimator: Literal["grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"] = Field(
+        "grpo", description="Advantage estimator.", json_schema_extra=flag("--advantage-estimator")
+    )
+    kl_loss_coef: float = Field(0.0, ge=0.0, le=100.0, description="KL loss coefficient.", json_schema_extra=flag("--kl-loss-coef"))
+    kl_loss_type: Literal["k1", "k2", "k3", "low_var_kl"] = Field("low_var_kl", description="KL estimator for the loss.", json_schema_extra=flag("--kl-loss-type"))
+    kl_coef: float = Field(0.0, ge=0.0, le=100.0, description="KL reward-penalty coefficient.", json_schema_extra=flag("--kl-coef"))
+    entropy_coef: float = Field(0.0, ge=0.0, le=100.0, description="Entropy bonus coefficient.", json_schema_extra=flag("--entropy-coef"))
+    eps_clip: float = Field(0.2, gt=0.0, le=10.0, description="Lower PPO clip range.", json_schema_extra=flag("--eps-clip"))
+    eps_clip_high: float = Field(0.28, gt=0.0, le=10.0, description="Upper PPO clip range (clip-higher).", json_schema_extra=flag("--eps-clip-high"))
+
+
+class SGLangSpec(ApiModel):
+    """The SGLang rollout engine (colocated with training)."""
+
+    gpus_per_engine: int = Field(
+        1, ge=1, le=16, description="GPUs per SGLang engine (tensor parallel of rollout); must divide the job's GPUs.",
+        json_schema_extra=flag("--rollout-num-gpus-per-engine"),
+    )
+    mem_fraction_static: float = Field(
+        0.4, gt=0.0, lt=1.0, description="Fraction of GPU memory SGLang reserves (weights + KV cache).",
+        json_schema_extra=flag("--sglang-mem-fraction-static"),
+    )
+    decode_log_interval: int = Field(1000, ge=1, description="SGLang decode log interval.", json_schema_extra=flag("--sglang-decode-log-interval"))
+    chunked_prefill_size: int = Field(4096, ge=-1, description="Chunked prefill size (-1 disables).", json_schema_extra=flag("--sglang-chunked-prefill-size"))
+    lora_backend: Optional[str] = Field(
+        None, max_length=32, pattern=IDENTIFIER,
+        description="SGLang LoRA backend; default: the profile's (triton on ROCm, SGLang's own default on CUDA).",
+        json_schema_extra=flag("--sglang-lora-backend"),
+    )
+    attention_backend: Optional[str] = Field(
+        None, max_length=32, pattern=IDENTIFIER,
+        description="SGLang attention backend; default: the profile's (triton on ROCm, SGLang's own default on CUDA).",
+        json_schema_extra=flag("--sglang-attention-backend"),
+    )
+
+
+# -------------------------------------------------------------------------- storage/checkpoint
+
+
+class StorageSpec(ApiModel):
+    """Volume for models (/root/models), datasets (/root/datasets) and checkpoints
+    (/root/shared_data). Either an existing PVC, or a PVC the job owns (deleted with it)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.existingClaim) || (!has(self.size) && !has(self.storageClassName) && !has(self.accessModes))",
+                    "storage.existingClaim cannot be combined with size, storageClassName or accessModes (those describe a PVC the job owns)",
+                ),
+            ]
+        }
+    )
+
+    existing_claim: Optional[str] = Field(None, max_length=253, pattern=K8S_NAME, description="Name of an existing PVC in the job's namespace.")
+    size: Optional[str] = Field(None, max_length=32, pattern=QUANTITY, description="Size of the owned PVC; default 200Gi.")
+    storage_class_name: Optional[str] = Field(None, max_length=253, description="StorageClass of the owned PVC; default: the cluster default.")
+    access_modes: Optional[list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]]] = Field(
+        None, max_length=3,
+        description="Access modes of the owned PVC; default ReadWriteOnce for one node, ReadWriteMany for more.",
+    )
+
+
+class CheckpointSpec(ApiModel):
+    """Checkpointing and resume."""
+
+    save_interval: int = Field(50, ge=1, le=1000000, description="Save the adapter every this many rollouts (and at the last one).", json_schema_extra=flag("--save-interval"))
+    resume: bool = Field(
+        True,
+        description="On (re)start, continue from the newest iter_*/adapter under the job's checkpoint directory, if any.",
+        json_schema_extra=flag("--lora-adapter-path"),
+    )
+    storage: StorageSpec = Field(default_factory=StorageSpec, description="Where models, datasets and checkpoints live.")
+
+
+# ------------------------------------------------------------------------------------ tracking
+
+
+class SecretKeyRef(ApiModel):
+    """A key in a Secret of the job's namespace. Only the reference is stored, never the value."""
+
+    name: str = Field(..., max_length=253, pattern=K8S_NAME, description="Secret name.")
+    key: str = Field(..., max_length=253, pattern=r"^[-._a-zA-Z0-9]+$", description="Key within the Secret.")
+
+
+class WandbSpec(ApiModel):
+    """Weights & Biases. The API key reaches the trainer as WANDB_API_KEY from the Secret, never as
+    a flag."""
+
+    project: str = Field("miles-run_qwen3_4b_lora", max_length=128, pattern=IDENTIFIER, description="W&B project.", json_schema_extra=flag("--wandb-project"))
+    team: Optional[str] = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
+    group: Optional[str] = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B group; default: the job name.", json_schema_extra=flag("--wandb-group"))
+    api_key_secret_ref: SecretKeyRef = Field(..., description="Secret key holding the W&B API key.")
+    host: Optional[str] = Field(None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$", description="Self-hosted W&B server URL (WANDB_BASE_URL).")
+
+
+class TrackingSpec(ApiModel):
+    """Experiment tracking."""
+
+    wandb: Optional[WandbSpec] = Field(None, description="Log to Weights & Biases; omitted: W&B off.")
+
+
+class DataPrepSpec(ApiModel):
+    """The init container that downloads the model and datasets (idempotent and resumable)."""
+
+    hf_token_secret_ref: Optional[SecretKeyRef] = Field(None, description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private repositories.")
+    endpoint: Optional[str] = Field(
+        None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$",
+        description="Hugging Face endpoint or mirror (HF_ENDPOINT), e.g. https://hf-mirror.com.",
+    )
+    image: Optional[str] = Field(None, max_length=512, description="Image of the init container; default: the training image (it ships huggingface_hub).")
+    skip: bool = Field(False, description="Inputs are already on the volume: run no download.")
+
+
+# ------------------------------------------------------------------------------ run and health
+
+
+class RunPolicy(ApiModel):
+    """How the RayJob runs: image, deadlines, retries, cleanup."""
+
+    image: Optional[str] = Field(None, max_length=512, description="Training image override; default: the profile's miles image.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Image pull policy of the Ray containers.")
+    active_deadline_seconds: int = Field(
+        172800, ge=60, le=2147483647,
+        description="Deadline for the whole run (KubeRay activeDeadlineSeconds); also ends runs stuck before Running.",
+    )
+    startup_timeout_seconds: int = Field(
+        3600, ge=60, le=2147483647,
+        description="The operator marks the job Stalled when the RayJob has not reached Running this long after creation (image pulls, unschedulable pods, crash-looping head).",
+    )
+    backoff_limit: int = Field(0, ge=0, le=100, description="RayJob retries after a failed run (each retry is a new RayCluster; with checkpoint.resume it continues from the latest checkpoint).")
+    submitter_backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the submitter Job (KubeRay submitterConfig.backoffLimit).")
+    ttl_seconds_after_finished: int = Field(600, ge=0, le=2147483647, description="Seconds the finished RayCluster is kept for inspection before KubeRay deletes it.")
+
+
+class SchedulingSpec(ApiModel):
+    """Cluster scheduling integration."""
+
+    priority_class_name: Optional[str] = Field(None, max_length=253, pattern=K8S_NAME, description="PriorityClass of the Ray pods.")
+    queue_name: Optional[str] = Field(
+        None, max_length=63, pattern=K8S_NAME,
+        description="Kueue LocalQueue; the RayJob is created suspended with the kueue.x-k8s.io/queue-name label and Kueue admits it.",
+    )
+    service_account_name: Optional[str] = Field(
+        None, max_length=253, pattern=K8S_NAME,
+        description="ServiceAccount of the Ray pods; default: the per-job one the operator creates (it may only update this job's status).",
+    )
+
+
+class HealthSpec(ApiModel):
+    """Training-health thresholds that drive the TrainingHealthy condition."""
+
+    max_logprob_abs_diff: float = Field(
+        0.03, gt=0.0, le=10.0,
+        description="Upper bound for the mean train/train_rollout_logprob_abs_diff (training vs rollout engine mismatch); the recipe's validation bar.",
+    )
+    min_eval_score: Optional[float] = Field(None, ge=0.0, le=1.0, description="Lowest acceptable latest eval score (any eval set), checked after the first eval after training began.")
+    stop_on_unhealthy: Literal["Never", "Suspend", "Stop"] = Field(
+        "Never", description="What to do when TrainingHealthy turns False: keep running, suspend the RayJob, or stop it (the job fails)."
+    )
+
+
+# ---------------------------------------------------------------------------------------- spec
+
+
+IMMUTABLE_FIELDS = ["model", "hardware", "lora", "rollout", "eval", "optimizer", "algorithm", "sglang", "checkpoint", "dataPrep", "tracking"]
+
+
+def _immutable_rules() -> list[dict]:
+    rules = [
+        cel(
+            f"self.{f} == oldSelf.{f}",
+            f"spec.{f} is immutable: create a new LoraRLJob (or delete and re-create this one) to change it",
+            field_path=f".{f}",
+        )
+        for f in IMMUTABLE_FIELDS
+    ]
+    rules.append(
+        cel(
+            "has(self.extraArgs) == has(oldSelf.extraArgs) && (!has(self.extraArgs) || self.extraArgs == oldSelf.extraArgs)",
+            "spec.extraArgs is immutable: create a new LoraRLJob to change it",
+            field_path=".extraArgs",
+        )
+    )
+    rules.append(
+        cel(
+            "has(self.runPolicy.image) == has(oldSelf.runPolicy.image) && (!has(self.runPolicy.image) || self.runPolicy.image == oldSelf.runPolicy.image)",
+            "spec.runPolicy.image is immutable: create a new LoraRLJob to change it",
+            field_path=".runPolicy.image",
+        )
+    )
+    return rules
+
+
+SPEC_RULES = [
+    cel(
+        "(self.rollout.batchSize * self.rollout.samplesPerPrompt) % self.rollout.globalBatchSize == 0",
+        "rollout.batchSize x rollout.samplesPerPrompt must be a multiple of rollout.globalBatchSize "
+        "(the recipe: 8 x 8 = 64 = globalBatchSize, one optimizer step per rollout)",
+        field_path=".rollout.globalBatchSize",
+    ),
+    cel(
+        "self.algorithm.advantageEstimator != 'grpo' || self.rollout.samplesPerPrompt >= 2",
+        "GRPO compares responses within a group: rollout.samplesPerPrompt must be at least 2",
+        field_path=".rollout.samplesPerPrompt",
+    ),
+    cel(
+        "(has(self.hardware.gpusPerNode) ? self.hardware.gpusPerNode : 8) % self.sglang.gpusPerEngine == 0",
+        "sglang.gpusPerEngine must divide hardware.gpusPerNode (8 when unset)",
+        field_path=".sglang.gpusPerEngine",
+    ),
+    cel(
+        "self.hardware.nodes == 1 || !has(self.checkpoint.storage.accessModes) || 'ReadWriteMany' in self.checkpoint.storage.accessModes",
+        "a multi-node job shares its volume between nodes: checkpoint.storage.accessModes must include ReadWriteMany",
+        field_path=".checkpoint.storage.accessModes",
+    ),
+    cel(
+        "!self.eval.enabled || self.eval.interval <= self.rollout.numRollouts",
+        "eval.interval is larger than rollout.numRollouts: only the pre-training eval would run; lower it or disable eval",
+        field_path=".eval.interval",
+    ),
+]
+
+
+class LoraRLJobSpec(ApiModel):
+    """What to train. Only model and hardware are required; everything else defaults to the
+    validated Qwen3-4B GRPO LoRA recipe."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": SPEC_RULES + _immutable_rules()})
+
+    model: ModelSpec = Field(..., description="Base model.")
+    hardware: HardwareSpec = Field(..., description="Accelerators, node count and placement.")
+    lora: LoraSpec = Field(default_factory=LoraSpec, description="LoRA adapter settings.")
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rollout generation and rewards.")
+    eval: EvalSpec = Field(default_factory=EvalSpec, description="Periodic evaluation.")
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimizer.")
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="GRPO coefficients.")
+    sglang: SGLangSpec = Field(default_factory=SGLangSpec, description="SGLang rollout engine.")
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpoints, resume and storage.")
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="Experiment tracking.")
+    data_prep: DataPrepSpec = Field(default_factory=DataPrepSpec, description="Model and dataset download.")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Image, deadlines, retries, cleanup.")
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Priority, Kueue queue, ServiceAccount.")
+    health: HealthSpec = Field(default_factory=HealthSpec, description="Training-health thresholds.")
+    suspend: bool = Field(False, description="Suspend the run: the RayJob is suspended (its RayCluster deleted) and resumed when set back to false.")
+    extra_args: Optional[list[str]] = Field(
+        None,
+        max_length=256,
+        description="Extra train.py arguments appended after the recipe's, one token per item "
+        f"(e.g. [\"--tensor-model-parallel-size\", \"2\"]); each item may hold only {SHELL_SAFE_HELP}.",
+        json_schema_extra={"items": {"pattern": SHELL_SAFE, "maxLength": 256}},
+    )
+
+
+# -------------------------------------------------------------------------------------- status
+
+
+class Condition(ApiModel):
+    """A Kubernetes-convention condition."""
+
+    type: str = Field(..., max_length=316, description="Condition type, e.g. Ready.")
+    status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
+    reason: str = Field(..., max_length=1024, description="CamelCase reason.")
+    message: str = Field("", max_length=32768, description="Human-readable detail.")
+    last_transition_time: str = Field(..., description="When status last changed (RFC 3339).", json_schema_extra={"format": "date-time"})
+    observed_generation: Optional[int] = Field(None, description="The .metadata.generation the condition was set for.")
+
+
+class RayJobMirror(ApiModel):
+    """What the child RayJob reports (written by the operator)."""
+
+    name: Optional[str] = Field(None, description="RayJob name.")
+    ray_cluster_name: Optional[str] = Field(None, description="Current RayCluster.")
+    dashboard_url: Optional[str] = Field(None, description="Ray dashboard address.")
+    job_id: Optional[str] = Field(None, description="Ray job submission id.")
+    job_status: Optional[str] = Field(None, description="Ray job status (PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED).")
+    job_deployment_status: Optional[str] = Field(None, description="KubeRay deployment status (Initializing, Running, Complete, Failed, Suspending, Suspended, Retrying, Waiting, ValidationFailed).")
+    reason: Optional[str] = Field(None, description="KubeRay failure reason.")
+    message: Optional[str] = Field(None, description="KubeRay message.")
+    succeeded: Optional[int] = Field(None, description="Succeeded attempts.")
+    failed: Optional[int] = Field(None, description="Failed attempts.")
+
+
+class Progress(ApiModel):
+    """Training progress (written by the in-job reporter)."""
+
+    rollout: int = Field(0, description="Rollouts completed.")
+    total: int = Field(0, description="Rollouts planned (spec.rollout.numRollouts).")
+    percent: int = Field(0, ge=0, le=100, description="rollout / total in percent.")
+    eta_seconds: Optional[int] = Field(None, description="Estimated seconds to finish at the observed pace.")
+    last_update_time: Optional[str] = Field(None, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
+
+
+class TrainingMetrics(ApiModel):
+    """Latest training metrics (written by the in-job reporter)."""
+
+    step: Optional[int] = Field(None, description="Latest optimizer step.")
+    raw_reward: Optional[float] = Field(None, description="rollout/raw_reward of the latest rollout.")
+    train_rollout_logprob_abs_diff: Optional[float] = Field(None, description="Latest train/train_rollout_logprob_abs_diff.")
+    train_rollout_logprob_abs_diff_mean: Optional[float] = Field(None, description="Mean train/train_rollout_logprob_abs_diff over all steps (health signal).")
+    kl: Optional[float] = Field(None, description="train/ppo_kl.")
+    loss: Optional[float] = Field(None, description="train/loss.")
+    response_length_mean: Optional[float] = Field(None, description="rollout/response_len/mean.")
+    truncated_ratio: Optional[float] = Field(None, description="rollout/truncated_ratio.")
+
+
+class EvalScore(ApiModel):
+    """Scores of one eval set."""
+
+    name: str = Field(..., description="Eval set name.")
+    latest: float = Field(..., description="Latest score.")
+    latest_rollout: int = Field(..., description="Rollout of the latest score.")
+    best: float = Field(..., description="Best score so far.")
+    best_rollout: int = Field(..., description="Rollout of the best score.")
+
+
+class CheckpointStatus(ApiModel):
+    """Saved checkpoints (written by the in-job reporter)."""
+
+    latest_iteration: Optional[int] = Field(None, description="Iteration of the newest checkpoint.")
+    latest_path: Optional[str] = Field(None, description="Path of the newest checkpoint on the job volume.")
+    count: Optional[int] = Field(None, description="Checkpoints saved.")
+
+
+Phase = Literal["Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended"]
+
+
+class LoraRLJobStatus(ApiModel):
+    """Observed state. The operator writes phase, conditions, observedGeneration, rayJob and times;
+    the in-job reporter writes progress, metrics, eval and checkpoints (disjoint fields)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    phase: Optional[Phase] = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
+    observed_generation: Optional[int] = Field(None, description="The .metadata.generation last reconciled.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    ray_job: Optional[RayJobMirror] = Field(None, description="Mirror of the child RayJob's status.")
+    start_time: Optional[str] = Field(None, description="When the RayJob started running.", json_schema_extra={"format": "date-time"})
+    completion_time: Optional[str] = Field(None, description="When the run finished.", json_schema_extra={"format": "date-time"})
+    progress: Optional[Progress] = Field(None, description="Rollout N of M, percent, ETA.")
+    metrics: Optional[TrainingMetrics] = Field(None, description="Latest training metrics.")
+    eval: Optional[list[EvalScore]] = Field(
+        None, description="Latest and best score per eval set.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    checkpoints: Optional[CheckpointStatus] = Field(None, description="Latest checkpoint.")
+
+
+class ObjectMeta(BaseModel):
+    """The parts of metadata the renderer reads."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(..., max_length=MAX_NAME_LENGTH, pattern=DNS1035_LABEL)
+    namespace: str = "default"
+    uid: Optional[str] = None
+    generation: Optional[int] = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class LoraRLJob(BaseModel):
+    """A LoRA RL post-training run (miles GRPO on KubeRay)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    api_version: Literal["lorarl.dev/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["LoraRLJob"] = KIND
+    metadata: ObjectMeta
+    spec: LoraRLJobSpec
+    status: Optional[LoraRLJobStatus] = None

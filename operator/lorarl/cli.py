@@ -1,0 +1,109 @@
+"""The ``lorarl`` command line: render, validate, crd, docs (offline), run (the operator),
+controlplane and demo (local embedded cluster)."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import Any, Iterator, TextIO
+
+import click
+import yaml
+
+from . import __version__, api
+
+
+def _documents(stream: TextIO, source: str) -> Iterator[tuple[str, Any]]:
+    try:
+        for i, doc in enumerate(yaml.safe_load_all(stream)):
+            if doc is not None:
+                yield f"{source}#{i + 1}", doc
+    except yaml.YAMLError as err:
+        raise click.ClickException(f"{source}: not valid YAML: {err}") from err
+
+
+def _jobs(stream: TextIO, source: str) -> Iterator[tuple[str, Any]]:
+    """LoraRLJob documents of a file (other kinds, e.g. a Secret beside it, are skipped)."""
+    found = False
+    for where, doc in _documents(stream, source):
+        if isinstance(doc, dict) and doc.get("kind") not in (None, api.KIND):
+            continue
+        found = True
+        yield where, doc
+    if not found:
+        raise click.ClickException(f"{source}: no {api.KIND} document found")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lorarl")
+def main() -> None:
+    """LoRA RL post-training on Kubernetes: LoraRLJob -> KubeRay RayJob."""
+
+
+@main.command()
+@click.option("-f", "--filename", "file", type=click.File("r"), required=True, help="LoraRLJob YAML ('-' for stdin).")
+@click.option("-n", "--namespace", default=None, help="Namespace to render into when the file names none.")
+def render(file: TextIO, namespace: str | None) -> None:
+    """Print the child objects of a LoraRLJob as multi-document YAML (offline)."""
+    from .render import render as render_children, to_yaml
+    from .validation import validate
+
+    objects: list[dict] = []
+    failed = False
+    for where, doc in _jobs(file, file.name):
+        if namespace and isinstance(doc, dict):
+            doc.setdefault("metadata", {}).setdefault("namespace", namespace)
+        job, problems = validate(doc)
+        if problems:
+            failed = True
+            for p in problems:
+                click.echo(f"{where}: {p}", err=True)
+            continue
+        objects += render_children(job)
+    if failed:
+        sys.exit(1)
+    click.echo(to_yaml(objects), nl=False)
+
+
+@main.command()
+@click.option("-f", "--filename", "file", type=click.File("r"), required=True, help="LoraRLJob YAML ('-' for stdin).")
+def validate(file: TextIO) -> None:
+    """Check a LoraRLJob: schema, the CRD's CEL rules and semantic checks."""
+    from .validation import validate as validate_doc
+
+    failed = False
+    for where, doc in _jobs(file, file.name):
+        _, problems = validate_doc(doc)
+        name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc, dict) else "?"
+        if problems:
+            failed = True
+            for p in problems:
+                click.echo(f"{where} ({name}): {p}", err=True)
+        else:
+            click.echo(f"{where} ({name}): valid")
+    sys.exit(1 if failed else 0)
+
+
+@main.command()
+def crd() -> None:
+    """Print the LoraRLJob CustomResourceDefinition."""
+    from .crdgen import crd_yaml
+
+    click.echo(crd_yaml(), nl=False)
+
+
+@main.command("docs")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=pathlib.Path), default=None, help="Write here instead of stdout.")
+def docs_cmd(output: pathlib.Path | None) -> None:
+    """Print the API reference (docs/api.md) generated from the model."""
+    from .docsgen import api_markdown
+
+    text = api_markdown()
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

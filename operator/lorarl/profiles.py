@@ -1,0 +1,123 @@
+"""Data tables: accelerator profiles and known model architectures.
+
+A profile is data, not branches: the renderer reads the resource name, image, environment,
+node labels and SGLang backends from here and never tests for a vendor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+# Set before Ray starts on every ROCm Ray container (the launcher's _set_rocm_environment plus
+# what the miles ROCm image sets). ROCR_VISIBLE_DEVICES is deliberately absent: Ray >= 2.45
+# raises when it is set without HIP_VISIBLE_DEVICES.
+ROCM_ENV: Mapping[str, str] = MappingProxyType(
+    {
+        "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1",
+        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+        "NCCL_NVLS_ENABLE": "0",
+        "HSA_ENABLE_IPC_MODE_LEGACY": "1",
+        "HSA_NO_SCRATCH_RECLAIM": "1",
+        "HIP_FORCE_DEV_KERNARG": "1",
+        "SGLANG_USE_AITER": "1",
+        "NCCL_MIN_NCHANNELS": "112",
+        "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+        "MILES_HARDWARE_PLATFORM": "rocm",
+    }
+)
+
+ROCM_IMAGE_MI350 = "rlsys/miles:MI350-355-latest"
+ROCM_IMAGE_MI300 = "rlsys/miles:MI300-latest"
+CUDA_IMAGE = "radixark/miles:latest"
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """Everything that differs between accelerators."""
+
+    name: str
+    vendor: str  # "amd" or "nvidia": informational (labels, docs), never branched on
+    resource_name: str
+    gpus_per_node: int
+    image: str
+    env: Mapping[str, str]
+    # SGLang backends pinned by the profile; None = pass no flag (SGLang picks its default).
+    sglang_attention_backend: str | None
+    sglang_lora_backend: str | None
+    # Node labels a Ray pod requires (exact values published by the device plugins' labellers).
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    ray_accelerator_type: str | None = None
+
+
+def _amd(name: str, image: str, device_id: str) -> HardwareProfile:
+    return HardwareProfile(
+        name=name,
+        vendor="amd",
+        resource_name="amd.com/gpu",
+        gpus_per_node=8,
+        image=image,
+        env=ROCM_ENV,
+        sglang_attention_backend="triton",  # SGLang's CUDA-only backends do not run on ROCm
+        sglang_lora_backend="triton",
+        node_selector=MappingProxyType({"amd.com/gpu.device-id": device_id}),
+        ray_accelerator_type=f"AMD-Instinct-{name}-OAM",
+    )
+
+
+def _nvidia(name: str, product: str) -> HardwareProfile:
+    return HardwareProfile(
+        name=name,
+        vendor="nvidia",
+        resource_name="nvidia.com/gpu",
+        gpus_per_node=8,
+        image=CUDA_IMAGE,
+        env=MappingProxyType({}),
+        sglang_attention_backend=None,
+        sglang_lora_backend=None,
+        node_selector=MappingProxyType({"nvidia.com/gpu.product": product}),
+        ray_accelerator_type=None,
+    )
+
+
+PROFILES: Mapping[str, HardwareProfile] = MappingProxyType(
+    {
+        "MI300X": _amd("MI300X", ROCM_IMAGE_MI300, "74a1"),
+        "MI325X": _amd("MI325X", ROCM_IMAGE_MI300, "74a5"),
+        "MI350X": _amd("MI350X", ROCM_IMAGE_MI350, "75a0"),
+        "MI355X": _amd("MI355X", ROCM_IMAGE_MI350, "75a3"),
+        "H100": _nvidia("H100", "NVIDIA-H100-80GB-HBM3"),
+        "H200": _nvidia("H200", "NVIDIA-H200"),
+        "B200": _nvidia("B200", "NVIDIA-B200"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Megatron architecture values of a known model (from its HF config.json)."""
+
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    untie_embeddings: bool
+    kv_channels: int = 128
+    vocab_size: int = 151936
+    rotary_base: int = 1000000
+    norm_epsilon: str = "1e-6"  # kept as the recipe spells it
+    qk_layernorm: bool = True
+
+
+MODEL_PRESETS: Mapping[str, ModelShape] = MappingProxyType(
+    {
+        "qwen3-0.6B": ModelShape(28, 1024, 3072, 16, 8, untie_embeddings=False),
+        "qwen3-1.7B": ModelShape(28, 2048, 6144, 16, 8, untie_embeddings=False),
+        "qwen3-4B": ModelShape(36, 2560, 9728, 32, 8, untie_embeddings=False),
+        "qwen3-8B": ModelShape(36, 4096, 12288, 32, 8, untie_embeddings=True),
+        "qwen3-14B": ModelShape(40, 5120, 17408, 40, 8, untie_embeddings=True),
+        "qwen3-32B": ModelShape(64, 5120, 25600, 64, 8, untie_embeddings=True),
+    }
+)

@@ -1,0 +1,405 @@
+"""Pure renderer: a LoraRLJob in, its child manifests out (dicts, deterministic).
+
+Children, in apply order: the per-job ServiceAccount, Role and RoleBinding (the in-job reporter
+may update this job's status and nothing else), the ConfigMap with the reporter and the
+prepare script, the owned PVC (unless an existing claim is used) and the RayJob.
+
+Nothing secret is rendered: Secrets are referenced through ``secretKeyRef`` only. Labels and
+annotations of the LoraRLJob are not copied to children (GitOps tools track resources by them).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from typing import Any
+
+import yaml
+
+from . import command
+from .api import API_VERSION, KIND, LoraRLJob
+
+RAYJOB_API_VERSION = "ray.io/v1"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_LABEL = "lorarl.dev/job"
+MANAGED_BY = "lorarl-operator"
+DATA_VOLUME = "data"
+SHM_VOLUME = "dshm"
+REPORTER_VOLUME = "lorarl"
+DEFAULT_STORAGE_SIZE = "200Gi"
+WORKER_GROUP = "gpu-workers"
+# Subdirectories of the job volume mounted at the paths the recipe uses.
+DATA_MOUNTS = (("models", command.MODELS_DIR), ("datasets", command.DATASETS_DIR), ("shared_data", command.SHARED_DIR))
+
+
+# ------------------------------------------------------------------------------------- names
+
+
+def rayjob_name(job: LoraRLJob) -> str:
+    return job.metadata.name
+
+
+def configmap_name(job: LoraRLJob) -> str:
+    return f"{job.metadata.name}-lorarl"
+
+
+def reporter_account_name(job: LoraRLJob) -> str:
+    return f"{job.metadata.name}-reporter"
+
+
+def pvc_name(job: LoraRLJob) -> str:
+    return f"{job.metadata.name}-data"
+
+
+def claim_name(job: LoraRLJob) -> str:
+    return job.spec.checkpoint.storage.existing_claim or pvc_name(job)
+
+
+def pod_service_account(job: LoraRLJob) -> str:
+    return job.spec.scheduling.service_account_name or reporter_account_name(job)
+
+
+# ---------------------------------------------------------------------------------- metadata
+
+
+def labels(job: LoraRLJob, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "lorarl",
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "lorarl",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        JOB_LABEL: job.metadata.name,
+    }
+
+
+def owner_references(job: LoraRLJob) -> list[dict[str, Any]]:
+    """Controller reference to the LoraRLJob (only once it exists and has a uid)."""
+    if not job.metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": job.metadata.name,
+            "uid": job.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def metadata(job: LoraRLJob, name: str, component: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": job.metadata.namespace,
+        "labels": {**labels(job, component), **(extra_labels or {})},
+    }
+    refs = owner_references(job)
+    if refs:
+        meta["ownerReferences"] = refs
+    return meta
+
+
+# ------------------------------------------------------------------------------------ assets
+
+
+@functools.cache
+def asset(name: str) -> str:
+    return importlib.resources.files("lorarl").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------ RBAC objects
+
+
+def service_account(job: LoraRLJob) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(job, reporter_account_name(job), "reporter"),
+        "automountServiceAccountToken": True,
+    }
+
+
+def reporter_role(job: LoraRLJob) -> dict[str, Any]:
+    """Allows reading this one LoraRLJob and patching its status: nothing else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(job, reporter_account_name(job), "reporter"),
+        "rules": [
+            {
+                "apiGroups": ["lorarl.dev"],
+                "resources": ["lorarljobs/status"],
+                "resourceNames": [job.metadata.name],
+                "verbs": ["get", "patch"],
+            },
+            {
+                "apiGroups": ["lorarl.dev"],
+                "resources": ["lorarljobs"],
+                "resourceNames": [job.metadata.name],
+                "verbs": ["get"],
+            },
+        ],
+    }
+
+
+def reporter_role_binding(job: LoraRLJob) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(job, reporter_account_name(job), "reporter"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": reporter_account_name(job)},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": pod_service_account(job), "namespace": job.metadata.namespace}
+        ],
+    }
+
+
+def configmap(job: LoraRLJob) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(job, configmap_name(job), "reporter"),
+        "data": {"reporter.py": asset("reporter.py"), "prepare.sh": asset("prepare.sh")},
+    }
+
+
+def persistent_volume_claim(job: LoraRLJob) -> dict[str, Any] | None:
+    storage = job.spec.checkpoint.storage
+    if storage.existing_claim:
+        return None
+    modes = storage.access_modes or (["ReadWriteOnce"] if job.spec.hardware.nodes == 1 else ["ReadWriteMany"])
+    spec: dict[str, Any] = {
+        "accessModes": list(modes),
+        "resources": {"requests": {"storage": storage.size or DEFAULT_STORAGE_SIZE}},
+    }
+    if storage.storage_class_name:
+        spec["storageClassName"] = storage.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(job, pvc_name(job), "data"),
+        "spec": spec,
+    }
+
+
+# ----------------------------------------------------------------------------------- the pods
+
+
+def secret_env(name: str, ref) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def ray_env(job: LoraRLJob) -> list[dict[str, Any]]:
+    """Environment of every Ray container: the profile's (ROCm) env, then the node address the
+    launcher exported, then tracking. Order matters: no_proxy expands $(MASTER_ADDR)."""
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in command.profile_of(job).env.items()]
+    env += [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "MASTER_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "no_proxy", "value": "127.0.0.1,$(MASTER_ADDR)"},
+    ]
+    wandb = job.spec.tracking.wandb
+    if wandb is not None:
+        env.append(secret_env("WANDB_API_KEY", wandb.api_key_secret_ref))
+        if wandb.host:
+            env.append({"name": "WANDB_BASE_URL", "value": wandb.host})
+    return env
+
+
+def gpu_resource(job: LoraRLJob) -> str:
+    return job.spec.hardware.resource_name or command.profile_of(job).resource_name
+
+
+def ray_resources(job: LoraRLJob) -> dict[str, Any]:
+    hw = job.spec.hardware
+    gpus = str(command.gpus_per_node(job))
+    requests: dict[str, str] = {gpu_resource(job): gpus}
+    limits: dict[str, str] = {gpu_resource(job): gpus}
+    if hw.cpu:
+        requests["cpu"] = hw.cpu
+    if hw.memory:
+        requests["memory"] = hw.memory
+        limits["memory"] = hw.memory
+    return {"limits": dict(sorted(limits.items())), "requests": dict(sorted(requests.items()))}
+
+
+def ray_volume_mounts() -> list[dict[str, Any]]:
+    mounts = [{"name": DATA_VOLUME, "mountPath": path, "subPath": sub} for sub, path in DATA_MOUNTS]
+    mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    mounts.append({"name": REPORTER_VOLUME, "mountPath": command.REPORTER_DIR, "readOnly": True})
+    return mounts
+
+
+def volumes(job: LoraRLJob) -> list[dict[str, Any]]:
+    return [
+        {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name(job)}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": job.spec.hardware.shm_size}},
+        {"name": REPORTER_VOLUME, "configMap": {"name": configmap_name(job), "defaultMode": 0o555}},
+    ]
+
+
+def image(job: LoraRLJob) -> str:
+    return job.spec.run_policy.image or command.profile_of(job).image
+
+
+def downloads(job: LoraRLJob) -> list[str]:
+    """prepare.sh arguments: (kind, repo, local dir, revision) per download, in recipe order."""
+    items = [("model", job.spec.model.name, command.model_dir(job), job.spec.model.revision or "")]
+    prompt = job.spec.rollout.prompt_data
+    items.append(("dataset", prompt.repo, command.dataset_dir(prompt), prompt.revision or ""))
+    if job.spec.eval.enabled:
+        for ds in job.spec.eval.datasets:
+            items.append(("dataset", ds.repo, command.dataset_dir(ds), ds.revision or ""))
+    seen: set[tuple[str, str]] = set()
+    args: list[str] = []
+    for kind, repo, path, rev in items:
+        if (repo, path) in seen:  # two eval sets from one repository download once
+            continue
+        seen.add((repo, path))
+        args += [kind, repo, path, rev]
+    return args
+
+
+def prepare_container(job: LoraRLJob) -> dict[str, Any]:
+    """Downloads model and datasets onto the job volume; skips what is complete, resumes the rest."""
+    prep = job.spec.data_prep
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HUB_ENABLE_HF_TRANSFER", "value": "0"},
+        {"name": "LORARL_RUN_DIR", "value": command.run_dir(job)},
+    ]
+    if prep.endpoint:
+        env.append({"name": "HF_ENDPOINT", "value": prep.endpoint})
+    if prep.hf_token_secret_ref:
+        env.append(secret_env("HF_TOKEN", prep.hf_token_secret_ref))
+    return {
+        "name": "prepare",
+        "image": prep.image or image(job),
+        "imagePullPolicy": job.spec.run_policy.image_pull_policy,
+        "command": ["sh", f"{command.REPORTER_DIR}/prepare.sh"],
+        "args": downloads(job),
+        "env": env,
+        "volumeMounts": [m for m in ray_volume_mounts() if m["name"] != SHM_VOLUME],
+    }
+
+
+def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, Any]:
+    hw = job.spec.hardware
+    container = {
+        "name": container_name,
+        "image": image(job),
+        "imagePullPolicy": job.spec.run_policy.image_pull_policy,
+        "env": ray_env(job),
+        "resources": ray_resources(job),
+        "volumeMounts": ray_volume_mounts(),
+    }
+    spec: dict[str, Any] = {
+        "serviceAccountName": pod_service_account(job),
+        "containers": [container],  # the Ray container must be first
+        "volumes": volumes(job),
+    }
+    if head and not job.spec.data_prep.skip:
+        spec["initContainers"] = [prepare_container(job)]
+    profile_labels = command.profile_of(job).node_selector if hw.profile_node_selector else {}
+    node_selector = {**profile_labels, **hw.node_selector}
+    if node_selector:
+        spec["nodeSelector"] = dict(sorted(node_selector.items()))
+    if hw.tolerations:
+        spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in hw.tolerations]
+    if hw.affinity:
+        spec["affinity"] = hw.affinity
+    if job.spec.scheduling.priority_class_name:
+        spec["priorityClassName"] = job.spec.scheduling.priority_class_name
+    return {"metadata": {"labels": labels(job, "ray-head" if head else "ray-worker")}, "spec": spec}
+
+
+def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
+    # num-gpus is explicit: KubeRay only infers it from limits keys ending in "gpu", which
+    # partitioned AMD resources (amd.com/cpx_nps4, ...) do not.
+    gpus = str(command.gpus_per_node(job))
+    spec: dict[str, Any] = {
+        "enableInTreeAutoscaling": False,
+        "headGroupSpec": {
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": gpus},
+            "template": pod_template(job, "ray-head", head=True),
+        },
+    }
+    workers = job.spec.hardware.nodes - 1
+    if workers:
+        spec["workerGroupSpecs"] = [
+            {
+                "groupName": WORKER_GROUP,
+                "replicas": workers,
+                "minReplicas": workers,
+                "maxReplicas": workers,
+                "rayStartParams": {"num-gpus": gpus},
+                "template": pod_template(job, "ray-worker", head=False),
+            }
+        ]
+    return spec
+
+
+def runtime_env_yaml(job: LoraRLJob) -> str:
+    """The launcher's runtime env. MASTER_ADDR/no_proxy come from the pod env (the pod IP is not
+    known at render time); Ray expands ${PYTHONPATH} on each node."""
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "NCCL_NVLS_ENABLE": "0",
+        "PYTHONPATH": f"{command.MILES_ROOT}:{command.MEGATRON_ROOT}:${{PYTHONPATH}}",
+    }
+    return yaml.safe_dump({"env_vars": env}, sort_keys=False)
+
+
+def rayjob(job: LoraRLJob) -> dict[str, Any]:
+    run = job.spec.run_policy
+    queue = job.spec.scheduling.queue_name
+    extra_labels = {KUEUE_QUEUE_LABEL: queue} if queue else None
+    return {
+        "apiVersion": RAYJOB_API_VERSION,
+        "kind": "RayJob",
+        "metadata": metadata(job, rayjob_name(job), "rayjob", extra_labels),
+        "spec": {
+            "entrypoint": command.entrypoint(job),
+            "runtimeEnvYAML": runtime_env_yaml(job),
+            "submissionMode": "K8sJobMode",
+            # Required by suspend, Kueue and TTL; frees the GPUs when the run ends.
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": run.ttl_seconds_after_finished,
+            # Ends runs stuck in Initializing (image pulls, crash-looping head) too.
+            "activeDeadlineSeconds": run.active_deadline_seconds,
+            "backoffLimit": run.backoff_limit,
+            "submitterConfig": {"backoffLimit": run.submitter_backoff_limit},
+            # Kueue admits a queued job by flipping suspend to false.
+            "suspend": bool(job.spec.suspend or queue),
+            "rayClusterSpec": ray_cluster_spec(job),
+        },
+    }
+
+
+def render(job: LoraRLJob) -> list[dict[str, Any]]:
+    """All children of ``job`` in apply order."""
+    children = [] if job.spec.scheduling.service_account_name else [service_account(job)]
+    children += [reporter_role(job), reporter_role_binding(job), configmap(job)]
+    pvc = persistent_volume_claim(job)
+    if pvc is not None:
+        children.append(pvc)
+    children.append(rayjob(job))
+    return children
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, runtimeEnvYAML) as readable literal blocks."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str_representer)
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """Multi-document YAML, stable byte for byte."""
+    return yaml.dump_all(objects, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False, width=1 << 16)
