@@ -127,6 +127,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 from datetime import datetime, timezone
 from typing import Callable, NamedTuple, Optional
 
@@ -175,7 +176,7 @@ class Event(NamedTuple):
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _RAY_PREFIX_RE = re.compile(r"\([^()\n]{1,300}\) ")
 _LOG_HEADER_RE = re.compile(r"\[[^\]\n]{0,200}\d\d:\d\d:\d\d[^\]\n]{0,200}\] \S+:\d+ - ")
-_MESSAGE_RE = re.compile(r"(perf|rollout|step|eval) (\d+): (\{.*\})")
+_MESSAGE_RE = re.compile(r"(perf|rollout|step|eval) (\d+): (\{.*)")
 _CKPT_RE = re.compile(r"successfully saved checkpoint from iteration\s+(\d+)(?:\s+to\s+(\S+))?")
 _PAIR_RE = re.compile(
     r"""(?P<q>['"])(?P<key>[^'"\\\n]+)(?P=q)\s*:\s*"""
@@ -183,6 +184,7 @@ _PAIR_RE = re.compile(
     r"""(?P<num>[-+]?(?:nan|inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?))(?![\w.])""",
     re.IGNORECASE,
 )
+_LITERAL_LOCK = threading.Lock()  # warnings.catch_warnings is process-global
 _FAMILIES = {"perf": ("perf/", "rollout/"), "rollout": ("rollout/",), "step": ("train/",), "eval": ("eval/",)}
 
 
@@ -199,7 +201,10 @@ def parse_metrics(text: str) -> dict:
     """Numeric top-level values of a Python dict repr; a regex fallback for anything odd."""
     if len(text) <= MAX_LITERAL:
         try:
-            obj = ast.literal_eval(text)
+            # literal_eval warns about invalid escapes ('\\p'); such warnings must not reach the output
+            with _LITERAL_LOCK, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                obj = ast.literal_eval(text)
         except Exception:  # SyntaxError, ValueError, RecursionError, MemoryError, ...
             obj = None
         if isinstance(obj, dict):
@@ -251,8 +256,11 @@ def _parse_line(line: str) -> Optional[Event]:
     m = _MESSAGE_RE.match(line, pos)
     if not m:
         return None
-    kind = m.group(1)
-    values = parse_metrics(m.group(3))
+    kind, body = m.group(1), m.group(3)
+    end = body.rfind("}")
+    if end >= 0:  # drop trailing text such as Ray's " [repeated 3x across cluster]"
+        body = body[: end + 1]
+    values = parse_metrics(body)
     families = _FAMILIES[kind]
     if not any(key.startswith(families) for key in values):
         return None

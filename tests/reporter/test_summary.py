@@ -1,0 +1,227 @@
+"""Summary: folding events into the owned status fields (pure; the clock is injected)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from reporter_testlib import BASE_TIME, expected_final_status, generate_miles_log, strip_nulls, without_time
+
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+class Clock:
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fold(reporter, summary, lines, clock=None, times=None):
+    changes = 0
+    for i, line in enumerate(lines):
+        if clock is not None:
+            clock.now = BASE_TIME.timestamp() + times[i]
+        for segment in line.rstrip(b"\n").split(b"\r"):
+            event = reporter.parse_line(segment)
+            if event is not None:
+                changes += summary.apply(event)
+    return changes
+
+
+def test_generated_log_folds_into_the_expected_final_status(reporter, miles_log):
+    clock = Clock()
+    summary = reporter.Summary(miles_log.num_rollouts, clock=clock)
+    fold(reporter, summary, miles_log.lines, clock, miles_log.line_times)
+    status = summary.status()
+    assert without_time(status) == expected_final_status(miles_log)
+    assert "kl" not in status["metrics"]  # the last ppo_kl is nan: dropped, not sent
+    assert RFC3339.match(status["progress"]["lastUpdateTime"])
+    json.dumps(status, allow_nan=False)
+
+
+def test_eta_and_progress_midway(reporter, miles_log):
+    clock = Clock()
+    summary = reporter.Summary(miles_log.num_rollouts, clock=clock)
+    k = 120  # stop right after the step line of rollout k
+    end = miles_log.step_line[k] + 1
+    fold(reporter, summary, miles_log.lines[:end], clock, miles_log.line_times)
+    progress = summary.status()["progress"]
+    t0 = miles_log.line_times[miles_log.step_line[0]]
+    tk = miles_log.line_times[miles_log.step_line[k]]
+    remaining = miles_log.num_rollouts - (k + 1)
+    assert progress["rollout"] == k + 1
+    assert progress["percent"] == (k + 1) * 100 // miles_log.num_rollouts
+    assert progress["etaSeconds"] == round((tk - t0) / k * remaining)
+    assert progress["lastUpdateTime"] == "2026-11-30T10:30:50Z"  # BASE + 60*120 + 50 s
+    # checkpoints so far: 49 and 99
+    assert summary.status()["checkpoints"]["latestIteration"] == 99
+    assert summary.status()["checkpoints"]["count"] == 2
+
+
+def test_eta_absent_until_two_rollouts_finished(reporter):
+    clock = Clock(1000.0)
+    s = reporter.Summary(10, clock=clock)
+    assert "etaSeconds" not in s.status()["progress"]
+    s.apply(reporter.Event("step", 0, {"train/loss": 1.0}))
+    assert s.status()["progress"]["rollout"] == 1 and "etaSeconds" not in s.status()["progress"]
+    clock.now += 30
+    s.apply(reporter.Event("step", 1, {"train/loss": 1.0}))
+    assert s.status()["progress"]["etaSeconds"] == 30 * 8
+
+
+def test_initial_status(reporter):
+    s = reporter.Summary(100, clock=Clock(0.0))
+    assert s.status() == {"progress": {"rollout": 0, "total": 100, "percent": 0,
+                                       "lastUpdateTime": "1970-01-01T00:00:00Z"}, "metrics": {}}
+    assert s.version == 1
+    assert reporter.patch_body(s.status())["status"]["progress"]["etaSeconds"] is None
+
+
+def test_version_changes_only_when_status_changes(reporter):
+    clock = Clock(0.0)
+    s = reporter.Summary(10, clock=clock)
+    step = reporter.Event("step", 0, {"train/loss": 0.5, "train/train_rollout_logprob_abs_diff": 0.01})
+    assert s.apply(step) is True
+    version, stamp = s.version, s.status()["progress"]["lastUpdateTime"]
+    clock.now = 500.0
+    assert s.apply(step) is False  # the same step again (e.g. a duplicated log line)
+    assert s.apply(reporter.Event("perf", 1, {"perf/unrelated": 3.0, "rollout/other": 1.0})) is False
+    assert s.version == version and s.status()["progress"]["lastUpdateTime"] == stamp
+    assert s.status()["metrics"]["trainRolloutLogprobAbsDiffMean"] == 0.01
+
+
+def test_steps_map_to_the_rollout_being_trained(reporter):
+    """Two optimizer steps per rollout: step n is not the rollout id."""
+    s = reporter.Summary(4, clock=Clock())
+    s.apply(reporter.Event("rollout", 0, {"rollout/raw_reward": 0.1}))
+    assert s.status()["progress"]["rollout"] == 0  # 'rollout 0' comes before training 0
+    s.apply(reporter.Event("step", 0, {"train/loss": 1.0}))
+    s.apply(reporter.Event("step", 1, {"train/loss": 0.9}))
+    s.apply(reporter.Event("rollout", 1, {"rollout/raw_reward": 0.2}))
+    s.apply(reporter.Event("step", 2, {"train/loss": 0.8}))
+    status = s.status()
+    assert status["progress"]["rollout"] == 2 and status["metrics"]["step"] == 2
+    assert status["metrics"]["rawReward"] == 0.2 and status["metrics"]["loss"] == 0.8
+
+
+def test_fallbacks_without_step_lines(reporter):
+    s = reporter.Summary(10, clock=Clock())
+    s.apply(reporter.Event("rollout", 0, {"rollout/raw_reward": 0.1}))
+    s.apply(reporter.Event("rollout", 1, {"rollout/raw_reward": 0.1}))
+    assert s.status()["progress"]["rollout"] == 1  # rollout 1 started => rollout 0 done
+    s.apply(reporter.Event("perf", 1, {"perf/actor_train_time": 3.0}))  # train timings of rollout 1
+    assert s.status()["progress"]["rollout"] == 2
+    s.apply(reporter.Event("perf", 5, {"rollout/response_len/mean": 3.0}))  # generation only
+    assert s.status()["progress"]["rollout"] == 2
+
+
+def test_step_without_rollout_lines_uses_the_step_number_and_total_clamps(reporter):
+    s = reporter.Summary(3, clock=Clock())
+    s.apply(reporter.Event("step", 7, {"train/loss": 1.0}))
+    assert s.status()["progress"] == {**s.status()["progress"], "rollout": 3, "percent": 100, "etaSeconds": 0}
+
+
+def test_resume_progress_from_checkpoints(reporter, tmp_path):
+    (tmp_path / "iter_0000049").mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("49\n")
+    s = reporter.Summary(100, save_dir=str(tmp_path), clock=Clock())
+    assert s.apply_scan(reporter.scan_save_dir(str(tmp_path))) is True
+    status = s.status()
+    assert status["progress"]["rollout"] == 50 and status["progress"]["percent"] == 50
+    assert status["checkpoints"] == {"latestIteration": 49, "latestPath": str(tmp_path / "iter_0000049"), "count": 1}
+
+
+def test_nan_metrics_are_dropped_and_nulled_in_the_patch(reporter):
+    s = reporter.Summary(10, clock=Clock())
+    s.apply(reporter.Event("step", 0, {"train/loss": 0.5, "train/ppo_kl": 0.1,
+                                        "train/train_rollout_logprob_abs_diff": 0.02}))
+    s.apply(reporter.Event("step", 1, {"train/loss": math.nan, "train/ppo_kl": math.inf,
+                                        "train/train_rollout_logprob_abs_diff": math.nan}))
+    metrics = s.status()["metrics"]
+    assert metrics == {"step": 1, "trainRolloutLogprobAbsDiffMean": 0.02}
+    body = reporter.patch_body(s.status())
+    json.dumps(body, allow_nan=False)
+    assert set(body) == {"status"} and set(body["status"]) == {"progress", "metrics"}
+    assert body["status"]["metrics"]["loss"] is None and body["status"]["metrics"]["kl"] is None
+    assert strip_nulls(body["status"]) == s.status()
+
+
+def test_patch_body_sends_only_owned_fields(reporter):
+    body = reporter.patch_body({"progress": {"rollout": 1}, "metrics": {}, "eval": [], "checkpoints": {},
+                                "phase": "Running", "conditions": []})
+    assert set(body["status"]) == {"progress", "metrics", "eval", "checkpoints"}
+
+
+def test_eval_latest_and_best(reporter):
+    s = reporter.Summary(100, clock=Clock())
+    for rollout, score in [(0, 0.5), (19, 0.7), (39, 0.7), (59, 0.6), (79, math.nan)]:
+        s.apply(reporter.Event("eval", rollout, {"eval/aime24": score, "eval/aime24-truncated_ratio": 0.1}))
+    s.apply(reporter.Event("eval", 59, {"eval/gsm8k": 0.9}))
+    assert s.status()["eval"] == [
+        {"name": "aime24", "latest": 0.6, "latestRollout": 59, "best": 0.7, "bestRollout": 19},
+        {"name": "gsm8k", "latest": 0.9, "latestRollout": 59, "best": 0.9, "bestRollout": 59},
+    ]
+
+
+def test_checkpoints_from_log_lines_only(reporter):
+    s = reporter.Summary(100, clock=Clock())
+    s.apply(reporter.Event("checkpoint", 49, {}, "/ckpt"))
+    s.apply(reporter.Event("checkpoint", 49, {}, "/ckpt"))
+    s.apply(reporter.Event("checkpoint", 99, {}, "/ckpt/"))
+    assert s.status()["checkpoints"] == {"latestIteration": 99, "latestPath": "/ckpt/iter_0000099", "count": 2}
+    s2 = reporter.Summary(100, save_dir="/save", clock=Clock())
+    s2.apply(reporter.Event("checkpoint", 9, {}, None))
+    assert s2.status()["checkpoints"]["latestPath"] == "/save/iter_0000009"
+
+
+def test_checkpoint_scan_is_the_truth(reporter, tmp_path):
+    save = str(tmp_path)
+    s = reporter.Summary(300, save_dir=save, clock=Clock())
+    assert reporter.scan_save_dir(str(tmp_path / "missing")) is None
+    assert s.apply_scan(None) is False
+    for it in (49, 99):
+        (tmp_path / f"iter_{it:07d}" / "adapter").mkdir(parents=True)
+    (tmp_path / "iter_garbage").mkdir()
+    (tmp_path / "iter_0000777").write_text("a file, not a checkpoint")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("49")
+    s.apply_scan(reporter.scan_save_dir(save))  # 99 is being written: not complete yet
+    assert s.status()["checkpoints"] == {"latestIteration": 49, "latestPath": f"{save}/iter_0000049", "count": 1}
+    s.apply(reporter.Event("checkpoint", 99, {}, save))  # the log says 99 is done
+    assert s.status()["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/iter_0000099", "count": 2}
+    s.apply(reporter.Event("checkpoint", 149, {}, save))  # newer than the last scan: counted
+    assert s.status()["checkpoints"] == {"latestIteration": 149, "latestPath": f"{save}/iter_0000149", "count": 3}
+    (tmp_path / "iter_0000049" / "adapter").rmdir()
+    (tmp_path / "iter_0000049").rmdir()  # rotated away
+    (tmp_path / "iter_0000149").mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("149")
+    s.apply_scan(reporter.scan_save_dir(save))
+    assert s.status()["checkpoints"] == {"latestIteration": 149, "latestPath": f"{save}/iter_0000149", "count": 2}
+
+
+def test_checkpoint_scan_without_tracker_counts_all_dirs(reporter, tmp_path):
+    for it in (10, 20, 5):
+        (tmp_path / f"iter_{it:07d}").mkdir()
+    scan = reporter.scan_save_dir(str(tmp_path))
+    assert scan.tracker is None and sorted(scan.iterations) == [5, 10, 20]
+    s = reporter.Summary(30, save_dir=str(tmp_path), clock=Clock())
+    s.apply_scan(scan)
+    assert s.status()["checkpoints"]["latestIteration"] == 20 and s.status()["checkpoints"]["count"] == 3
+
+
+@pytest.mark.parametrize("total", [0, 1])
+def test_degenerate_totals(reporter, total):
+    s = reporter.Summary(total, clock=Clock())
+    s.apply(reporter.Event("step", 0, {"train/loss": 1.0}))
+    progress = s.status()["progress"]
+    assert 0 <= progress["percent"] <= 100 and progress["total"] == total
+
+
+def test_a_second_generated_log_with_other_parameters(reporter):
+    log = generate_miles_log(num_rollouts=101, eval_interval=10, save_interval=25, seed=99, save_dir="/s")
+    s = reporter.Summary(101, clock=Clock())
+    fold(reporter, s, log.lines)
+    assert without_time(s.status()) == expected_final_status(log)
