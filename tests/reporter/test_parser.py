@@ -85,6 +85,12 @@ def test_truncated_dict_is_salvaged(reporter):
     assert event.values == {"train/loss": 0.5, "train/ppo_kl": 0.25}
 
 
+@pytest.mark.parametrize("prefix", ["(pid=77) ", "(raylet, ip=10.0.0.5) ",
+                                    "(TrainActor(rank=3) pid=9, ip=10.0.0.5) ", "\x1b[1m\x1b[36m(pid=77)\x1b[0m "])
+def test_other_ray_prefixes(reporter, prefix):
+    assert reporter.parse_line(prefix + HEADER + "step 4: {'train/loss': 0.5}").values == {"train/loss": 0.5}
+
+
 def test_ray_dedup_suffix_is_ignored(reporter):
     event = reporter.parse_line(RAY + HEADER + "step 4: {'train/loss': 0.5} [repeated 3x across cluster]")
     assert event.values == {"train/loss": 0.5}

@@ -174,7 +174,7 @@ class Event(NamedTuple):
 
 
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_RAY_PREFIX_RE = re.compile(r"\([^()\n]{1,300}\) ")
+_RAY_PREFIX_RE = re.compile(r"\((?:[^()\n]|\([^()\n]{0,100}\)){1,300}\) ")
 _LOG_HEADER_RE = re.compile(r"\[[^\]\n]{0,200}\d\d:\d\d:\d\d[^\]\n]{0,200}\] \S+:\d+ - ")
 _MESSAGE_RE = re.compile(r"(perf|rollout|step|eval) (\d+): (\{.*)")
 _CKPT_RE = re.compile(r"successfully saved checkpoint from iteration\s+(\d+)(?:\s+to\s+(\S+))?")
