@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import random
+import ssl
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -243,7 +244,7 @@ def strip_nulls(value):
 
 
 class FakeApi:
-    def __init__(self):
+    def __init__(self, tls: tuple | None = None):  # tls: (cert file, key file)
         self.records = []  # dicts: method, path, headers, body
         self.statuses = []  # HTTP codes to answer with, consumed first-in first-out (then 200)
         self.lock = threading.Lock()
@@ -270,7 +271,13 @@ class FakeApi:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def patches(self):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reporter_testlib import REPORTER_PATH, expected_final_status, strip_nulls, without_time
+from reporter_testlib import REPORTER_PATH, FakeApi, expected_final_status, strip_nulls, without_time
 
 # Prints the file given as argv[1] byte for byte, splitting some lines across writes (with a
 # flush and a pause in between) and pausing now and then, then exits with argv[2].
@@ -119,7 +120,7 @@ def test_unreachable_api_changes_nothing(log_file, miles_log, token_file):
 
 def test_merge_patches_sent_to_the_api(log_file, miles_log, token_file, fake_api):
     env = clean_env(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token_file))
-    result = subprocess.run(reporter_cmd() + [sys.executable, "-c", CHILD, str(log_file), "3"],
+    result = subprocess.run(reporter_cmd(interval=0.5) + [sys.executable, "-c", CHILD, str(log_file), "3"],
                             capture_output=True, env=env, timeout=120)
     assert result.stdout == miles_log.data and result.returncode == 3
     assert reporter_lines(result.stderr) == []
@@ -240,6 +241,26 @@ def test_token_is_reread_for_every_patch(reporter, fake_api, token_file):
     assert headers[0]["authorization"] == f"Bearer {TOKEN}"
     assert headers[1]["authorization"] == "Bearer rotated-token"
     assert "authorization" not in headers[2]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_https_with_the_configured_ca(reporter, tmp_path, token_file):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    api = FakeApi(tls=(str(cert), str(key)))
+    api.thread.start()
+    try:
+        status = reporter.Summary(5).status()
+        trusted = reporter.Patcher(reporter.ApiConfig(api.url, str(token_file), str(cert)), "ns", "job")
+        assert trusted.send(status) and trusted.failures == 0
+        untrusted = reporter.Patcher(reporter.ApiConfig(api.url, str(token_file), str(tmp_path / "none")), "ns", "job")
+        assert not untrusted.send(status) and untrusted.failures == 1
+        assert len(api.patches()) == 1 and api.patches()[0]["headers"]["authorization"] == f"Bearer {TOKEN}"
+    finally:
+        api.server.shutdown()
+        api.server.server_close()
 
 
 def test_api_config_from_the_environment(reporter):

@@ -632,6 +632,7 @@ class Reporter:
         self._sent_version = 0
         self._last_attempt = -math.inf
         self._next_scan = -math.inf
+        self._loop_error_logged = False
         self._thread = threading.Thread(target=self._run, name="lorarl-reporter", daemon=True)
 
     def start(self) -> None:
@@ -684,8 +685,10 @@ class Reporter:
                     self._last_attempt = self._now()
                     if self.patcher.send(status):
                         self._sent_version = version
-            except Exception as exc:  # never die silently in a loop; never take the run down
-                warn(f"internal error in status loop: {type(exc).__name__}: {exc}"[:300])
+            except Exception as exc:  # keep reporting alive; never take the run down
+                if not self._loop_error_logged:
+                    self._loop_error_logged = True
+                    warn(f"internal error in status loop: {type(exc).__name__}: {exc}"[:300])
                 time.sleep(self.interval)
 
     def finish(self, total_timeout: float = FINAL_TIMEOUT) -> bool:
