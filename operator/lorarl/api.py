@@ -13,9 +13,9 @@ left unset mean "the hardware profile's (or the recipe's) choice".
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 GROUP = "lorarl.dev"
@@ -42,6 +42,9 @@ IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
 RESOURCE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+
+ModuleName = Annotated[str, StringConstraints(pattern=IDENTIFIER, max_length=64)]
+CommandWord = Annotated[str, StringConstraints(pattern=SHELL_SAFE, min_length=1, max_length=256)]
 
 
 def flag(name: str) -> dict[str, Any]:
@@ -268,12 +271,12 @@ class LoraSpec(ApiModel):
     rank: int = Field(64, ge=1, le=1024, description="LoRA rank.", json_schema_extra=flag("--lora-rank"))
     alpha: int = Field(32, ge=1, le=4096, description="LoRA alpha (scaling = alpha / rank).", json_schema_extra=flag("--lora-alpha"))
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.", json_schema_extra=flag("--lora-dropout"))
-    target_modules: list[str] = Field(
+    target_modules: list[ModuleName] = Field(
         default_factory=lambda: ["all-linear"],
         min_length=1,
         max_length=32,
         description="Modules that get adapters (joined with commas), e.g. all-linear or linear_qkv,linear_proj.",
-        json_schema_extra={"flag": "--target-modules", "items": {"pattern": IDENTIFIER, "maxLength": 64}},
+        json_schema_extra=flag("--target-modules"),
     )
     base_cpu_backup: bool = Field(
         True, description="Keep a CPU copy of the frozen base weights (colocated rollout offload).",
@@ -630,12 +633,11 @@ class LoraRLJobSpec(ApiModel):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Priority, Kueue queue, ServiceAccount.")
     health: HealthSpec = Field(default_factory=HealthSpec, description="Training-health thresholds.")
     suspend: bool = Field(False, description="Suspend the run: the RayJob is suspended (its RayCluster deleted) and resumed when set back to false.")
-    extra_args: Optional[list[str]] = Field(
+    extra_args: Optional[list[CommandWord]] = Field(
         None,
         max_length=256,
         description="Extra train.py arguments appended after the recipe's, one token per item "
         f"(e.g. [\"--tensor-model-parallel-size\", \"2\"]); each item may hold only {SHELL_SAFE_HELP}.",
-        json_schema_extra={"items": {"pattern": SHELL_SAFE, "maxLength": 256}},
     )
 
 

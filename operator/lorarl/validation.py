@@ -177,7 +177,8 @@ def validate(obj: dict[str, Any]) -> tuple[api.LoraRLJob | None, list[Problem]]:
     job, problems = schema_problems(obj)
     if job is None:
         return None, problems
-    problems = cel_problems(job) + semantic_problems(job)
+    # semantic checks assume the cross-field rules hold (e.g. a resolvable architecture)
+    problems = cel_problems(job) or semantic_problems(job)
     return (job if not problems else None), problems
 
 

@@ -1,0 +1,158 @@
+"""Property tests: every valid spec renders, the RayJob fits KubeRay's own CRD schema, and no
+string can change the meaning of the training command."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from lorarl import api, command, render
+from lorarl.validation import validate
+from tests.helpers import seed_doc
+from tests.kuberay_schema import rayjob_errors
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+identifier = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,20}\Z")
+repo_id = st.builds(lambda a, b: f"{a}/{b}", identifier, identifier)
+profiles = st.sampled_from([p.value for p in api.AcceleratorProfile])
+qwen_sizes = st.sampled_from(["0.6B", "1.7B", "4B", "8B", "14B", "32B"])
+
+
+@st.composite
+def valid_specs(draw):
+    accelerator = draw(profiles)
+    nodes = draw(st.integers(1, 4))
+    gpn = draw(st.sampled_from([None, 1, 2, 4, 8]))
+    gpus = nodes * (gpn or 8)
+    samples = draw(st.sampled_from([2, 4, 8, 16]))
+    m, j = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    gbs = gpus * m * samples
+    batch = gpus * m * j
+    engine = draw(st.sampled_from([e for e in (1, 2, 4, 8) if (gpn or 8) % e == 0]))
+    spec = {
+        "model": {"name": f"Qwen/Qwen3-{draw(qwen_sizes)}"},
+        "hardware": {"accelerator": accelerator, "nodes": nodes},
+        "lora": {
+            "rank": draw(st.integers(1, 256)),
+            "alpha": draw(st.integers(1, 512)),
+            "dropout": draw(st.floats(0, 0.9)),
+            "targetModules": draw(st.lists(identifier, min_size=1, max_size=4)),
+            "baseCpuBackup": draw(st.booleans()),
+        },
+        "rollout": {
+            "promptData": {"repo": draw(repo_id)},
+            "inputKey": draw(identifier),
+            "numRollouts": draw(st.integers(1, 5000)),
+            "batchSize": batch,
+            "samplesPerPrompt": samples,
+            "globalBatchSize": gbs,
+            "temperature": draw(st.floats(0, 2)),
+            "shuffle": draw(st.booleans()),
+        },
+        "eval": draw(
+            st.one_of(
+                st.just({"enabled": False}),
+                st.builds(
+                    lambda names, repo, interval: {
+                        "interval": interval,
+                        "datasets": [{"name": n, "repo": repo} for n in names],
+                        "topP": 0.95,
+                    },
+                    st.lists(identifier, min_size=1, max_size=3, unique=True),
+                    repo_id,
+                    st.integers(1, 1),
+                ),
+            )
+        ),
+        "optimizer": {"lr": draw(st.floats(1e-7, 1e-2)), "lrDecayStyle": draw(st.sampled_from(["constant", "cosine"]))},
+        "algorithm": {"epsClip": 0.2, "epsClipHigh": draw(st.floats(0.2, 1.0))},
+        "sglang": {"gpusPerEngine": engine, "memFractionStatic": draw(st.floats(0.05, 0.95))},
+        "checkpoint": {"saveInterval": draw(st.integers(1, 100)), "resume": draw(st.booleans())},
+        "runPolicy": {"backoffLimit": draw(st.integers(0, 5)), "ttlSecondsAfterFinished": draw(st.integers(0, 86400))},
+        "suspend": draw(st.booleans()),
+    }
+    if gpn:
+        spec["hardware"]["gpusPerNode"] = gpn
+    if nodes > 1:
+        spec["checkpoint"]["storage"] = {"accessModes": ["ReadWriteMany"]}
+    if draw(st.booleans()):
+        spec["tracking"] = {"wandb": {"project": draw(identifier), "apiKeySecretRef": {"name": "wandb", "key": "k"}}}
+    if draw(st.booleans()):
+        spec["scheduling"] = {"queueName": "q"}
+    spec["extraArgs"] = draw(st.lists(st.from_regex(r"\A--[a-z][a-z0-9-]{0,20}\Z"), max_size=3).filter(
+        lambda xs: not set(xs) & {"--wandb-key", "--hf-token", "--tensor-model-parallel-size"}))
+    name = draw(st.from_regex(r"\A[a-z][a-z0-9-]{0,45}[a-z0-9]\Z"))
+    return {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name, "namespace": "ns", "uid": "u-1"}, "spec": spec}
+
+
+@FUZZ
+@given(valid_specs())
+def test_every_valid_spec_renders_a_kuberay_valid_rayjob(doc):
+    job, problems = validate(copy.deepcopy(doc))
+    if problems:  # only extra args that collide with spec-owned flags may be reported
+        assert all(p.field.startswith("spec.extraArgs") for p in problems), problems
+        return
+    children = render.render(job)
+    rayjob = children[-1]
+    assert rayjob["kind"] == "RayJob"
+    assert rayjob_errors(rayjob) == []
+    # the command the head runs is exactly the one we meant
+    assert command.argv_as_run_on_head(rayjob["spec"]["entrypoint"]) == command.entrypoint_argv(job)
+    assert render.to_yaml(children) == render.to_yaml(render.render(job))
+    assert len({(c["kind"], c["metadata"]["name"]) for c in children}) == len(children)
+
+
+# Every user string that can reach the command, as (path in spec, how to set it).
+STRING_FIELDS = {
+    "spec.model.name": lambda s, v: s["model"].update(name=v),
+    "spec.lora.targetModules[0]": lambda s, v: s.update(lora={"targetModules": [v]}),
+    "spec.rollout.inputKey": lambda s, v: s.update(rollout={"inputKey": v}),
+    "spec.rollout.rewardType": lambda s, v: s.update(rollout={"rewardType": v}),
+    "spec.rollout.promptData.file": lambda s, v: s.update(rollout={"promptData": {"repo": "a/b", "file": v}}),
+    "spec.eval.datasets[0].name": lambda s, v: s.update(eval={"datasets": [{"name": v, "repo": "a/b"}]}),
+    "spec.tracking.wandb.project": lambda s, v: s.update(tracking={"wandb": {"project": v, "apiKeySecretRef": {"name": "w", "key": "k"}}}),
+    "spec.sglang.attentionBackend": lambda s, v: s.update(sglang={"attentionBackend": v}),
+    "spec.extraArgs[0]": lambda s, v: s.update(extraArgs=[v]),
+}
+nasty = st.one_of(
+    st.text(min_size=1, max_size=40),
+    st.sampled_from(["a b", "x;rm -rf /", "$(id)", "`id`", "a'b", 'a"b', "a\nb", "${HOME}", "a|b", "a&&b", "*", "~", "a\\b", "--x=$y", "#c", ">f"]),
+)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(STRING_FIELDS)), nasty)
+def test_strings_never_change_the_command(field, value):
+    doc = seed_doc()
+    STRING_FIELDS[field](doc["spec"], value)
+    job, problems = validate(doc)
+    if problems:
+        # rejected: the message must name the field (or its parent object) the user wrote
+        parent = re.sub(r"(\[\d+\])?\.[^.]+$", "", field)
+        assert any(p.field.startswith(parent) for p in problems), (field, problems)
+        return
+    argv = command.entrypoint_argv(job)
+    assert command.argv_as_run_on_head(command.entrypoint(job)) == argv
+    assert any(value in word for word in argv)
+
+
+def test_known_metacharacters_are_rejected_with_field_names():
+    doc = seed_doc()
+    doc["spec"]["extraArgs"] = ["--foo", "$(reboot)"]
+    _, problems = validate(doc)
+    assert [p.field for p in problems] == ["spec.extraArgs[1]"]
+
+
+@FUZZ
+@given(nasty)
+def test_revisions_reach_the_downloader_intact_or_are_rejected(value):
+    doc = seed_doc()
+    doc["spec"]["model"]["revision"] = value
+    job, problems = validate(doc)
+    if problems:
+        assert [p.field for p in problems] == ["spec.model.revision"], problems
+        return
+    assert render.downloads(job)[:4] == ["model", "Qwen/Qwen3-4B", "/root/models/Qwen3-4B", value]

@@ -1,0 +1,61 @@
+"""One source of truth: the committed CRD and API docs are what the model generates."""
+
+from __future__ import annotations
+
+from lorarl import crdgen, docsgen
+from tests.helpers import REPO
+
+CRD_PATH = REPO / "crds" / crdgen.CRD_FILE
+API_DOC = REPO / "docs" / "api.md"
+
+
+def test_crd_has_not_drifted():
+    assert CRD_PATH.read_text() == crdgen.crd_yaml(), "crds/ is stale: run `lorarl crd > crds/lorarl.dev_lorarljobs.yaml`"
+
+
+def test_api_doc_has_not_drifted():
+    assert API_DOC.read_text() == docsgen.api_markdown(), "docs/api.md is stale: run `lorarl docs -o docs/api.md`"
+
+
+def walk(schema, path=""):
+    yield path, schema
+    for name, sub in schema.get("properties", {}).items():
+        yield from walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from walk(schema["items"], f"{path}[]")
+
+
+def test_every_spec_and_status_field_is_described_and_typed():
+    root = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for part in ("spec", "status"):
+        for path, schema in walk(root["properties"][part], part):
+            assert schema.get("type") or schema.get("x-kubernetes-preserve-unknown-fields"), path
+            if not path.endswith("[]"):
+                assert schema.get("description"), f"{path} has no description"
+            assert "$ref" not in schema and "anyOf" not in schema and "title" not in schema, path
+
+
+def test_structural_schema_basics():
+    crd = crdgen.crd()
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    names = crd["spec"]["names"]
+    assert names["shortNames"] == ["lrl"] and names["categories"] == ["all", "lorarl"]
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns[0] == "Phase" and columns[-1] == "Age"
+    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == ["Phase", "Rollout", "Total", "Hardware", "Age"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["required"] == ["model", "hardware"]
+    # nested objects default to {} so the API server applies the recipe's defaults
+    assert spec["properties"]["lora"]["default"] == {}
+    assert spec["properties"]["lora"]["properties"]["rank"]["default"] == 64
+
+
+def test_status_schema_declares_what_writers_send():
+    """Anything the operator or the reporter writes must be in the schema or it is pruned."""
+    status = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert set(status) >= {"phase", "conditions", "observedGeneration", "rayJob", "progress", "metrics", "eval", "checkpoints", "startTime", "completionTime"}
+    assert set(status["progress"]["properties"]) == {"rollout", "total", "percent", "etaSeconds", "lastUpdateTime"}
+    assert set(status["metrics"]["properties"]) == {"step", "rawReward", "trainRolloutLogprobAbsDiff", "trainRolloutLogprobAbsDiffMean", "kl", "loss", "responseLengthMean", "truncatedRatio"}
+    assert set(status["checkpoints"]["properties"]) == {"latestIteration", "latestPath", "count"}
+    assert set(status["eval"]["items"]["properties"]) == {"name", "latest", "latestRollout", "best", "bestRollout"}

@@ -1,0 +1,71 @@
+"""Bad input: every invalid spec gets a message naming the field and what would be valid."""
+
+from __future__ import annotations
+
+import pytest
+
+from lorarl.validation import validate
+from tests.helpers import seed_doc, with_spec
+
+
+def problems_of(doc):
+    job, problems = validate(doc)
+    assert job is None and problems, "expected the document to be rejected"
+    return [(p.field, p.message) for p in problems]
+
+
+CASES = [
+    # (spec overrides, field, words in the message)
+    ({"rollout": {"batchSize": 8, "samplesPerPrompt": 8, "globalBatchSize": 48}}, "spec.rollout.globalBatchSize", "multiple of rollout.globalBatchSize"),
+    ({"rollout": {"samplesPerPrompt": 1, "batchSize": 64, "globalBatchSize": 64}}, "spec.rollout.samplesPerPrompt", "at least 2"),
+    ({"hardware": {"accelerator": "MI355X", "gpusPerNode": 6}, "sglang": {"gpusPerEngine": 4}}, "spec.sglang.gpusPerEngine", "must divide"),
+    ({"checkpoint": {"storage": {"existingClaim": "data", "size": "1Ti"}}}, "spec.checkpoint.storage", "cannot be combined"),
+    ({"hardware": {"accelerator": "MI355X", "nodes": 2}, "checkpoint": {"storage": {"accessModes": ["ReadWriteOnce"]}}}, "spec.checkpoint.storage.accessModes", "ReadWriteMany"),
+    ({"model": {"name": "meta-llama/Llama-3.1-8B"}}, "spec.model", "architecture is required"),
+    ({"model": {"name": "Qwen/Qwen3-4B", "architecture": {"preset": "qwen3-4B", "numLayers": 3}}}, "spec.model.architecture", "not both"),
+    ({"model": {"name": "acme/x", "architecture": {"numLayers": 3}}}, "spec.model.architecture", "needs numLayers"),
+    ({"eval": {"datasets": []}}, "spec.eval.datasets", "must not be empty"),
+    ({"eval": {"interval": 500}}, "spec.eval.interval", "larger than rollout.numRollouts"),
+    ({"algorithm": {"epsClip": 0.3, "epsClipHigh": 0.2}}, "spec.algorithm.epsClipHigh", ">= algorithm.epsClip"),
+    ({"hardware": {"accelerator": "H200", "resourceName": "amd.com/gpu"}}, "spec.hardware.resourceName", "amd.com/"),
+    ({"extraArgs": ["--wandb-key", "abc"]}, "spec.extraArgs[0]", "secret on the command line"),
+    ({"extraArgs": ["--lora-rank", "8"]}, "spec.extraArgs[0]", "set from the spec"),
+    ({"hardware": {"accelerator": "MI355X", "gpusPerNode": 3}, "sglang": {"gpusPerEngine": 1}}, "spec.rollout.globalBatchSize", "data-parallel size 3"),
+    ({"lora": {"rank": 0}}, "spec.lora.rank", "greater than or equal to 1"),
+    ({"hardware": {"accelerator": "MI999X"}}, "spec.hardware.accelerator", "MI355X"),
+    ({"lora": {"rnak": 8}}, "spec.lora.rnak", "Extra inputs are not permitted"),
+    ({"rollout": {"inputKey": "a b"}}, "spec.rollout.inputKey", "should match pattern"),
+]
+
+
+@pytest.mark.parametrize("overrides,field,words", CASES, ids=[c[1] + ":" + c[2][:20] for c in CASES])
+def test_rejected_with_field_named_message(overrides, field, words):
+    found = problems_of(with_spec(**overrides))
+    assert any(f == field and words in m for f, m in found), found
+
+
+def test_long_name_is_rejected_for_kuberay():
+    doc = seed_doc()
+    doc["metadata"]["name"] = "x" * 48
+    found = problems_of(doc)
+    assert any(f == "metadata.name" and "47" in m for f, m in found), found
+
+
+def test_name_must_be_dns1035():
+    doc = seed_doc()
+    doc["metadata"]["name"] = "9lives"
+    assert any(f == "metadata.name" for f, _ in problems_of(doc))
+
+
+def test_wrong_kind():
+    doc = seed_doc()
+    doc["kind"] = "RayJob"
+    assert problems_of(doc)[0][0] == "kind"
+
+
+def test_all_examples_valid():
+    from tests.helpers import MANIFESTS, load
+
+    for path in MANIFESTS.glob("*.yaml"):
+        job, problems = validate(load(path))
+        assert problems == [], (path.name, problems)

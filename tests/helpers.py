@@ -1,0 +1,35 @@
+"""Shared test helpers (plain functions, no fixtures)."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from typing import Any
+
+import yaml
+
+from lorarl import api
+from lorarl.validation import parse_job
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+MANIFESTS = REPO / "manifests"
+SEED = MANIFESTS / "qwen3-4b-lora-amd.yaml"
+
+
+def load(path: pathlib.Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def seed_doc() -> dict[str, Any]:
+    return load(SEED)
+
+
+def job_from(doc: dict[str, Any]) -> api.LoraRLJob:
+    return parse_job(copy.deepcopy(doc))
+
+
+def with_spec(**overrides: Any) -> dict[str, Any]:
+    """The seed document with spec keys replaced (camelCase, as in YAML)."""
+    doc = seed_doc()
+    doc["spec"].update(copy.deepcopy(overrides))
+    return doc

@@ -1,0 +1,168 @@
+"""Renderer: golden snapshots of every example, determinism, and the contents that matter."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import pathlib
+
+import pytest
+import yaml
+
+from lorarl import command, render
+from tests.helpers import MANIFESTS, job_from, load, seed_doc, with_spec
+
+SNAPSHOTS = pathlib.Path(__file__).with_name("snapshots")
+EXAMPLES = sorted(p.name for p in MANIFESTS.glob("*.yaml"))
+UPDATE = os.environ.get("LORARL_UPDATE_SNAPSHOTS") == "1"
+
+
+def by_kind(objects):
+    return {o["kind"]: o for o in objects}
+
+
+def snapshot_form(objects):
+    """The rendered objects with the ConfigMap's script bodies replaced by their digests (the
+    scripts are tested on their own; snapshots stay readable)."""
+    objects = copy.deepcopy(objects)
+    for obj in objects:
+        if obj["kind"] == "ConfigMap":
+            obj["data"] = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in obj["data"].items()}
+    return objects
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_snapshot(example):
+    rendered = render.to_yaml(snapshot_form(render.render(job_from(load(MANIFESTS / example)))))
+    snapshot = SNAPSHOTS / example
+    if UPDATE:
+        SNAPSHOTS.mkdir(exist_ok=True)
+        snapshot.write_text(rendered)
+    assert snapshot.exists(), f"missing snapshot {snapshot}; run with LORARL_UPDATE_SNAPSHOTS=1"
+    assert rendered == snapshot.read_text(), f"{example} renders differently from {snapshot} (LORARL_UPDATE_SNAPSHOTS=1 to accept)"
+
+
+def test_every_example_has_a_snapshot_and_no_stale_ones():
+    assert sorted(p.name for p in SNAPSHOTS.glob("*.yaml")) == EXAMPLES
+
+
+def test_byte_identical_on_repeat():
+    doc = seed_doc()
+    assert render.to_yaml(render.render(job_from(doc))) == render.to_yaml(render.render(job_from(doc)))
+
+
+def test_seed_rayjob_essentials():
+    objs = by_kind(render.render(job_from(seed_doc())))
+    rj = objs["RayJob"]
+    spec = rj["spec"]
+    head = spec["rayClusterSpec"]["headGroupSpec"]
+    pod = head["template"]["spec"]
+    ray = pod["containers"][0]
+    assert rj["apiVersion"] == "ray.io/v1" and rj["metadata"]["name"] == "qwen3-4b-lora-amd"
+    assert ray["resources"]["limits"]["amd.com/gpu"] == "8" and ray["resources"]["requests"]["amd.com/gpu"] == "8"
+    assert head["rayStartParams"]["num-gpus"] == "8"
+    env = {e["name"]: e.get("value") for e in ray["env"]}
+    assert env["RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
+    assert "ROCR_VISIBLE_DEVICES" not in env
+    assert "workerGroupSpecs" not in spec["rayClusterSpec"]  # one node: the head trains
+    init = pod["initContainers"][0]
+    assert init["args"][1::4] == ["Qwen/Qwen3-4B", "zhuzilin/dapo-math-17k", "zhuzilin/aime-2024"]
+    assert spec["shutdownAfterJobFinishes"] is True and spec["suspend"] is False
+    assert "--wandb-key" not in spec["entrypoint"]
+    shm = [v for v in pod["volumes"] if v["name"] == render.SHM_VOLUME][0]
+    assert shm["emptyDir"]["medium"] == "Memory"
+    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]
+    assert runtime_env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and runtime_env["PYTHONPATH"].startswith("/root/miles:/root/Megatron-LM")
+    assert objs["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+def test_two_node_mi300x():
+    objs = by_kind(render.render(job_from(load(MANIFESTS / "mi300x-2node.yaml"))))
+    cluster = objs["RayJob"]["spec"]["rayClusterSpec"]
+    workers = cluster["workerGroupSpecs"]
+    assert len(workers) == 1 and workers[0]["replicas"] == workers[0]["minReplicas"] == workers[0]["maxReplicas"] == 1
+    wpod = workers[0]["template"]["spec"]
+    assert "initContainers" not in wpod  # the head downloads onto the shared volume
+    assert wpod["containers"][0]["resources"]["limits"] == {"amd.com/gpu": "8", "memory": "1500Gi"}
+    assert wpod["nodeSelector"] == {"amd.com/gpu.device-id": "74a1"}
+    assert wpod["containers"][0]["image"] == "rlsys/miles:MI300-latest"
+    assert "--actor-num-nodes 2" in objs["RayJob"]["spec"]["entrypoint"]
+    env = wpod["containers"][0]["env"]
+    assert {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}} in env
+    assert objs["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_h200_has_no_rocm_and_default_backends():
+    objs = by_kind(render.render(job_from(load(MANIFESTS / "h200.yaml"))))
+    rj = objs["RayJob"]
+    ray = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert ray["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert ray["image"] == "radixark/miles:latest"
+    names = {e["name"] for e in ray["env"]}
+    assert not names & {"RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES", "HSA_NO_SCRATCH_RECLAIM", "MILES_HARDWARE_PLATFORM"}
+    assert "--sglang-attention-backend" not in rj["spec"]["entrypoint"]
+    assert "PersistentVolumeClaim" not in objs  # existing claim
+    vol = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"][0]
+    assert vol == {"name": "data", "persistentVolumeClaim": {"claimName": "rl-shared"}}
+    init_env = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["initContainers"][0]["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in init_env
+
+
+def test_kueue_suspends_and_labels():
+    rj = by_kind(render.render(job_from(load(MANIFESTS / "kueue.yaml"))))["RayJob"]
+    assert rj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "rl-team"
+    assert rj["spec"]["suspend"] is True and rj["spec"]["shutdownAfterJobFinishes"] is True
+    assert rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["priorityClassName"] == "rl-batch"
+
+
+def test_partitioned_resource_sets_num_gpus_explicitly():
+    doc = with_spec(hardware={"accelerator": "MI300X", "gpusPerNode": 8, "resourceName": "amd.com/cpx_nps4"})
+    head = by_kind(render.render(job_from(doc)))["RayJob"]["spec"]["rayClusterSpec"]["headGroupSpec"]
+    assert head["template"]["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/cpx_nps4": "8"}
+    assert head["rayStartParams"]["num-gpus"] == "8"
+
+
+def test_owner_references_and_no_gitops_labels_copied():
+    doc = seed_doc()
+    doc["metadata"].update(
+        uid="1234-uid",
+        namespace="team-a",
+        labels={"app.kubernetes.io/instance": "argo-app"},
+        annotations={"argocd.argoproj.io/tracking-id": "app:lorarl.dev/LoraRLJob:team-a/x"},
+    )
+    for obj in render.render(job_from(doc)):
+        meta = obj["metadata"]
+        assert meta["namespace"] == "team-a"
+        assert meta["ownerReferences"] == [
+            {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob", "name": "qwen3-4b-lora-amd", "uid": "1234-uid", "controller": True, "blockOwnerDeletion": True}
+        ]
+        assert "app.kubernetes.io/instance" not in meta["labels"]
+        assert "annotations" not in meta
+
+
+def test_reporter_role_allows_only_this_job():
+    role = by_kind(render.render(job_from(seed_doc())))["Role"]
+    for rule in role["rules"]:
+        assert rule["resourceNames"] == ["qwen3-4b-lora-amd"]
+        assert set(rule["verbs"]) <= {"get", "patch"}
+
+
+def test_no_secret_values_anywhere():
+    doc = with_spec(
+        tracking={"wandb": {"apiKeySecretRef": {"name": "wandb", "key": "api-key"}}},
+        dataPrep={"hfTokenSecretRef": {"name": "hf", "key": "token"}},
+    )
+    text = render.to_yaml(render.render(job_from(doc)))
+    assert "secretKeyRef" in text
+    assert "kind: Secret\n" not in text
+    assert "--wandb-key" not in text and "--hf-token" not in text
+
+
+def test_configmap_ships_reporter_and_prepare_script():
+    cm = by_kind(render.render(job_from(seed_doc())))["ConfigMap"]
+    assets = pathlib.Path(render.__file__).with_name("assets")
+    assert cm["data"] == {name: (assets / name).read_text() for name in ("reporter.py", "prepare.sh")}
+    assert cm["data"]["reporter.py"].startswith("#!/usr/bin/env python3")
+    assert "hf" in cm["data"]["prepare.sh"]
+    assert len(render.to_yaml([cm]).encode()) < 1_000_000  # ConfigMap size limit
