@@ -288,3 +288,40 @@ def test_usage_errors(tmp_path):
                          capture_output=True, env=clean_env(), timeout=30)
     assert bad.returncode == 5 and bad.stdout == b"trained\n"
     assert "without status reporting" in reporter_lines(bad.stderr)[0]
+
+
+ECHO_ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))"
+
+
+def _run_resume(save_dir, extra=()):
+    out = subprocess.run(
+        [sys.executable, str(REPORTER_PATH), "--namespace", "ns", "--name", "job", "--total-rollouts", "10",
+         "--save-dir", str(save_dir), "--resume", *extra, "--", sys.executable, "-c", ECHO_ARGV, "--lr", "1e-5"],
+        capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))},
+    )
+    assert out.returncode == 0, out.stderr
+    import json
+
+    return json.loads(out.stdout.splitlines()[0]), out.stderr
+
+
+def test_resume_without_checkpoint_runs_command_unchanged(tmp_path):
+    argv, _ = _run_resume(tmp_path / "missing")
+    assert argv == ["--lr", "1e-5"]
+
+
+def test_resume_appends_newest_complete_adapter(tmp_path):
+    for it in (9, 19, 29):
+        (tmp_path / f"iter_{it:07d}" / "adapter").mkdir(parents=True)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("19\n")  # iter 29 is still being saved
+    argv, err = _run_resume(tmp_path)
+    assert argv == ["--lr", "1e-5", "--lora-adapter-path", str(tmp_path / "iter_0000019" / "adapter")]
+    assert "resuming from" in err
+
+
+def test_resume_without_tracker_needs_adapter_config(tmp_path):
+    (tmp_path / "iter_0000009" / "adapter").mkdir(parents=True)
+    (tmp_path / "iter_0000009" / "adapter" / "adapter_config.json").write_text("{}")
+    (tmp_path / "iter_0000019" / "adapter").mkdir(parents=True)  # incomplete: no config yet
+    argv, _ = _run_resume(tmp_path)
+    assert argv[-1] == str(tmp_path / "iter_0000009" / "adapter")

@@ -8,7 +8,11 @@ lorarl packages.
 Usage::
 
     python3 reporter.py --namespace NS --name JOB --total-rollouts 100 \\
-        [--save-dir DIR] [--interval 15] -- python3 /root/miles/train.py ARGS...
+        [--save-dir DIR] [--interval 15] [--resume] -- python3 /root/miles/train.py ARGS...
+
+With ``--resume`` (and ``--save-dir``) the newest complete checkpoint's adapter is appended to
+the command as ``--lora-adapter-path <save>/iter_NNNNNNN/adapter`` (miles then continues at
+iteration + 1); with no checkpoint the command runs unchanged.
 
 What it does
 ============
@@ -314,6 +318,25 @@ def scan_save_dir(save_dir: str) -> Optional[CheckpointScan]:
     except (OSError, ValueError):
         pass
     return CheckpointScan(save_dir, iterations, tracker)
+
+
+def resume_adapter(save_dir: str) -> Optional[str]:
+    """The adapter of the newest *complete* checkpoint, or None. Megatron writes
+    latest_checkpointed_iteration.txt after a save completes, so it names the newest complete
+    iteration; without it, the newest iter_* whose adapter has an adapter_config.json counts."""
+    scan = scan_save_dir(save_dir)
+    if scan is None:
+        return None
+    candidates = sorted(scan.iterations, reverse=True)
+    if scan.tracker is not None:
+        candidates = [i for i in candidates if i <= scan.tracker]
+    for iteration in candidates:
+        adapter = os.path.join(scan.iterations[iteration], "adapter")
+        if scan.tracker is not None and iteration == scan.tracker and os.path.isdir(adapter):
+            return adapter
+        if os.path.isfile(os.path.join(adapter, "adapter_config.json")):
+            return adapter
+    return None
 
 
 def _checkpoint_path(logged_dir: Optional[str], save_dir: Optional[str], iteration: int) -> str:
@@ -799,6 +822,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--total-rollouts", required=True, type=int, help="num_rollout of the run")
     p.add_argument("--save-dir", default=None, help="Megatron --save directory to scan for checkpoints")
     p.add_argument("--interval", default=15.0, type=float, help="minimum seconds between patches (15)")
+    p.add_argument("--resume", action="store_true",
+                   help="append --lora-adapter-path for the newest complete checkpoint under --save-dir")
     return p
 
 
@@ -841,6 +866,12 @@ def main(argv=None) -> int:
             signal.signal(sig, forward)
         except (OSError, ValueError):
             pass
+
+    if opts is not None and opts.resume and opts.save_dir and "--lora-adapter-path" not in command:
+        adapter = resume_adapter(opts.save_dir)
+        if adapter:
+            warn(f"resuming from {adapter}")
+            command = command + ["--lora-adapter-path", adapter]
 
     try:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
