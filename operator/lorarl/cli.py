@@ -105,5 +105,32 @@ def docs_cmd(output: pathlib.Path | None) -> None:
         click.echo(text, nl=False)
 
 
+@main.command()
+@click.option("-n", "--namespace", "namespaces", multiple=True, help="Watch these namespaces (repeatable; globs allowed).")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Watch the whole cluster.")
+@click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True, help="Liveness endpoint ('' to disable).")
+@click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
+@click.option("--resync-seconds", default=30.0, show_default=True, type=float, help="Period of the level-triggered resync of every job.")
+@click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metrics_port: int, resync_seconds: float, log_format: str, verbose: bool) -> None:
+    """Run the operator (same as `kopf run -m lorarl.controller`)."""
+    import kopf
+
+    from . import controller  # noqa: F401  (registers the handlers)
+
+    if not namespaces and not all_namespaces:
+        raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
+    kopf.configure(verbose=verbose, log_format=getattr(kopf.LogFormat, log_format.upper()))
+    memo = kopf.Memo(metrics_port=metrics_port or None, resync_seconds=resync_seconds, namespaces=list(namespaces) or None)
+    kopf.run(
+        standalone=True,
+        clusterwide=all_namespaces,
+        namespaces=list(namespaces),
+        liveness_endpoint=liveness or None,
+        memo=memo,
+    )
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,128 @@
+"""kopf handlers: thin triggers around ``Reconciler.reconcile``.
+
+Triggers: a LoraRLJob is created, changed or found at start-up (apply children); any event of a
+LoraRLJob (the reporter's status patches: health) or of a RayJob we own (status mirror, a
+deleted RayJob); and a resync thread that lists every job each ``resync_seconds`` (startup
+timeouts, anything missed). No timers or daemons, so no finalizer: deleting a LoraRLJob never
+waits for the operator, and owner references let the garbage collector remove its children.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import threading
+import zlib
+from typing import Any, Optional
+
+import kopf
+from prometheus_client import start_http_server
+
+from . import api, metrics, render, status
+from .kube import Api, ApiError
+from .reconcile import Reconciler, timed
+
+LORARLJOBS = {"group": api.GROUP, "version": api.VERSION, "plural": api.PLURAL}
+RAYJOBS = {"group": "ray.io", "version": "v1", "plural": "rayjobs"}
+LOCK_STRIPES = 64
+log = logging.getLogger("lorarl.controller")
+
+
+def _lock(memo: Any, namespace: str, name: str) -> threading.Lock:
+    """Striped locks (bounded, no per-object state): one reconcile per job at a time, whatever
+    the trigger."""
+    return memo.locks[zlib.crc32(f"{namespace}/{name}".encode()) % LOCK_STRIPES]
+
+
+def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_children: bool) -> Optional[str]:
+    with _lock(memo, namespace, name):
+        try:
+            outcome, seconds = timed(memo.reconciler.reconcile, namespace, name, apply_children)
+        except ApiError as err:
+            metrics.RECONCILES.labels(trigger, "error").inc()
+            # 5xx/429/connection errors retry soon; others (403, 422) wait for a fix
+            raise kopf.TemporaryError(f"reconcile {namespace}/{name}: {err}", delay=5 if err.transient else 30) from None
+    metrics.RECONCILES.labels(trigger, "ok").inc()
+    metrics.RECONCILE_SECONDS.labels(trigger).observe(seconds)
+    metrics.CHILDREN_APPLIED.inc(outcome.applied)
+    if outcome.status_written:
+        metrics.STATUS_WRITES.inc()
+    if outcome.body is not None:
+        for event in outcome.events:
+            kopf.event(outcome.body, type=event.type, reason=event.reason, message=event.message)
+    return outcome.phase
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="lorarl.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="lorarl.dev", key="last-handled-configuration")
+    settings.persistence.finalizer = "lorarl.dev/finalizer"
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.posting.level = logging.INFO
+    settings.execution.max_workers = int(memo.get("max_workers", 8))
+    settings.networking.request_timeout = 60
+    memo.reconciler = Reconciler(memo.get("kube") or Api.from_environment())
+    memo.locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
+    if memo.get("metrics_port"):
+        start_http_server(int(memo.metrics_port), addr=memo.get("metrics_addr", "0.0.0.0"))
+    memo.stop_resync = threading.Event()
+    memo.resync_thread = threading.Thread(target=_resync_loop, args=(memo,), name="lorarl-resync", daemon=True)
+    memo.resync_thread.start()
+
+
+@kopf.on.cleanup()
+def stop(memo: kopf.Memo, **_: Any) -> None:
+    if memo.get("stop_resync") is not None:
+        memo.stop_resync.set()
+
+
+def _resync_loop(memo: Any) -> None:
+    """Level-triggered backstop: reconcile every job periodically, and count jobs by phase."""
+    interval = float(memo.get("resync_seconds", 30))
+    patterns = memo.get("namespaces") or []
+    globbing = any(ch in p for p in patterns for ch in "*?[")
+    namespaces = patterns if patterns and not globbing else [None]
+    while not memo.stop_resync.wait(interval):
+        counts = {phase: 0 for phase in status.PHASES}
+        for namespace in namespaces:
+            try:
+                items = memo.reconciler.kube.list(api.API_VERSION, api.KIND, namespace)
+            except ApiError as err:
+                log.warning("resync: listing LoraRLJobs failed: %s", err)
+                continue
+            for item in items:
+                meta = item["metadata"]
+                if globbing and not any(fnmatch.fnmatch(meta["namespace"], p) for p in patterns):
+                    continue
+                try:
+                    phase = run_reconcile(memo, meta["namespace"], meta["name"], "resync", apply_children=False)
+                except (kopf.TemporaryError, Exception) as err:  # keep the loop alive whatever happens
+                    log.warning("resync of %s/%s failed: %s", meta["namespace"], meta["name"], err)
+                    phase = (item.get("status") or {}).get("phase")
+                if phase in counts:
+                    counts[phase] += 1
+        for phase, count in counts.items():
+            metrics.JOBS.labels(phase).set(count)
+
+
+@kopf.on.resume(**LORARLJOBS, id="reconcile-resume")
+@kopf.on.create(**LORARLJOBS, id="reconcile-create")
+@kopf.on.update(**LORARLJOBS, id="reconcile-update")
+def reconcile_job(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    run_reconcile(memo, namespace, name, "change", apply_children=True)
+
+
+@kopf.on.event(**LORARLJOBS, id="observe-job", when=lambda type, **_: type == "MODIFIED")
+def observe_job(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """The reporter patched progress/metrics: re-evaluate health and conditions."""
+    run_reconcile(memo, namespace, name, "job-event", apply_children=False)
+
+
+@kopf.on.event(**RAYJOBS, labels={render.JOB_LABEL: kopf.PRESENT}, id="observe-rayjob")
+def observe_rayjob(body: kopf.Body, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    """Mirror the RayJob's status; a deleted RayJob is re-created for an unfinished job."""
+    owner = body["metadata"]["labels"][render.JOB_LABEL]
+    run_reconcile(memo, namespace, owner, "rayjob-event", apply_children=False)

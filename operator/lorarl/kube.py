@@ -1,0 +1,133 @@
+"""A thin, explicit Kubernetes API layer for the reconciler (blocking; used from kopf's threads).
+
+Only a handful of verbs are needed: get, server-side apply, JSON merge patch of the status
+subresource, and delete. Paths are built from a small table instead of API discovery, so a
+missing CRD is a clear 404 rather than a discovery failure.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+FIELD_MANAGER = "lorarl-operator"
+
+# (apiVersion, kind) -> plural; the API prefix follows from apiVersion.
+PLURALS = {
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("v1", "Secret"): "secrets",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("ray.io/v1", "RayJob"): "rayjobs",
+    ("lorarl.dev/v1alpha1", "LoraRLJob"): "lorarljobs",
+}
+
+
+class ApiError(Exception):
+    """A Kubernetes API error with its HTTP status and the server's message."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        self.status = status
+        self.reason = reason
+        super().__init__(f"{status} {reason}: {message}")
+
+    @property
+    def transient(self) -> bool:
+        return self.status in (0, 429, 500, 502, 503, 504)
+
+
+def path(api_version: str, kind: str, namespace: Optional[str], name: Optional[str] = None, subresource: Optional[str] = None) -> str:
+    """REST path; namespace None lists across all namespaces."""
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    out = f"{prefix}{scope}/{PLURALS[(api_version, kind)]}"
+    if name:
+        out += f"/{name}"
+    if subresource:
+        out += f"/{subresource}"
+    return out
+
+
+@dataclass
+class Api:
+    """Blocking calls through the official client's ApiClient (auth, TLS, timeouts)."""
+
+    client: kubernetes.client.ApiClient
+    request_timeout: float = 30.0
+
+    @classmethod
+    def from_environment(cls) -> "Api":
+        """In-cluster config, else $KUBECONFIG / ~/.kube/config."""
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()
+        return cls(kubernetes.client.ApiClient())
+
+    def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            response = self.client.call_api(
+                url, method, header_params=headers, body=body, query_params=query or [],
+                auth_settings=["BearerToken"], _preload_content=False, _request_timeout=self.request_timeout,
+            )[0]
+        except ApiException as err:
+            raise _api_error(err) from None
+        except Exception as err:  # connection refused, TLS, timeouts: retryable
+            raise ApiError(0, type(err).__name__, str(err)) from None
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
+        try:
+            return self._call("GET", path(api_version, kind, namespace, name))
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: Optional[str] = None) -> list[dict[str, Any]]:
+        return self._call("GET", path(api_version, kind, namespace)).get("items", [])
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply with our field manager; idempotent, no resourceVersion, no 409."""
+        meta = obj["metadata"]
+        url = path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        return self._call(
+            "PATCH", url, body=obj, content_type="application/apply-patch+yaml",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
+
+    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """JSON merge patch of .status: only the keys given are touched (no resourceVersion)."""
+        return self._call(
+            "PATCH", path(api_version, kind, namespace, name, "status"), body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool:
+        try:
+            self._call("DELETE", path(api_version, kind, namespace, name), body={"propagationPolicy": propagation})
+            return True
+        except ApiError as err:
+            if err.status == 404:
+                return False
+            raise
+
+
+def _api_error(err: ApiException) -> ApiError:
+    message = err.body or err.reason or ""
+    try:
+        parsed = json.loads(err.body)
+        message = parsed.get("message", message)
+    except (TypeError, ValueError):
+        pass
+    return ApiError(err.status or 0, err.reason or "", str(message))

@@ -1,0 +1,14 @@
+"""Prometheus metrics of the operator (served by prometheus_client on --metrics-port)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RECONCILES = Counter("lorarl_reconcile_total", "Reconciles by trigger and result.", ["trigger", "result"])
+RECONCILE_SECONDS = Histogram(
+    "lorarl_reconcile_duration_seconds", "Duration of one reconcile.", ["trigger"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+CHILDREN_APPLIED = Counter("lorarl_children_applied_total", "Child objects server-side applied.")
+STATUS_WRITES = Counter("lorarl_status_writes_total", "Status patches written by the operator.")
+JOBS = Gauge("lorarl_jobs", "LoraRLJobs by phase (as last reconciled).", ["phase"])

@@ -1,0 +1,153 @@
+"""One level-triggered reconcile of a LoraRLJob: read, decide (pure), write.
+
+Every call starts from fresh reads, so it can run any number of times, after any crash, from any
+trigger (the LoraRLJob changed, its RayJob changed, a periodic resync) and converge:
+
+* children are server-side applied under deterministic names (never a duplicate RayJob);
+* a RayJob that disappears under an unfinished job is re-created (with checkpoint.resume the
+  run continues from its newest checkpoint); a finished job is never re-run;
+* the status is written as a merge patch of the operator's own fields, only when it changed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from . import api, health, render, status
+from .kube import Api, ApiError
+from .validation import InvalidJob, parse_job
+
+log = logging.getLogger("lorarl.reconcile")
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def rfc3339(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: Optional[str]) -> Optional[datetime.datetime]:
+    if not text:
+        return None
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+
+
+def desired_suspend(job: api.LoraRLJob, live_rayjob: Optional[dict[str, Any]], verdict: health.Verdict) -> bool:
+    """The RayJob's spec.suspend. With a Kueue queue, Kueue owns admission: keep what is live
+    (a new RayJob starts suspended) unless the user or the health policy suspends."""
+    if job.spec.suspend:
+        return True
+    if job.spec.health.stop_on_unhealthy == "Suspend" and verdict.status == "False":
+        return True
+    if job.spec.scheduling.queue_name:
+        return bool(((live_rayjob or {}).get("spec") or {}).get("suspend", True))
+    return False
+
+
+def startup_timed_out(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], now: datetime.datetime) -> bool:
+    if rayjob is None:
+        return False
+    created = parse_time(rayjob["metadata"].get("creationTimestamp"))
+    return created is not None and (now - created).total_seconds() > job.spec.run_policy.startup_timeout_seconds
+
+
+@dataclass
+class Outcome:
+    """What a reconcile did: for events, metrics and logs in the kopf layer."""
+
+    body: Optional[dict[str, Any]]  # the LoraRLJob as read (None: gone)
+    phase: Optional[str] = None
+    events: list[status.Event] = field(default_factory=list)
+    applied: int = 0
+    status_written: bool = False
+
+
+@dataclass
+class Reconciler:
+    kube: Api
+    clock: Callable[[], datetime.datetime] = utcnow
+
+    def reconcile(self, namespace: str, name: str, apply_children: bool = True) -> Outcome:
+        body = self.kube.get(api.API_VERSION, api.KIND, namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return Outcome(body=None)  # owner references let the garbage collector clean up
+        previous = body.get("status") or {}
+        generation = body["metadata"].get("generation", 1)
+        now = self.clock()
+        try:
+            job = parse_job(body)
+        except InvalidJob as err:
+            return self._write_invalid(body, previous, generation, now, str(err))
+
+        verdict = health.evaluate(job.spec.health, previous)
+        rayjob = self.kube.get(render.RAYJOB_API_VERSION, "RayJob", namespace, render.rayjob_name(job))
+        finished = previous.get("phase") in status.TERMINAL
+        notes: list[status.Event] = []
+        stopped = False
+        applied = 0
+
+        if not finished and verdict.status == "False" and job.spec.health.stop_on_unhealthy == "Stop":
+            if rayjob is not None:
+                self.kube.delete(render.RAYJOB_API_VERSION, "RayJob", namespace, rayjob["metadata"]["name"], propagation="Foreground")
+                notes.append(status.Event("Warning", "StoppingUnhealthy", f"deleted RayJob {rayjob['metadata']['name']}: {verdict.message}"))
+            rayjob, stopped = None, True
+        elif not finished and (apply_children or rayjob is None or generation != previous.get("observedGeneration")):
+            if rayjob is None and (previous.get("rayJob") or {}).get("name"):
+                notes.append(status.Event("Warning", "RayJobRecreated", f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it" + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else "")))
+            children = render.render(job)
+            children[-1]["spec"]["suspend"] = desired_suspend(job, rayjob, verdict)
+            for child in children:
+                result = self.kube.apply(child)
+                applied += 1
+                if child["kind"] == "RayJob":
+                    rayjob = result
+
+        facts = status.Facts(
+            generation=generation,
+            now=rfc3339(now),
+            user_suspended=job.spec.suspend,
+            queue_name=job.spec.scheduling.queue_name,
+            verdict=verdict,
+            startup_timed_out=startup_timed_out(job, rayjob, now),
+            stopped_unhealthy=stopped,
+            notes=notes,
+        )
+        new_status, events = status.compute(previous, rayjob, facts)
+        written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
+        return Outcome(body=body, phase=new_status["phase"], events=events, applied=applied, status_written=written)
+
+    def _write_invalid(self, body: dict[str, Any], previous: dict[str, Any], generation: int, now: datetime.datetime, message: str) -> Outcome:
+        meta = body["metadata"]
+        facts = status.Facts(
+            generation=generation, now=rfc3339(now), user_suspended=False, queue_name=None,
+            verdict=health.Verdict("Unknown", "InvalidSpec", "the spec is invalid"), invalid_spec=message,
+        )
+        new_status, events = status.compute(previous, None, facts)
+        written = self._write_status(meta["namespace"], meta["name"], previous, new_status)
+        return Outcome(body=body, phase=new_status["phase"], events=events, status_written=written)
+
+    def _write_status(self, namespace: str, name: str, previous: dict[str, Any], new: dict[str, Any]) -> bool:
+        if not status.changed(previous, new):
+            return False
+        # rayJob keys that vanished must be removed explicitly in a merge patch
+        if "rayJob" in new and previous.get("rayJob"):
+            new = {**new, "rayJob": {**{k: None for k in previous["rayJob"]}, **new["rayJob"]}}
+        try:
+            self.kube.patch_status(api.API_VERSION, api.KIND, namespace, name, new)
+        except ApiError as err:
+            if err.status == 404:  # deleted meanwhile
+                return False
+            raise
+        return True
+
+
+def timed(fn: Callable[..., Outcome], *args: Any, **kwargs: Any) -> tuple[Outcome, float]:
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start
