@@ -18,7 +18,7 @@ from typing import Any, Optional
 import kopf
 from prometheus_client import start_http_server
 
-from . import api, metrics, render, status
+from . import api, metrics, reconcile, render, status
 from .kube import Api, ApiError
 from .reconcile import Reconciler, timed
 
@@ -48,8 +48,15 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_chil
     if outcome.status_written:
         metrics.STATUS_WRITES.inc()
     if outcome.body is not None:
+        now = reconcile.utcnow()
         for event in outcome.events:
-            kopf.event(outcome.body, type=event.type, reason=event.reason, message=event.message)
+            try:  # events are best effort: never fail a reconcile for one
+                memo.reconciler.kube.post_event(
+                    outcome.body, event.type, event.reason, event.message,
+                    reconcile.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                )
+            except ApiError as err:
+                log.warning("could not post event %s for %s/%s: %s", event.reason, namespace, name, err)
     return outcome.phase
 
 

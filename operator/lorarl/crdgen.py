@@ -93,8 +93,9 @@ def spec_schema() -> dict[str, Any]:
 
 
 def _default_nested_objects(schema: dict[str, Any], model: type) -> None:
-    """pydantic omits defaults made by default_factory; give those objects ``default: {}`` (the
-    API server then applies every nested default) and lists their factory value."""
+    """pydantic omits defaults made by default_factory; give those fields their factory value,
+    fully spelled out (the API server validates a default against the CEL rules as it stands,
+    before nested defaulting, and `kubectl explain` shows it)."""
     for name, field in model.model_fields.items():
         alias = field.alias or name
         prop = schema.get("properties", {}).get(alias)
@@ -103,7 +104,7 @@ def _default_nested_objects(schema: dict[str, Any], model: type) -> None:
         if field.default_factory is not None:
             value = field.default_factory()
             if hasattr(value, "model_dump"):
-                dumped = value.model_dump(by_alias=True, exclude_defaults=True, mode="json")
+                dumped = value.model_dump(by_alias=True, exclude_none=True, mode="json")
                 prop["default"] = dumped
             elif isinstance(value, list):
                 prop["default"] = [

@@ -22,6 +22,7 @@ PLURALS = {
     ("v1", "ConfigMap"): "configmaps",
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
     ("v1", "Secret"): "secrets",
+    ("v1", "Event"): "events",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("ray.io/v1", "RayJob"): "rayjobs",
@@ -75,15 +76,17 @@ class Api:
         if content_type:
             headers["Content-Type"] = content_type
         try:
-            response = self.client.call_api(
-                url, method, header_params=headers, body=body, query_params=query or [],
-                auth_settings=["BearerToken"], _preload_content=False, _request_timeout=self.request_timeout,
-            )[0]
+            method, full_url, headers, _, _ = self.client.param_serialize(
+                method, url, query_params=query or [], header_params=headers, auth_settings=["BearerToken"],
+            )
+            response = self.client.call_api(method, full_url, header_params=headers, body=body, _request_timeout=self.request_timeout)
+            data = response.read()
         except ApiException as err:
             raise _api_error(err) from None
         except Exception as err:  # connection refused, TLS, timeouts: retryable
             raise ApiError(0, type(err).__name__, str(err)) from None
-        data = response.data
+        if response.status >= 400:
+            raise _api_error(ApiException(status=response.status, reason=response.reason, body=data.decode("utf-8", "replace")))
         return json.loads(data) if data else {}
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
@@ -112,6 +115,31 @@ class Api:
             "PATCH", path(api_version, kind, namespace, name, "status"), body={"status": status},
             content_type="application/merge-patch+json",
         )
+
+    def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str, now_micro: str) -> None:
+        """A core/v1 Event about ``involved`` (what `kubectl describe` and `kubectl events` show)."""
+        meta = involved["metadata"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"], "kind": involved["kind"], "name": meta["name"],
+                "namespace": meta["namespace"], "uid": meta["uid"],
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "eventTime": now_micro,
+            "action": "Reconcile",
+            "count": 1,
+        }
+        self._call("POST", path("v1", "Event", meta["namespace"]), body=event)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool:
         try:

@@ -97,7 +97,12 @@ class Reconciler:
                 self.kube.delete(render.RAYJOB_API_VERSION, "RayJob", namespace, rayjob["metadata"]["name"], propagation="Foreground")
                 notes.append(status.Event("Warning", "StoppingUnhealthy", f"deleted RayJob {rayjob['metadata']['name']}: {verdict.message}"))
             rayjob, stopped = None, True
-        elif not finished and (apply_children or rayjob is None or generation != previous.get("observedGeneration")):
+        elif not finished and (
+            apply_children
+            or rayjob is None
+            or generation != previous.get("observedGeneration")
+            or bool((rayjob.get("spec") or {}).get("suspend")) != desired_suspend(job, rayjob, verdict)
+        ):
             if rayjob is None and (previous.get("rayJob") or {}).get("name"):
                 notes.append(status.Event("Warning", "RayJobRecreated", f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it" + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else "")))
             children = render.render(job)

@@ -46,8 +46,8 @@ def test_structural_schema_basics():
     assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == ["Phase", "Rollout", "Total", "Hardware", "Age"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["required"] == ["model", "hardware"]
-    # nested objects default to {} so the API server applies the recipe's defaults
-    assert spec["properties"]["lora"]["default"] == {}
+    # nested objects default to the recipe's values, so the API server fills them in
+    assert spec["properties"]["lora"]["default"] == {"rank": 64, "alpha": 32, "dropout": 0.0, "targetModules": ["all-linear"], "baseCpuBackup": True}
     assert spec["properties"]["lora"]["properties"]["rank"]["default"] == 64
 
 

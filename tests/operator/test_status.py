@@ -145,3 +145,13 @@ def test_changed():
     out, _ = status.compute({}, rayjob("Initializing"), facts())
     assert status.changed({}, out)
     assert not status.changed({**out, "progress": {"rollout": 3}}, out)  # reporter fields are not ours
+
+
+def test_every_written_key_is_in_the_schema():
+    """A key the CRD does not declare is silently pruned by the API server: catch it here."""
+    from lorarl import api
+
+    rj = rayjob("Running", "RUNNING", rayClusterName="c", dashboardURL="d:8265", jobId="i", failed=1, succeeded=0, reason="AppFailed", message="m")
+    out, _ = status.compute({}, rj, facts(verdict=OK))
+    parsed = api.LoraRLJobStatus.model_validate(out)
+    assert parsed.model_dump(by_alias=True, exclude_none=True, exclude_defaults=False) == {**out, "conditions": out["conditions"]}

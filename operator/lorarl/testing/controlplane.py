@@ -66,7 +66,10 @@ __all__ = [
 REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 #: The order processes are stopped in (reverse of start order).
-_STOP_ORDER = ("kube-controller-manager", "kube-apiserver", "etcd")
+_STOP_ORDER = ("kuberay-operator", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+
+#: Annotation that tells kwok to manage (fake) a Node.
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 _SERVICE_CIDR = "10.0.0.0/24"
 _SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -331,6 +334,11 @@ class ControlPlane:
         detached: bool = False,
         start_timeout: float = 90.0,
         verbose: bool = False,
+        scheduler: bool | None = None,
+        fake_nodes: int = 0,
+        gpus_per_node: int = 8,
+        gpu_resource: str = "amd.com/gpu",
+        kuberay_operator: bool = False,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = pathlib.Path(workdir) if workdir is not None else None
@@ -341,6 +349,11 @@ class ControlPlane:
         self.detached = detached
         self.start_timeout = start_timeout
         self.verbose = verbose
+        self.fake_nodes = fake_nodes
+        self.scheduler = bool(fake_nodes) if scheduler is None else scheduler
+        self.gpus_per_node = gpus_per_node
+        self.gpu_resource = gpu_resource
+        self.kuberay_operator = kuberay_operator
         self.kubeconfig: pathlib.Path | None = None
         self.server: str | None = None
         self.ca_file: pathlib.Path | None = None
@@ -364,6 +377,17 @@ class ControlPlane:
         return f"<ControlPlane server={self.server} workdir={self.workdir} pids={self.pids}>"
 
     @property
+    def binaries(self) -> list[str]:
+        names = list(REQUIRED_BINARIES)
+        if self.scheduler:
+            names.append("kube-scheduler")
+        if self.fake_nodes:
+            names.append("kwok")
+        if self.kuberay_operator:
+            names.append("kuberay-operator")
+        return names
+
+    @property
     def running(self) -> bool:
         return bool(self.pids) and all(_pid_alive(p) for p in self.pids.values())
 
@@ -376,9 +400,9 @@ class ControlPlane:
             raise ControlPlaneError("control plane already started")
         t0 = time.monotonic()
         if self.bin_dir is None:
-            self.bin_dir = ensure_binaries()
+            self.bin_dir = ensure_binaries(self.binaries)
         else:
-            missing = _missing(self.bin_dir, REQUIRED_BINARIES)
+            missing = _missing(self.bin_dir, self.binaries)
             if missing:
                 raise ControlPlaneError(f"{self.bin_dir} lacks {', '.join(missing)}")
         if self.workdir is None:
@@ -393,11 +417,18 @@ class ControlPlane:
             self._start_apiserver()
             self._wait_ready()
             self._start_controller_manager()
+            if self.scheduler:
+                self._start_scheduler()
+            if self.fake_nodes:
+                self._start_kwok()
             self._write_state()
             if self.install_default_crds:
                 self._install_default_crds()
             if self.extra_crds:
                 self.install_crds(self.extra_crds)
+            if self.kuberay_operator:
+                self._start_kuberay_operator()
+            self._write_state()
             self._wait_controller_manager()
         except BaseException:
             self.stop()
@@ -456,6 +487,8 @@ class ControlPlane:
         self._admin.write(pki, "admin")
         self._kcm = ca.client_cert("system:kube-controller-manager")
         self._kcm.write(pki, "kube-controller-manager")
+        self._sched = ca.client_cert("system:kube-scheduler")
+        self._sched.write(pki, "kube-scheduler")
         sa_key, sa_pub = service_account_keypair()
         (pki / "sa.key").write_bytes(sa_key)
         (pki / "sa.key").chmod(0o600)
@@ -634,6 +667,101 @@ class ControlPlane:
             ],
         )
 
+    def _component_kubeconfig(self, name: str, pair) -> pathlib.Path:
+        path = self.workdir / f"{name}.kubeconfig"
+        _write_json(path, _kubeconfig(self.server, self._ca_pem, name, pair.cert_pem, pair.key_pem))
+        return path
+
+    def _start_scheduler(self) -> None:
+        kubeconfig = self._component_kubeconfig("kube-scheduler", self._sched)
+        self._spawn(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--secure-port=0",
+                "--leader-elect=false",
+                "--v=0",
+            ],
+        )
+
+    def _start_kwok(self) -> None:
+        """kwok fakes kubelets: Nodes annotated ``kwok.x-k8s.io/node=fake`` become Ready and
+        pods bound to them go Running (and Succeeded/deleted per kwok's fast stages)."""
+        stages = self.bin_dir.parent / "kwok-stages.yaml"
+        if not stages.is_file():
+            raise ControlPlaneError(f"{stages} missing; run hack/controlplane/build.sh kwok")
+        self._spawn(
+            "kwok",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={stages}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                "--node-ip=127.0.0.1",
+                "--cidr=10.244.0.1/16",
+                "--server-address=",
+                "--v=0",
+            ],
+        )
+        for i in range(self.fake_nodes):
+            self.add_fake_node(f"kwok-node-{i}", wait=False)
+        self.kubectl("wait", "--for=condition=Ready", "node", "-l", "type=kwok", "--timeout=60s", timeout=90)
+
+    def add_fake_node(self, name: str, *, cpu: str = "64", memory: str = "512Gi",
+                      gpus: int | None = None, labels: Mapping[str, str] | None = None,
+                      wait: bool = True) -> None:
+        """Register a kwok-managed fake Node (needs ``fake_nodes`` > 0 at start)."""
+        gpus = self.gpus_per_node if gpus is None else gpus
+        capacity = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "1Ti"}
+        if gpus:
+            capacity[self.gpu_resource] = str(gpus)
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                           "kubernetes.io/arch": "amd64", **(labels or {})},
+            },
+            "status": {"capacity": capacity, "allocatable": capacity},
+        }
+        self.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(node))
+        if wait:
+            self.kubectl("wait", "--for=condition=Ready", f"node/{name}", "--timeout=60s", timeout=90)
+
+    def _start_kuberay_operator(self) -> None:
+        """The real KubeRay operator (v1.5.0) as a local process, watching all namespaces."""
+        from lorarl.testing.kuberay import kuberay_crd_path
+
+        # it watches all three kinds and will not start without their CRDs
+        self.install_crds([kuberay_crd_path(k) for k in ("RayCluster", "RayJob", "RayService")])
+        metrics, probes = _free_port(), _free_port()
+        self._spawn(
+            "kuberay-operator",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--metrics-addr=127.0.0.1:{metrics}",
+                f"--health-probe-bind-address=127.0.0.1:{probes}",
+                "--enable-leader-election=false",
+            ],
+        )
+        deadline = time.monotonic() + 60
+        url = f"http://127.0.0.1:{probes}/readyz"
+        while True:
+            self._check_alive("kuberay-operator")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"kuberay-operator not ready:\n{self._log_tail('kuberay-operator')}")
+            time.sleep(0.2)
+
     def _wait_controller_manager(self, timeout: float = 60.0) -> None:
         """The serviceaccount controller creating ``default/default`` proves KCM is working."""
         deadline = time.monotonic() + timeout
@@ -810,8 +938,12 @@ def _state_dir(state_dir: str | os.PathLike[str] | None) -> pathlib.Path:
 
 
 def up(state_dir: str | os.PathLike[str] | None = None, *, verbose: bool = True,
-       extra_crds: Sequence[str | os.PathLike[str]] = ()) -> ControlPlane:
-    """Start a control plane that outlives this process; reuse a healthy one already there."""
+       extra_crds: Sequence[str | os.PathLike[str]] = (), **options: Any) -> ControlPlane:
+    """Start a control plane that outlives this process; reuse a healthy one already there.
+
+    ``options`` go to :class:`ControlPlane` (``fake_nodes=``, ``kuberay_operator=``, ...)
+    and only matter when a new control plane is started.
+    """
     workdir = _state_dir(state_dir) / "controlplane"
     if (workdir / "state.json").is_file():
         try:
@@ -823,7 +955,7 @@ def up(state_dir: str | os.PathLike[str] | None = None, *, verbose: bool = True,
                 cp.install_crds(extra_crds)
             return cp
         down(state_dir)
-    cp = ControlPlane(workdir, detached=True, verbose=verbose, extra_crds=extra_crds)
+    cp = ControlPlane(workdir, detached=True, verbose=verbose, extra_crds=extra_crds, **options)
     cp._own_workdir = False
     return cp.start()
 

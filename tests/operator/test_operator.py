@@ -1,0 +1,273 @@
+"""The operator end to end on a real kube-apiserver (+ controller manager), as a real process."""
+
+from __future__ import annotations
+
+import copy
+import json
+import signal
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from lorarl import render
+from lorarl.validation import parse_job
+from tests.helpers import seed_doc
+from tests.operator.conftest import wait_for
+from tests.operator.fake_kuberay import FakeKubeRay
+
+pytestmark = pytest.mark.controlplane
+
+NAME = "qwen3-4b-lora-amd"
+CHILD_KINDS = [("v1", "ServiceAccount", f"{NAME}-reporter"), ("rbac.authorization.k8s.io/v1", "Role", f"{NAME}-reporter"),
+               ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"), ("v1", "ConfigMap", f"{NAME}-lorarl"),
+               ("v1", "PersistentVolumeClaim", f"{NAME}-data"), ("ray.io/v1", "RayJob", NAME)]
+
+
+def apply_job(control_plane, namespace, doc):
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["namespace"] = namespace
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+    return doc
+
+
+def job(kube, namespace, name=NAME):
+    return kube.get("lorarl.dev/v1alpha1", "LoraRLJob", namespace, name)
+
+
+def rayjob(kube, namespace, name=NAME):
+    return kube.get("ray.io/v1", "RayJob", namespace, name)
+
+
+def phase_is(kube, namespace, phase, name=NAME):
+    def check():
+        st = (job(kube, namespace, name) or {}).get("status") or {}
+        return st if st.get("phase") == phase else None
+    return check
+
+
+def conditions(st):
+    return {c["type"]: (c["status"], c["reason"]) for c in st.get("conditions", [])}
+
+
+def events(kube, namespace, name=NAME):
+    core = k8s.CoreV1Api(kube.client)
+    items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=LoraRLJob").items
+    return [(e.type, e.reason) for e in sorted(items, key=lambda e: e.event_time)]
+
+
+def started(kube, namespace):
+    wait_for(lambda: rayjob(kube, namespace), what="the RayJob")
+    return FakeKubeRay(kube, namespace, NAME)
+
+
+def test_seed_example_is_reconciled_into_children(control_plane, namespace, kube, operator):
+    apply_job(control_plane, namespace, seed_doc())
+    st = wait_for(phase_is(kube, namespace, "Pending"), what="status Pending")
+    stored = job(kube, namespace)
+    rj = rayjob(kube, namespace)
+    # the RayJob is exactly what `lorarl render` makes of the stored object
+    expected = render.rayjob(parse_job(stored))
+    assert rj["spec"] == {**expected["spec"], **{k: rj["spec"][k] for k in rj["spec"] if k not in expected["spec"]}}
+    assert rj["spec"]["entrypoint"] == expected["spec"]["entrypoint"]
+    assert rj["metadata"]["ownerReferences"] == [{"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob", "name": NAME,
+                                                  "uid": stored["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+    for api_version, kind, name in CHILD_KINDS:
+        assert kube.get(api_version, kind, namespace, name) is not None, kind
+    assert st["observedGeneration"] == stored["metadata"]["generation"]
+    c = conditions(st)
+    assert c["Ready"][0] == "False" and c["Reconciling"] == ("True", "RayJobCreated") and c["Stalled"][0] == "False"
+    assert ("Normal", "Pending") in events(kube, namespace)
+    # kubectl shows the printer columns
+    out = control_plane.kubectl("get", "lorarljobs", "-n", namespace).stdout
+    assert out.split("\n")[0].split() == ["NAME", "PHASE", "ROLLOUT", "TOTAL", "HARDWARE", "AGE"]
+    assert "MI355X" in out and "Pending" in out
+
+
+def test_success_sequence_and_kubectl_wait(control_plane, namespace, kube, operator):
+    apply_job(control_plane, namespace, seed_doc())
+    ray = started(kube, namespace)
+    ray.initializing()
+    wait_for(phase_is(kube, namespace, "Preparing"), what="Preparing")
+    ray.submitted()
+    ray.running()
+    st = wait_for(phase_is(kube, namespace, "Running"), what="Running")
+    assert st["rayJob"]["rayClusterName"] == ray.cluster and st["rayJob"]["jobId"] == ray.job_id
+    assert st["rayJob"]["dashboardURL"].endswith(":8265") and "startTime" in st
+    ray.succeeded()
+    waited = control_plane.kubectl("wait", "--for=condition=Succeeded", f"lorarljob/{NAME}", "-n", namespace, "--timeout=60s", check=False, timeout=90)
+    assert waited.returncode == 0, waited.stderr
+    st = job(kube, namespace)["status"]
+    assert st["phase"] == "Succeeded" and "completionTime" in st
+    c = conditions(st)
+    assert c["Ready"] == ("True", "Succeeded") and c["Reconciling"][0] == "False" and c["Succeeded"] == ("True", "Succeeded")
+    got = wait_for(lambda: (lambda e: e if ("Normal", "Succeeded") in e else None)(events(kube, namespace)), what="events")
+    phases = [r for t, r in got if r in ("Pending", "Preparing", "Running", "Succeeded")]
+    assert phases == ["Pending", "Preparing", "Running", "Succeeded"]
+
+
+@pytest.mark.parametrize("failure,reason", [("app_failed", "AppFailed"), ("submission_failed", "SubmissionFailed"), ("deadline_exceeded", "DeadlineExceeded")])
+def test_failure_sequences(control_plane, namespace, kube, operator, failure, reason):
+    apply_job(control_plane, namespace, seed_doc())
+    ray = started(kube, namespace)
+    ray.initializing()
+    if failure == "app_failed":
+        ray.submitted()
+        ray.running()
+        wait_for(phase_is(kube, namespace, "Running"))
+    getattr(ray, failure)()
+    st = wait_for(phase_is(kube, namespace, "Failed"), what="Failed")
+    c = conditions(st)
+    assert c["Failed"] == ("True", reason) and c["Stalled"] == ("True", reason) and c["Ready"][0] == "False"
+    assert st["rayJob"]["reason"] == reason
+    wait_for(lambda: ("Warning", "Failed") in events(kube, namespace), what="Warning event")
+    # kubectl wait on Failed works too, and Succeeded never comes
+    assert control_plane.kubectl("wait", "--for=condition=Failed", f"lorarljob/{NAME}", "-n", namespace, "--timeout=30s").returncode == 0
+
+
+def test_retrying_then_failed(control_plane, namespace, kube, operator):
+    doc = seed_doc()
+    doc["spec"]["runPolicy"] = {"backoffLimit": 1}
+    apply_job(control_plane, namespace, doc)
+    ray = started(kube, namespace)
+    assert rayjob(kube, namespace)["spec"]["backoffLimit"] == 1
+    ray.initializing()
+    ray.retrying()
+    st = wait_for(lambda: (lambda s: s if conditions(s).get("Reconciling", ("", ""))[1] == "Retrying" else None)((job(kube, namespace) or {}).get("status") or {}), what="Retrying")
+    assert st["phase"] == "Preparing"
+    ray.initializing()
+    ray.app_failed()
+    st = wait_for(phase_is(kube, namespace, "Failed"))
+    assert st["rayJob"]["failed"] == 2
+
+
+def test_validation_failed(control_plane, namespace, kube, operator):
+    apply_job(control_plane, namespace, seed_doc())
+    ray = started(kube, namespace)
+    ray.validation_failed()
+    st = wait_for(phase_is(kube, namespace, "Failed"))
+    assert conditions(st)["Stalled"] == ("True", "ValidationFailed")
+
+
+def test_suspend_and_resume(control_plane, namespace, kube, operator):
+    apply_job(control_plane, namespace, seed_doc())
+    ray = started(kube, namespace)
+    ray.initializing()
+    ray.submitted()
+    ray.running()
+    wait_for(phase_is(kube, namespace, "Running"))
+    control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: rayjob(kube, namespace)["spec"]["suspend"] is True, what="RayJob suspended")
+    ray.suspending()
+    ray.suspended()
+    st = wait_for(phase_is(kube, namespace, "Suspended"))
+    assert conditions(st)["Suspended"] == ("True", "Suspended") and conditions(st)["Reconciling"][0] == "False"
+    control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    wait_for(lambda: rayjob(kube, namespace)["spec"]["suspend"] is False, what="RayJob resumed")
+    ray.initializing()
+    st = wait_for(phase_is(kube, namespace, "Preparing"))
+    assert conditions(st)["Suspended"][0] == "False"
+    assert ("Normal", "Suspended") in events(kube, namespace)
+
+
+def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
+    doc = seed_doc()
+    doc["spec"]["scheduling"] = {"queueName": "rl-team"}
+    apply_job(control_plane, namespace, doc)
+    ray = started(kube, namespace)
+    assert rayjob(kube, namespace)["spec"]["suspend"] is True
+    ray.suspended()
+    st = wait_for(phase_is(kube, namespace, "Pending"))
+    wait_for(lambda: conditions(job(kube, namespace)["status"]).get("Suspended") == ("True", "Queued"), what="Queued")
+    # Kueue admits: it flips suspend; the operator must not flip it back
+    control_plane.kubectl("patch", "rayjob", NAME, "-n", namespace, "--type=merge", "--field-manager=kueue", "-p", '{"spec":{"suspend":false}}')
+    ray.initializing()
+    wait_for(phase_is(kube, namespace, "Preparing"))
+    control_plane.kubectl("annotate", "lorarljob", NAME, "-n", namespace, "poke=1")  # a spec-side change triggers a full apply
+    wait_for(lambda: job(kube, namespace)["metadata"]["annotations"].get("poke"))
+    import time
+    time.sleep(3)  # give the operator a few resyncs to (wrongly) re-suspend
+    assert rayjob(kube, namespace)["spec"]["suspend"] is False
+
+
+def test_deleted_rayjob_is_recreated(control_plane, namespace, kube, operator):
+    apply_job(control_plane, namespace, seed_doc())
+    ray = started(kube, namespace)
+    ray.initializing()
+    ray.submitted()
+    ray.running()
+    wait_for(phase_is(kube, namespace, "Running"))
+    old_uid = rayjob(kube, namespace)["metadata"]["uid"]
+    kube.delete("ray.io/v1", "RayJob", namespace, NAME)
+    wait_for(lambda: (rayjob(kube, namespace) or {}).get("metadata", {}).get("uid") not in (None, old_uid), what="a new RayJob")
+    wait_for(lambda: ("Warning", "RayJobRecreated") in events(kube, namespace), what="RayJobRecreated event")
+    assert "--resume" in rayjob(kube, namespace)["spec"]["entrypoint"]
+
+
+def test_finished_job_is_not_rerun_when_its_rayjob_goes(control_plane, namespace, kube, operator):
+    apply_job(control_plane, namespace, seed_doc())
+    ray = started(kube, namespace)
+    ray.initializing()
+    ray.succeeded()
+    wait_for(phase_is(kube, namespace, "Succeeded"))
+    kube.delete("ray.io/v1", "RayJob", namespace, NAME)
+    wait_for(lambda: rayjob(kube, namespace) is None, what="RayJob gone")
+    import time
+    time.sleep(3)
+    assert rayjob(kube, namespace) is None and job(kube, namespace)["status"]["phase"] == "Succeeded"
+
+
+def test_delete_job_garbage_collects_children(control_plane, namespace, kube, operator):
+    apply_job(control_plane, namespace, seed_doc())
+    wait_for(lambda: rayjob(kube, namespace), what="RayJob")
+    for api_version, kind, name in CHILD_KINDS:
+        assert kube.get(api_version, kind, namespace, name) is not None
+    assert not job(kube, namespace)["metadata"].get("finalizers")  # deletion never waits for the operator
+    control_plane.kubectl("delete", "lorarljob", NAME, "-n", namespace, "--wait=true", "--timeout=60s")
+    for api_version, kind, name in CHILD_KINDS:
+        wait_for(lambda: kube.get(api_version, kind, namespace, name) is None, timeout=60, what=f"{kind} garbage-collected")
+
+
+def test_sigkill_mid_reconcile_leaves_exactly_one_rayjob_each(control_plane, namespace, kube, operator):
+    names = [f"job-{i}" for i in range(6)]
+    for n in names:
+        doc = seed_doc()
+        doc["metadata"]["name"] = n
+        apply_job(control_plane, namespace, doc)
+    # kill as soon as the first child exists: the other jobs are mid-reconcile or untouched
+    wait_for(lambda: any(kube.get("v1", "ServiceAccount", namespace, f"{n}-reporter") for n in names), interval=0.02, what="first child")
+    operator.kill(signal.SIGKILL)
+    operator.start()
+    for n in names:
+        st = wait_for(phase_is(kube, namespace, "Pending", name=n), timeout=60, what=f"{n} converged")
+        assert st["observedGeneration"] == job(kube, namespace, n)["metadata"]["generation"]
+    rayjobs = kube.list("ray.io/v1", "RayJob", namespace)
+    assert sorted(r["metadata"]["name"] for r in rayjobs) == names
+    for r in rayjobs:
+        assert len(r["metadata"]["ownerReferences"]) == 1
+
+
+def test_status_writers_do_not_fight(control_plane, namespace, kube, operator):
+    """The reporter's fields survive operator writes and vice versa (merge patches, disjoint keys)."""
+    apply_job(control_plane, namespace, seed_doc())
+    ray = started(kube, namespace)
+    kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"progress": {"rollout": 7, "total": 100, "percent": 7}})
+    ray.initializing()
+    st = wait_for(phase_is(kube, namespace, "Preparing"))
+    assert st["progress"] == {"rollout": 7, "total": 100, "percent": 7}
+
+
+def test_unhealthy_training_flips_condition_and_suspends(control_plane, namespace, kube, operator):
+    doc = seed_doc()
+    doc["spec"]["health"] = {"stopOnUnhealthy": "Suspend"}
+    apply_job(control_plane, namespace, doc)
+    ray = started(kube, namespace)
+    ray.initializing()
+    ray.running()
+    wait_for(phase_is(kube, namespace, "Running"))
+    kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"metrics": {"trainRolloutLogprobAbsDiffMean": 0.012, "step": 3}})
+    wait_for(lambda: conditions(job(kube, namespace)["status"]).get("TrainingHealthy") == ("True", "WithinThresholds"), what="healthy")
+    kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"metrics": {"trainRolloutLogprobAbsDiffMean": 0.051, "step": 9}})
+    wait_for(lambda: conditions(job(kube, namespace)["status"]).get("TrainingHealthy") == ("False", "LogprobDiffTooHigh"), what="unhealthy")
+    wait_for(lambda: ("Warning", "LogprobDiffTooHigh") in events(kube, namespace), what="warning event")
+    wait_for(lambda: rayjob(kube, namespace)["spec"]["suspend"] is True, what="suspended on unhealthy")
