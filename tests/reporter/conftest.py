@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from reporter_testlib import FakeApi, MilesLog, generate_miles_log, load_reporter  # noqa: E402
+from tests.reporter.reporter_testlib import FakeApi, MilesLog, generate_miles_log, load_reporter
 
 
 @pytest.fixture(scope="session")

@@ -41,6 +41,28 @@ SGLANG_PREFIX = "\x1b[32m(SGLangEngine pid=2222, ip=10.0.0.5)\x1b[0m "
 SAVE_DIR = "/root/shared_data/260101-000000-000/checkpoints"
 
 
+# Prints the file given as argv[1] byte for byte, splitting some lines across writes (with a
+# flush and a pause in between) and pausing now and then, then exits with argv[2].
+CHILD = r"""
+import sys, time
+data = open(sys.argv[1], "rb").read()
+out = sys.stdout.buffer
+for i, line in enumerate(data.splitlines(keepends=True)):
+    if i % 25 == 0 and len(line) > 4:
+        cut = len(line) // 2
+        out.write(line[:cut]); out.flush(); time.sleep(0.003)
+        out.write(line[cut:])
+    else:
+        out.write(line)
+    if i % 10 == 0:
+        out.flush()
+    if i % 100 == 99:
+        time.sleep(0.05)
+out.flush()
+sys.exit(int(sys.argv[2]))
+"""
+
+
 @dataclass
 class MilesLog:
     """A generated log plus the values it was generated from (the ground truth)."""

@@ -13,28 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from reporter_testlib import REPORTER_PATH, FakeApi, expected_final_status, strip_nulls, without_time
+from tests.reporter.reporter_testlib import CHILD, REPORTER_PATH, FakeApi, expected_final_status, strip_nulls, without_time
 
-# Prints the file given as argv[1] byte for byte, splitting some lines across writes (with a
-# flush and a pause in between) and pausing now and then, then exits with argv[2].
-CHILD = r"""
-import sys, time
-data = open(sys.argv[1], "rb").read()
-out = sys.stdout.buffer
-for i, line in enumerate(data.splitlines(keepends=True)):
-    if i % 25 == 0 and len(line) > 4:
-        cut = len(line) // 2
-        out.write(line[:cut]); out.flush(); time.sleep(0.003)
-        out.write(line[cut:])
-    else:
-        out.write(line)
-    if i % 10 == 0:
-        out.flush()
-    if i % 100 == 99:
-        time.sleep(0.05)
-out.flush()
-sys.exit(int(sys.argv[2]))
-"""
 
 TOKEN = "s3cr3t-token-value-0123456789"
 STEP0 = "[2026-11-30 08:30:00.000 MegatronTrainRayActor] model.py:660 - step 0: {'train/loss': 0.5}"

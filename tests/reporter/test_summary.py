@@ -7,7 +7,7 @@ import math
 import re
 
 import pytest
-from reporter_testlib import BASE_TIME, expected_final_status, generate_miles_log, strip_nulls, without_time
+from tests.reporter.reporter_testlib import BASE_TIME, expected_final_status, generate_miles_log, strip_nulls, without_time
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 

@@ -14,6 +14,12 @@ conftest. Fixtures:
     session-scoped admin ``kubernetes.client.ApiClient``.
 ``namespace``
     a fresh namespace for one test (its name, a str); deleted afterwards.
+``fake_cluster``
+    session-scoped second control plane that also runs kube-scheduler, kwok
+    with two fake Nodes (8 ``amd.com/gpu`` each; pods bound to them go
+    Running) and the real KubeRay operator (RayJob -> RayCluster -> pods).
+    Nothing real runs in the pods: no Ray dashboard answers, so RayJobs end
+    ``Failed`` a while after their submitter Job "completes".
 
 Tests using these fixtures are marked ``controlplane`` automatically, so
 ``pytest -m "not controlplane"`` deselects them.
@@ -30,7 +36,7 @@ import pytest
 
 from lorarl.testing.controlplane import ControlPlane
 
-_FIXTURES = {"control_plane", "kube_api", "namespace"}
+_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -49,6 +55,16 @@ def control_plane():
         yield cp
         return
     cp = ControlPlane(verbose=True)
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_cluster():
+    cp = ControlPlane(verbose=True, fake_nodes=2, gpus_per_node=8, kuberay_operator=True)
     cp.start()
     try:
         yield cp

@@ -1,0 +1,92 @@
+"""The in-job reporter against the real API server, with the per-job ServiceAccount the
+renderer creates: it may update its own job's status and nothing else."""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from lorarl.kube import Api
+from lorarl.reconcile import Reconciler
+from tests.helpers import seed_doc
+from tests.operator.test_operator import apply_job, job
+from tests.reporter.reporter_testlib import CHILD, REPORTER_PATH, expected_final_status, generate_miles_log, without_time
+
+pytestmark = pytest.mark.controlplane
+
+
+def make_job(control_plane, namespace, kube, name):
+    doc = seed_doc()
+    doc["metadata"]["name"] = name
+    apply_job(control_plane, namespace, doc)
+    Reconciler(kube).reconcile(namespace, name)  # renders and applies the SA, Role and RoleBinding
+    return name
+
+
+def reporter_env(control_plane, token_file):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env.update(LORARL_API_SERVER=control_plane.server, LORARL_TOKEN_FILE=str(token_file), LORARL_CA_FILE=str(control_plane.ca_file))
+    return env
+
+
+def test_reporter_fills_status_with_per_job_identity(control_plane, namespace, kube, tmp_path):
+    mine = make_job(control_plane, namespace, kube, "job-a")
+    token = tmp_path / "token"
+    token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
+    log = generate_miles_log(num_rollouts=200, save_dir="/root/shared_data/job-a/checkpoints")
+    log_file = tmp_path / "miles.log"
+    log_file.write_bytes(log.data)
+    result = subprocess.run(
+        [sys.executable, str(REPORTER_PATH), "--namespace", namespace, "--name", mine, "--total-rollouts", "200",
+         "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
+        capture_output=True, env=reporter_env(control_plane, token), timeout=300,
+    )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert result.stdout == log.data  # the trainer's output, unchanged
+    assert b"[lorarl-reporter]" not in result.stderr, result.stderr.decode()[-2000:]
+    stored = job(kube, namespace, mine)["status"]
+    owned = {k: stored[k] for k in ("progress", "metrics", "eval", "checkpoints")}
+    assert without_time(owned) == expected_final_status(log)
+    assert stored["progress"]["lastUpdateTime"].endswith("Z")
+    # the printer columns read it
+    row = control_plane.kubectl("get", "lorarljob", mine, "-n", namespace, "--no-headers").stdout.split()
+    assert row[2:4] == ["200", "200"]
+
+
+def test_reporter_identity_cannot_touch_another_job(control_plane, namespace, kube, tmp_path):
+    mine = make_job(control_plane, namespace, kube, "job-a")
+    other = make_job(control_plane, namespace, kube, "job-b")
+    token = control_plane.service_account_token(namespace, f"{mine}-reporter")
+    ctx = ssl.create_default_context(cafile=str(control_plane.ca_file))
+
+    def patch(name):
+        req = urllib.request.Request(
+            f"{control_plane.server}/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs/{name}/status",
+            data=json.dumps({"status": {"progress": {"rollout": 1, "total": 100, "percent": 1}}}).encode(), method="PATCH",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"},
+        )
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+                return resp.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    assert patch(mine) == 200
+    assert patch(other) == 403
+    # nor the spec of its own job, nor any other resource
+    req = urllib.request.Request(
+        f"{control_plane.server}/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs/{mine}",
+        data=b'{"spec":{"suspend":true}}', method="PATCH",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, context=ctx, timeout=10)
+    assert err.value.code == 403
+    assert "progress" not in (job(kube, namespace, other).get("status") or {})
