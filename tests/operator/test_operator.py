@@ -14,7 +14,7 @@ from lorarl import render
 from lorarl.validation import parse_job
 from tests.helpers import seed_doc
 from tests.operator.conftest import wait_for
-from tests.operator.fake_kuberay import FakeKubeRay
+from lorarl.testing.kuberay_sim import FakeKubeRay
 
 pytestmark = pytest.mark.controlplane
 

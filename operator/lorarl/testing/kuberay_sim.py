@@ -1,4 +1,5 @@
-"""Stand-in for the KubeRay controller (it needs a kubelet and a Ray dashboard to run for real):
+"""A KubeRay stand-in for tests and the demo (the real controller needs a kubelet and a Ray
+dashboard, which these machines do not have):
 writes RayJob status exactly as KubeRay v1.5 does at each step of rayjob_controller.go:
 initRayJobStatusIfNeed, the Running/Complete/Failed updates, checkActiveDeadlineAndUpdateStatus,
 the retry path and the suspend path. Fields KubeRay clears ("" with omitempty) are removed."""
