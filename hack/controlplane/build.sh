@@ -9,7 +9,7 @@
 #
 # Usage: hack/controlplane/build.sh [--print-bin-dir] [BINARY...]
 #   BINARY is one of: etcd kube-apiserver kube-controller-manager
-#                     kube-scheduler helm
+#                     kube-scheduler helm kwok kuberay-operator
 #   Default: etcd kube-apiserver kube-controller-manager
 #
 # Environment:
@@ -70,12 +70,15 @@ helm_version="$(awk '$1 == "require" && $2 == "helm.sh/helm/v4" {print $3; exit}
 ldflags_for() {
 	case "$1" in
 	helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitTreeState=clean" ;;
+	kwok | kuberay-operator) echo "-s -w" ;;
 	*) echo "$ldflags" ;;
 	esac
 }
 version_for() {
 	case "$1" in
 	helm) echo "$helm_version" ;;
+	kwok) awk '$1 == "require" && $2 == "sigs.k8s.io/kwok" {print $3; exit}' kwok/go.mod ;;
+	kuberay-operator) awk '$1 == "require" && $2 == "github.com/ray-project/kuberay/ray-operator" {print $3; exit}' kuberay/go.mod ;;
 	etcd) awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' go.mod ;;
 	*) echo "$k8s_version" ;;
 	esac
@@ -89,12 +92,16 @@ pkg_for() {
 	kube-controller-manager) echo "k8s.io/kubernetes/cmd/kube-controller-manager" ;;
 	kube-scheduler) echo "k8s.io/kubernetes/cmd/kube-scheduler" ;;
 	helm) echo "helm.sh/helm/v4/cmd/helm" ;;
+	kwok) echo "sigs.k8s.io/kwok/cmd/kwok" ;;
+	kuberay-operator) echo "github.com/ray-project/kuberay/ray-operator" ;;
 	*) return 1 ;;
 	esac
 }
 dir_for() {
 	case "$1" in
 	helm) echo "$here/helm" ;;
+	kwok) echo "$here/kwok" ;;
+	kuberay-operator) echo "$here/kuberay" ;;
 	*) echo "$here" ;;
 	esac
 }
@@ -104,7 +111,9 @@ estimate_for() {
 	kube-controller-manager) echo "~4 min after kube-apiserver, longer alone" ;;
 	kube-scheduler) echo "~2 min after kube-apiserver" ;;
 	etcd) echo "cold build may take ~2 min" ;;
-	helm) echo "cold build may take ~3 min" ;;
+	helm) echo "cold build may take ~2 min" ;;
+	kwok) echo "cold build may take ~3 min" ;;
+	kuberay-operator) echo "cold build may take ~4 min" ;;
 	esac
 }
 
@@ -132,6 +141,24 @@ for name in "${targets[@]}"; do
 		status=1
 	fi
 	trap - EXIT
+done
+
+# kwok needs Stage configs (fake node heartbeat, pod ready/complete/delete);
+# take kwok's own "fast" stages from its module.
+for name in "${targets[@]}"; do
+	if [[ "$name" == kwok && -x "$bin_dir/kwok" ]]; then
+		stages="$bin_dir/../kwok-stages.yaml"
+		if [[ ! -s "$stages" ]]; then
+			kwok_dir="$(cd kwok && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+			: >"$stages.tmp.$$"
+			for f in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml \
+				pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+				{ echo "---"; cat "$kwok_dir/kustomize/stage/$f"; } >>"$stages.tmp.$$"
+			done
+			mv -f "$stages.tmp.$$" "$stages"
+			echo "kwok stages -> $stages"
+		fi
+	fi
 done
 
 # KubeRay's CRDs are read straight from the Go module cache by
