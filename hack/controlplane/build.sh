@@ -131,8 +131,13 @@ for name in "${targets[@]}"; do
 	echo "building $name $(version_for "$name") ($(estimate_for "$name"))..."
 	start=$(date +%s)
 	tmp="$out.tmp.$$"
-	trap 'rm -f "$tmp"' EXIT
-	if (cd "$(dir_for "$name")" && go build -trimpath -p "$parallel" -ldflags "$(ldflags_for "$name")" -o "$tmp" "$pkg"); then
+	# go build runs in the background so that an INT/TERM/HUP to this script
+	# stops it (SIGINT makes the go command stop its compilers) and the
+	# partial output is removed; only a finished binary is renamed into place.
+	(cd "$(dir_for "$name")" && exec go build -trimpath -p "$parallel" -ldflags "$(ldflags_for "$name")" -o "$tmp" "$pkg") &
+	child=$!
+	trap 'kill -INT "$child" 2>/dev/null; wait "$child" 2>/dev/null; rm -f "$tmp"; echo "build.sh: interrupted" >&2; exit 130' INT TERM HUP
+	if wait "$child"; then
 		mv -f "$tmp" "$out"
 		echo "built $name in $(($(date +%s) - start))s -> $out"
 	else
@@ -140,7 +145,7 @@ for name in "${targets[@]}"; do
 		echo "build.sh: building $name failed" >&2
 		status=1
 	fi
-	trap - EXIT
+	trap - INT TERM HUP
 done
 
 # kwok needs Stage configs (fake node heartbeat, pod ready/complete/delete);
