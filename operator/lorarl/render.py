@@ -103,9 +103,14 @@ def metadata(job: LoraRLJob, name: str, component: str, extra_labels: dict[str, 
 # ------------------------------------------------------------------------------------ assets
 
 
+def asset_path(name: str):
+    """A file shipped in lorarl/assets (the reporter and the prepare script)."""
+    return importlib.resources.files("lorarl").joinpath("assets", name)
+
+
 @functools.cache
 def asset(name: str) -> str:
-    return importlib.resources.files("lorarl").joinpath("assets", name).read_text(encoding="utf-8")
+    return asset_path(name).read_text(encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------ RBAC objects

@@ -1,0 +1,175 @@
+"""`lorarl demo`: the whole flow on an embedded control plane, on a machine without GPUs.
+
+Real: etcd, kube-apiserver, kube-controller-manager, the operator (`lorarl run`), kubectl, the
+CRDs, the in-job reporter and its per-job ServiceAccount. Simulated, and said so on screen:
+KubeRay's status updates (lorarl.testing.kuberay_sim) and the trainer's log (a synthetic miles
+log), because there is no kubelet, Ray or GPU here.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+import click
+import yaml
+
+from . import command, render
+from .kube import Api
+from .validation import parse_job
+from .testing import controlplane, mileslog
+from .testing.kuberay_sim import FakeKubeRay
+
+NAMESPACE = "default"
+EXAMPLE = "manifests/qwen3-4b-lora-amd.yaml"
+
+# Prints the lines of argv[1] with a pause of argv[2] seconds after each step line.
+PACED_PRINTER = r"""
+import sys, time
+pause = float(sys.argv[2])
+for line in open(sys.argv[1], encoding="utf-8"):
+    sys.stdout.write(line); sys.stdout.flush()
+    if " - step " in line:
+        time.sleep(pause)
+"""
+
+
+def state_dir(base: Optional[str]) -> pathlib.Path:
+    return pathlib.Path(base) if base else controlplane.default_state_dir()
+
+
+def _say(step: str, text: str) -> None:
+    click.secho(f"[{step}] ", fg="cyan", bold=True, nl=False, err=False)
+    click.echo(text)
+
+
+def _operator_pid_file(state: pathlib.Path) -> pathlib.Path:
+    return state / "operator.pid"
+
+
+def start_operator(cp: controlplane.ControlPlane, state: pathlib.Path) -> int:
+    stop_operator(state)
+    log = open(state / "operator.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lorarl.cli", "run", "-n", NAMESPACE, "--liveness", "", "--metrics-port", "0",
+         "--resync-seconds", "5", "--log-format", "plain"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **cp.env()}, start_new_session=True,
+    )
+    _operator_pid_file(state).write_text(str(proc.pid))
+    return proc.pid
+
+
+def stop_operator(state: pathlib.Path) -> bool:
+    pid_file = _operator_pid_file(state)
+    if not pid_file.exists():
+        return False
+    pid = int(pid_file.read_text())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise click.ClickException(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _show_jobs(cp: controlplane.ControlPlane) -> None:
+    out = cp.kubectl("get", "lorarljobs", "-n", NAMESPACE, "-o", "wide", check=False).stdout.rstrip()
+    click.echo(out)
+
+
+def run(base: Optional[str], pace: float) -> None:
+    state = state_dir(base)
+    state.mkdir(parents=True, exist_ok=True)
+    repo = controlplane.repo_root()
+
+    _say("1/6", "control-plane binaries (built once from the Go module proxy; a cold build takes ~7 min on 2 cores)")
+    bin_dir = controlplane.ensure_binaries()
+    click.echo(f"      {bin_dir}")
+
+    _say("2/6", "starting etcd + kube-apiserver + kube-controller-manager, installing the CRDs")
+    cp = controlplane.up(state)
+    click.echo(f"      {cp.server}")
+
+    _say("3/6", "starting the operator (lorarl run)")
+    pid = start_operator(cp, state)
+    click.echo(f"      pid {pid}, log {state / 'operator.log'}")
+
+    _say("4/6", f"kubectl apply -f {EXAMPLE}")
+    doc = yaml.safe_load((repo / EXAMPLE).read_text())
+    name = doc["metadata"]["name"]
+    cp.kubectl("delete", "lorarljob", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    click.echo("      " + cp.kubectl("apply", "-n", NAMESPACE, "-f", str(repo / EXAMPLE)).stdout.strip())
+
+    client = cp.api_client()
+    kube = Api(client)
+    _say("5/6", "the operator reconciles it into a RayJob (and its ServiceAccount, Role, ConfigMap, PVC)")
+    rayjob = _wait(lambda: kube.get(render.RAYJOB_API_VERSION, "RayJob", NAMESPACE, name), 60, "the RayJob")
+    click.echo(cp.kubectl("get", "rayjobs,serviceaccounts,roles,configmaps,pvc", "-n", NAMESPACE, "-l", f"{render.JOB_LABEL}={name}").stdout.rstrip())
+    gpus = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    click.echo(f"      GPUs per Ray pod: {gpus}")
+    click.echo(f"      entrypoint: {rayjob['spec']['entrypoint'][:160]} ...")
+
+    _say("6/6", "SIMULATED: KubeRay status updates and a synthetic miles log (no kubelet/GPU here); the real "
+         "reporter patches the status with the job's own ServiceAccount")
+    job = parse_job(kube.get("lorarl.dev/v1alpha1", "LoraRLJob", NAMESPACE, name))
+    rollouts = job.spec.rollout.num_rollouts
+    ray = FakeKubeRay(kube, NAMESPACE, name)
+    ray.initializing()
+    time.sleep(1.5)
+    ray.submitted()
+    ray.running()
+    with tempfile.TemporaryDirectory() as tmp:
+        log_file = pathlib.Path(tmp) / "miles.log"
+        log = mileslog.lines(rollouts, job.spec.eval.interval, job.spec.checkpoint.save_interval, command.save_dir(job))
+        log_file.write_text("\n".join(log) + "\n")
+        token = pathlib.Path(tmp) / "token"
+        token.write_text(cp.service_account_token(NAMESPACE, render.reporter_account_name(job)))
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")},
+               "LORARL_API_SERVER": cp.server, "LORARL_TOKEN_FILE": str(token), "LORARL_CA_FILE": str(cp.ca_file)}
+        reporter = subprocess.Popen(
+            [sys.executable, str(render.asset_path("reporter.py")), "--namespace", NAMESPACE, "--name", name,
+             "--total-rollouts", str(rollouts), "--interval", "1", "--", sys.executable, "-c", PACED_PRINTER, str(log_file), str(pace)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        )
+        while reporter.poll() is None:
+            _show_jobs(cp)
+            time.sleep(2)
+        if reporter.returncode != 0:
+            raise click.ClickException(f"the reporter exited {reporter.returncode}: {reporter.stderr.read().decode()[-500:]}")
+    ray.succeeded()
+    _wait(lambda: (kube.get("lorarl.dev/v1alpha1", "LoraRLJob", NAMESPACE, name).get("status") or {}).get("phase") == "Succeeded", 60, "phase Succeeded")
+    _show_jobs(cp)
+    client.close()
+    click.echo()
+    click.secho("Done. The control plane and the operator keep running:", bold=True)
+    click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
+    click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs -A")
+    click.echo(f"  {cp.kubectl_path} describe lorarljob {name}")
+    click.echo("  lorarl demo down      # stop everything")
+
+
+def down(base: Optional[str]) -> None:
+    state = state_dir(base)
+    stopped = stop_operator(state)
+    click.echo("operator stopped" if stopped else "operator was not running")
+    click.echo("control plane stopped" if controlplane.down(state) else "control plane was not running")

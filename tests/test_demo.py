@@ -1,0 +1,43 @@
+"""The main job: `lorarl demo` end to end in its own state dir, then `lorarl demo down`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.controlplane
+
+
+def lorarl(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "lorarl.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_demo_runs_and_cleans_up(tmp_path):
+    state = tmp_path / "demo"
+    try:
+        out = lorarl("demo", "--state-dir", str(state), "--pace", "0")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert "rayjob.ray.io/qwen3-4b-lora-amd" in out.stdout
+        assert "{'amd.com/gpu': '8'}" in out.stdout
+        final = [line for line in out.stdout.splitlines() if line.startswith("qwen3-4b-lora-amd")][-1].split()
+        assert final[1:4] == ["Succeeded", "100", "100"]
+        kubeconfig = state / "controlplane" / "kubeconfig"
+        assert f"export KUBECONFIG={kubeconfig}" in out.stdout
+        # the user can kubectl against it
+        kubectl = os.path.join(os.path.dirname(sys.executable), "kubectl")
+        got = subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", "get", "lorarljobs,rayjobs", "-A", "-o", "json"],
+                             capture_output=True, text=True, timeout=60)
+        kinds = sorted(item["kind"] for item in json.loads(got.stdout)["items"])
+        assert kinds == ["LoraRLJob", "RayJob"]
+        pids = json.loads((state / "controlplane" / "state.json").read_text())["pids"]
+        operator_pid = int((state / "operator.pid").read_text())
+    finally:
+        down = lorarl("demo", "down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stderr
+    assert "operator stopped" in down.stdout and "control plane stopped" in down.stdout
+    for pid in [operator_pid, *map(int, pids.values())]:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
