@@ -37,4 +37,3 @@ def lines(num_rollouts: int, eval_interval: int, save_interval: int, save_dir: s
         if (rollout + 1) % save_interval == 0 or rollout == num_rollouts - 1:
             yield f"{ACTOR}{_header(t, 'MegatronTrainRayActor')}] checkpointing.py:512 -  successfully saved checkpoint from iteration {rollout:7d} to {save_dir}"
         score = min(0.70, score + rng.uniform(-0.005, 0.01))
-    yield f"{MANAGER}{_header(t, 'RolloutManager')}] rollout.py:312 - eval {num_rollouts}: {{'eval/aime24': {score:.4f}}}"
