@@ -1,0 +1,72 @@
+"""The operator with only manifests/operator/rbac.yaml: least privilege is enough, and the
+liveness and metrics endpoints answer."""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+import yaml
+
+from tests.helpers import REPO, seed_doc
+from tests.operator.conftest import wait_for
+from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob
+
+pytestmark = pytest.mark.controlplane
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_path):
+    docs = list(yaml.safe_load_all((REPO / "manifests" / "operator" / "rbac.yaml").read_text()))
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    role = copy.deepcopy(role)
+    role["metadata"]["name"] = f"lorarl-operator-{namespace}"
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    binding = {
+        **binding,
+        "metadata": {"name": f"lorarl-operator-{namespace}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
+        "subjects": [{"kind": "ServiceAccount", "name": "lorarl-operator", "namespace": namespace}],
+    }
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    kubeconfig = control_plane.restricted_kubeconfig(namespace, "lorarl-operator")
+    assert control_plane.kubectl("auth", "can-i", "create", "secrets", "-n", namespace, kubeconfig=kubeconfig, check=False).stdout.strip() == "no"
+
+    health, metrics = free_port(), free_port()
+    log = open(tmp_path / "operator.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lorarl.cli", "run", "-n", namespace, "--liveness", f"http://127.0.0.1:{health}/healthz",
+         "--metrics-port", str(metrics), "--resync-seconds", "1", "--log-format", "json"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+    )
+    try:
+        doc = seed_doc()
+        doc["spec"]["tracking"] = {"wandb": {"apiKeySecretRef": {"name": "wandb", "key": "api-key"}}}
+        apply_job(control_plane, namespace, doc)
+        st = wait_for(phase_is(kube, namespace, "Pending"), timeout=60, what="reconciled by the restricted operator")
+        assert conditions(st)["Reconciling"][0] == "True"
+        assert rayjob(kube, namespace) is not None
+        wait_for(lambda: ("Normal", "Pending") in events(kube, namespace), what="event")
+        assert urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=5).status == 200
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode()
+        assert 'lorarl_reconcile_total{result="ok",trigger="change"}' in text
+        assert "lorarl_reconcile_duration_seconds_bucket" in text
+        wait_for(lambda: 'lorarl_jobs{phase="Pending"} 1.0' in urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode(), what="jobs gauge")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    output = (tmp_path / "operator.log").read_text()
+    assert "Forbidden" not in output and "forbidden" not in output, output[-3000:]
+    assert '"message"' in output  # structured (JSON) logs
+    assert job(kube, namespace)["metadata"].get("finalizers") in (None, [])
