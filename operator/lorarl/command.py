@@ -21,7 +21,7 @@ import re
 import shlex
 import subprocess
 
-from .api import SHELL_SAFE, SHELL_SAFE_HELP, DatasetRef, EvalDataset, LoraRLJob
+from .api import QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, DatasetRef, EvalDataset, LoraRLJob
 from .profiles import MODEL_PRESETS, PROFILES, HardwareProfile, ModelShape
 
 MILES_ROOT = "/root/miles"
@@ -33,7 +33,7 @@ REPORTER_DIR = "/opt/lorarl"
 REPORTER_PATH = f"{REPORTER_DIR}/reporter.py"
 
 _SAFE = re.compile(SHELL_SAFE)
-_QWEN3_NAME = re.compile(r"^Qwen/Qwen3-(0\.6B|1\.7B|4B|8B|14B|32B)(-[A-Za-z0-9._-]+)?$")
+_QWEN3_NAME = re.compile(QWEN3_DENSE_NAME)
 
 Block = tuple[str, list[str]]
 

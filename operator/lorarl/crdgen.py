@@ -114,18 +114,19 @@ def _default_nested_objects(schema: dict[str, Any], model: type) -> None:
             elif isinstance(value, dict):
                 prop["default"] = value
         annotation = field.annotation
-        sub_model = _model_in(annotation)
+        sub_model = model_in(annotation)
         if sub_model is not None and prop.get("type") == "object":
             _default_nested_objects(prop, sub_model)
 
 
-def _model_in(annotation: Any) -> type | None:
+def model_in(annotation: Any) -> type | None:
+    """The pydantic model inside an annotation (Optional[X], list[X], X), if any."""
     from pydantic import BaseModel
 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
+        found = model_in(arg)
         if found is not None:
             return found
     return None

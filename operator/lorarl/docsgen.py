@@ -12,6 +12,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from . import api
+from .crdgen import model_in
 
 
 def _type_name(annotation: Any) -> str:
@@ -48,16 +49,6 @@ def _default(field: FieldInfo) -> str:
     return f"`{json.dumps(value)}`"
 
 
-def _submodel(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _submodel(arg)
-        if found:
-            return found
-    return None
-
-
 def _section(model: type[BaseModel], path: str, out: list[str], seen: set[str]) -> None:
     out.append(f"### `{path}`\n")
     out.append(" ".join((model.__doc__ or "").split()) + "\n")
@@ -72,7 +63,7 @@ def _section(model: type[BaseModel], path: str, out: list[str], seen: set[str]) 
         out.append(
             f"| `{alias}` | {_type_name(field.annotation)} | {_default(field)} | {desc} | {f'`{flag}`' if flag else ''} |"
         )
-        sub = _submodel(field.annotation)
+        sub = model_in(field.annotation)
         if sub is not None and f"{path}.{alias}" not in seen:
             nested.append((sub, f"{path}.{alias}"))
     out.append("")

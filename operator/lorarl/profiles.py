@@ -38,7 +38,6 @@ class HardwareProfile:
     """Everything that differs between accelerators."""
 
     name: str
-    vendor: str  # "amd" or "nvidia": informational (labels, docs), never branched on
     resource_name: str
     gpus_per_node: int
     image: str
@@ -48,13 +47,11 @@ class HardwareProfile:
     sglang_lora_backend: str | None
     # Node labels a Ray pod requires (exact values published by the device plugins' labellers).
     node_selector: Mapping[str, str] = field(default_factory=dict)
-    ray_accelerator_type: str | None = None
 
 
 def _amd(name: str, image: str, device_id: str) -> HardwareProfile:
     return HardwareProfile(
         name=name,
-        vendor="amd",
         resource_name="amd.com/gpu",
         gpus_per_node=8,
         image=image,
@@ -62,14 +59,12 @@ def _amd(name: str, image: str, device_id: str) -> HardwareProfile:
         sglang_attention_backend="triton",  # SGLang's CUDA-only backends do not run on ROCm
         sglang_lora_backend="triton",
         node_selector=MappingProxyType({"amd.com/gpu.device-id": device_id}),
-        ray_accelerator_type=f"AMD-Instinct-{name}-OAM",
     )
 
 
 def _nvidia(name: str, product: str) -> HardwareProfile:
     return HardwareProfile(
         name=name,
-        vendor="nvidia",
         resource_name="nvidia.com/gpu",
         gpus_per_node=8,
         image=CUDA_IMAGE,
@@ -77,7 +72,6 @@ def _nvidia(name: str, product: str) -> HardwareProfile:
         sglang_attention_backend=None,
         sglang_lora_backend=None,
         node_selector=MappingProxyType({"nvidia.com/gpu.product": product}),
-        ray_accelerator_type=None,
     )
 
 
