@@ -240,7 +240,7 @@ _CHILD = textwrap.dedent(
     import json, sys, time
     from lorarl.testing.controlplane import ControlPlane
     cp = ControlPlane(install_default_crds=False).start()
-    print(json.dumps(cp.pids), flush=True)
+    print(json.dumps({"pids": cp.pids, "workdir": str(cp.workdir)}), flush=True)
     time.sleep(600)
     """
 )
@@ -254,11 +254,19 @@ def test_owner_process_dying_takes_the_control_plane_down(sig):
     try:
         line = proc.stdout.readline()
         assert line, "child did not start a control plane"
-        pids = json.loads(line)
+        started = json.loads(line)
+        pids, workdir = started["pids"], pathlib.Path(started["workdir"])
         assert all(cpmod._pid_alive(p) for p in pids.values())
         proc.send_signal(sig)
         proc.wait(timeout=30)
         _pids_gone(pids)
+        if sig == signal.SIGTERM:
+            assert not workdir.exists()  # stop() ran
+        else:
+            # nothing could clean up after SIGKILL; the next start sweeps it
+            assert workdir.exists()
+            assert workdir in cpmod.sweep_stale_workdirs(workdir.parent)
+            assert not workdir.exists()
     finally:
         if proc.poll() is None:
             proc.kill()

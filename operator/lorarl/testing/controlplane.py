@@ -60,6 +60,7 @@ __all__ = [
     "env",
     "find_kubectl",
     "kubernetes_version",
+    "sweep_stale_workdirs",
     "up",
 ]
 
@@ -280,6 +281,27 @@ def _kill_group(pid: int, name: str, timeout: float = 10.0) -> None:
             time.sleep(0.05)
 
 
+def sweep_stale_workdirs(parent: str | os.PathLike[str] | None = None) -> list[pathlib.Path]:
+    """Remove temporary ``lorarl-cp-*`` workdirs whose processes are all gone.
+
+    Such a directory (about 120 MB, mostly etcd's preallocated WAL) is left
+    only when the process that owned it was SIGKILLed; its children died with
+    it (PR_SET_PDEATHSIG) but nothing could remove the files. A directory
+    without ``pids.json`` is never touched (it may be starting up).
+    """
+    removed = []
+    for d in pathlib.Path(parent or tempfile.gettempdir()).glob("lorarl-cp-*"):
+        try:
+            pids = json.loads((d / "pids.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if any(_pid_alive(int(pid)) and _pid_is(int(pid), name) for name, pid in pids.items()):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
 # --------------------------------------------------------------------------
 # the control plane
 
@@ -406,6 +428,7 @@ class ControlPlane:
             if missing:
                 raise ControlPlaneError(f"{self.bin_dir} lacks {', '.join(missing)}")
         if self.workdir is None:
+            sweep_stale_workdirs()
             self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="lorarl-cp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not self.detached:
