@@ -61,6 +61,16 @@ def started(kube, namespace):
     return FakeKubeRay(kube, namespace, NAME)
 
 
+def running(kube, namespace):
+    """Apply-to-Running as KubeRay goes: Initializing, submitted, RUNNING."""
+    ray = started(kube, namespace)
+    ray.initializing()
+    ray.submitted()
+    ray.running()
+    wait_for(phase_is(kube, namespace, "Running"), what="Running")
+    return ray
+
+
 def test_seed_example_is_reconciled_into_children(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, seed_doc())
     st = wait_for(phase_is(kube, namespace, "Pending"), what="status Pending")
@@ -151,17 +161,15 @@ def test_validation_failed(control_plane, namespace, kube, operator):
 
 def test_suspend_and_resume(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, seed_doc())
-    ray = started(kube, namespace)
-    ray.initializing()
-    ray.submitted()
-    ray.running()
-    wait_for(phase_is(kube, namespace, "Running"))
+    ray = running(kube, namespace)
     control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
     wait_for(lambda: rayjob(kube, namespace)["spec"]["suspend"] is True, what="RayJob suspended")
     ray.suspending()
+    wait_for(lambda: conditions(job(kube, namespace)["status"]).get("Suspended") == ("True", "Suspending"), what="Suspending")
     ray.suspended()
-    st = wait_for(phase_is(kube, namespace, "Suspended"))
-    assert conditions(st)["Suspended"] == ("True", "Suspended") and conditions(st)["Reconciling"][0] == "False"
+    wait_for(lambda: conditions(job(kube, namespace)["status"]).get("Suspended") == ("True", "Suspended"), what="Suspended")
+    st = job(kube, namespace)["status"]
+    assert st["phase"] == "Suspended" and conditions(st)["Reconciling"][0] == "False"
     control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
     wait_for(lambda: rayjob(kube, namespace)["spec"]["suspend"] is False, what="RayJob resumed")
     ray.initializing()
@@ -192,11 +200,7 @@ def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
 
 def test_deleted_rayjob_is_recreated(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, seed_doc())
-    ray = started(kube, namespace)
-    ray.initializing()
-    ray.submitted()
-    ray.running()
-    wait_for(phase_is(kube, namespace, "Running"))
+    ray = running(kube, namespace)
     old_uid = rayjob(kube, namespace)["metadata"]["uid"]
     kube.delete("ray.io/v1", "RayJob", namespace, NAME)
     wait_for(lambda: (rayjob(kube, namespace) or {}).get("metadata", {}).get("uid") not in (None, old_uid), what="a new RayJob")
