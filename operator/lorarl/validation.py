@@ -84,8 +84,14 @@ def wire_form(job: api.LoraRLJob) -> dict[str, Any]:
     return job.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+@functools.cache
+def _crd_schema() -> dict[str, Any]:
+    """The generated CRD's schema, built once per process (read-only here)."""
+    return crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
 def cel_problems(job: api.LoraRLJob) -> list[Problem]:
-    root = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    root = _crd_schema()
     obj = wire_form(job)
     problems: list[Problem] = []
     for path, rule, value in _rules_with_values(root, obj, ""):
