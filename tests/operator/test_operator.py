@@ -275,3 +275,19 @@ def test_unhealthy_training_flips_condition_and_suspends(control_plane, namespac
     wait_for(lambda: conditions(job(kube, namespace)["status"]).get("TrainingHealthy") == ("False", "LogprobDiffTooHigh"), what="unhealthy")
     wait_for(lambda: ("Warning", "LogprobDiffTooHigh") in events(kube, namespace), what="warning event")
     wait_for(lambda: rayjob(kube, namespace)["spec"]["suspend"] is True, what="suspended on unhealthy")
+
+
+def test_unhealthy_training_stops_the_run(control_plane, namespace, kube, operator):
+    doc = seed_doc()
+    doc["spec"]["health"] = {"stopOnUnhealthy": "Stop", "maxLogprobAbsDiff": 0.02}
+    apply_job(control_plane, namespace, doc)
+    running(kube, namespace)
+    kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"metrics": {"trainRolloutLogprobAbsDiffMean": 0.025, "step": 12}})
+    st = wait_for(phase_is(kube, namespace, "Failed"), what="stopped as unhealthy")
+    assert conditions(st)["Failed"] == ("True", "StoppedUnhealthy")
+    wait_for(lambda: rayjob(kube, namespace) is None, timeout=60, what="the RayJob deleted")
+    got = events(kube, namespace)
+    assert ("Warning", "StoppingUnhealthy") in got and ("Warning", "Failed") in got
+    import time
+    time.sleep(3)  # a few resyncs: a stopped job is not re-created
+    assert rayjob(kube, namespace) is None and job(kube, namespace)["status"]["phase"] == "Failed"

@@ -860,8 +860,18 @@ class ControlPlane:
         if not files:
             return
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", *files)
-        self.kubectl("wait", "--for=condition=Established", f"--timeout={int(timeout)}s", *files,
-                     timeout=timeout + 30)
+        # `kubectl wait` fails at once (instead of waiting) while a new CRD has no
+        # status.conditions yet, so retry until the deadline
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = max(1, int(deadline - time.monotonic()))
+            proc = self.kubectl("wait", "--for=condition=Established", f"--timeout={remaining}s", *files,
+                                timeout=remaining + 30, check=False)
+            if proc.returncode == 0:
+                return
+            if time.monotonic() >= deadline or "accessor error" not in proc.stderr:
+                raise KubectlError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+            time.sleep(0.5)
 
     def api_client(self):
         """A fresh ``kubernetes.client.ApiClient`` with admin credentials."""
