@@ -51,10 +51,12 @@ def desired_suspend(job: api.LoraRLJob, live_rayjob: Optional[dict[str, Any]], v
 
 
 def startup_timed_out(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], now: datetime.datetime) -> bool:
+    """Measured from KubeRay's startTime of the current attempt (it is reset by a resume or a
+    retry), else from the RayJob's creation."""
     if rayjob is None:
         return False
-    created = parse_time(rayjob["metadata"].get("creationTimestamp"))
-    return created is not None and (now - created).total_seconds() > job.spec.run_policy.startup_timeout_seconds
+    since = parse_time((rayjob.get("status") or {}).get("startTime") or rayjob["metadata"].get("creationTimestamp"))
+    return since is not None and (now - since).total_seconds() > job.spec.run_policy.startup_timeout_seconds
 
 
 @dataclass
