@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import pathlib
-from typing import Any
+import time
+from typing import Any, Callable
 
 import yaml
 
@@ -33,3 +34,15 @@ def with_spec(**overrides: Any) -> dict[str, Any]:
     doc = seed_doc()
     doc["spec"].update(copy.deepcopy(overrides))
     return doc
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
+    """Poll until predicate() is truthy; return its value (a bounded wait, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")

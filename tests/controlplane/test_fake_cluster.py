@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import yaml
 
+from tests.helpers import wait_for
+
 pytestmark = pytest.mark.controlplane
-
-
-def _poll(fn, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.5)
 
 
 def _get(cp, *args):
@@ -62,7 +52,7 @@ def test_scheduler_binds_gpu_pods_and_rejects_oversized_ones(fake_cluster, ns):
         conds = _get(fake_cluster, "pod", "too-big", "-n", ns)["status"].get("conditions", [])
         return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conds)
 
-    _poll(unschedulable, 60, "too-big to be Unschedulable")
+    wait_for(unschedulable, timeout=60, interval=0.5, what="too-big to be Unschedulable")
 
 
 def test_kuberay_operator_turns_a_rayjob_into_a_ready_raycluster(fake_cluster, ns):
@@ -88,13 +78,13 @@ def test_kuberay_operator_turns_a_rayjob_into_a_ready_raycluster(fake_cluster, n
     def cluster_name():
         return _get(fake_cluster, "rayjob", "rl", "-n", ns).get("status", {}).get("rayClusterName")
 
-    name = _poll(cluster_name, 60, "the RayJob to name its RayCluster")
+    name = wait_for(cluster_name, timeout=60, interval=0.5, what="the RayJob to name its RayCluster")
 
     def ready():
         rc = _get(fake_cluster, "raycluster", name, "-n", ns)
         return rc.get("status", {}).get("state") == "ready" and rc
 
-    rc = _poll(ready, 90, f"RayCluster {name} to be ready")
+    rc = wait_for(ready, timeout=90, interval=0.5, what=f"RayCluster {name} to be ready")
     assert rc["status"]["readyWorkerReplicas"] == 2
     assert rc["status"]["desiredGPU"] == "16"
     owners = rc["metadata"]["ownerReferences"]

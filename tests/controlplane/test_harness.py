@@ -18,24 +18,13 @@ from kubernetes.client.rest import ApiException
 
 from lorarl.testing import controlplane as cpmod
 from lorarl.testing.controlplane import ControlPlane, kubernetes_version
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.controlplane
 
 
-def _wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
 def _pids_gone(pids: dict[str, int], timeout: float = 15) -> None:
-    _wait_until(lambda: not any(cpmod._pid_alive(p) for p in pids.values()), timeout,
-                what=f"processes {pids} to exit")
+    wait_for(lambda: not any(cpmod._pid_alive(p) for p in pids.values()), timeout, what=f"processes {pids} to exit")
 
 
 def test_starts_cleanly(control_plane):
@@ -138,7 +127,7 @@ def test_restricted_service_account_is_forbidden_until_a_role_allows(control_pla
                     return False
                 raise
 
-        _wait_until(allowed, 10, what="the RoleBinding to take effect")
+        wait_for(allowed, timeout=10, what="the RoleBinding to take effect")
         ok = control_plane.kubectl("get", "configmaps", "-n", namespace, kubeconfig=kubeconfig)
         assert ok.returncode == 0
         # ... but still nothing beyond what the Role grants
@@ -178,8 +167,8 @@ def test_garbage_collector_deletes_owned_objects(kube_api, namespace, propagatio
                 return True
             raise
 
-    _wait_until(lambda: gone("owned"), 60, what="the garbage collector to delete 'owned'")
-    _wait_until(lambda: gone("owner"), 60, what="'owner' to be deleted")
+    wait_for(lambda: gone("owned"), timeout=60, what="the garbage collector to delete 'owned'")
+    wait_for(lambda: gone("owner"), timeout=60, what="'owner' to be deleted")
     assert not gone("bystander")
 
 

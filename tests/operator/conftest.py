@@ -6,24 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from typing import Callable
 
 import pytest
 
 from lorarl.kube import Api
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
-    """Poll until predicate() is truthy; return its value (a bounded wait, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
 class OperatorProcess:

@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 from lorarl import render
 from lorarl.validation import parse_job
 from tests.helpers import seed_doc
-from tests.operator.conftest import wait_for
+from tests.helpers import wait_for
 from lorarl.testing.kuberay_sim import FakeKubeRay
 
 pytestmark = pytest.mark.controlplane

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.helpers import REPO, seed_doc
-from tests.operator.conftest import wait_for
+from tests.helpers import wait_for
 from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob
 
 pytestmark = pytest.mark.controlplane

@@ -17,7 +17,7 @@ import yaml
 
 from lorarl.kube import Api
 from tests.helpers import seed_doc
-from tests.operator.conftest import wait_for
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.controlplane
 NAME = "qwen3-4b-lora-amd"

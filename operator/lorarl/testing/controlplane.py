@@ -586,19 +586,8 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
-        deadline = time.monotonic() + 30
-        url = f"http://127.0.0.1:{client}/health"
-        while True:
-            self._check_alive("etcd")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if json.loads(r.read()).get("health") == "true":
-                        return
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"etcd not healthy after 30s:\n{self._log_tail('etcd')}")
-            time.sleep(0.1)
+        self._wait_http("etcd", f"http://127.0.0.1:{client}/health", 30,
+                        lambda body: json.loads(body).get("health") == "true")
 
     def _start_apiserver(self) -> None:
         port = _free_port()
@@ -771,18 +760,21 @@ class ControlPlane:
                 "--enable-leader-election=false",
             ],
         )
-        deadline = time.monotonic() + 60
-        url = f"http://127.0.0.1:{probes}/readyz"
+        self._wait_http("kuberay-operator", f"http://127.0.0.1:{probes}/readyz", 60)
+
+    def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True) -> None:
+        """Poll a plain-HTTP health endpoint of child ``name`` until it answers 200 and ``healthy``."""
+        deadline = time.monotonic() + timeout
         while True:
-            self._check_alive("kuberay-operator")
+            self._check_alive(name)
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
+                    if r.status == 200 and healthy(r.read()):
                         return
-            except OSError:
+            except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"kuberay-operator not ready:\n{self._log_tail('kuberay-operator')}")
+                raise ControlPlaneError(f"{name} not healthy after {timeout:.0f}s:\n{self._log_tail(name)}")
             time.sleep(0.2)
 
     def _wait_controller_manager(self, timeout: float = 60.0) -> None:

@@ -54,22 +54,14 @@ def control_plane():
             pytest.fail(f"LORARL_CONTROLPLANE_STATE_DIR={state_dir}: control plane is not healthy")
         yield cp
         return
-    cp = ControlPlane(verbose=True)
-    cp.start()
-    try:
+    with ControlPlane(verbose=True) as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture(scope="session")
 def fake_cluster():
-    cp = ControlPlane(verbose=True, fake_nodes=2, gpus_per_node=8, kuberay_operator=True)
-    cp.start()
-    try:
+    with ControlPlane(verbose=True, fake_nodes=2, gpus_per_node=8, kuberay_operator=True) as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture(scope="session")
