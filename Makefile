@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup controlplane test test-fast demo demo-down generate clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml hack/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e hack/devtools
 	touch $@
 
 setup: $(STAMP)
@@ -26,15 +26,15 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not controlplane"
 
 demo: controlplane
-	$(BIN)/lorarl demo
+	$(BIN)/lorarl-dev demo
 
 demo-down: setup
-	$(BIN)/lorarl demo down
+	$(BIN)/lorarl-dev demo down
 
 # Regenerate what is generated from the API model (tests fail when these drift).
 generate: setup
 	$(BIN)/lorarl crd > crds/lorarl.dev_lorarljobs.yaml
-	$(BIN)/lorarl docs -o docs/api.md
+	$(BIN)/lorarl-dev docs -o docs/api.md
 	LORARL_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/render
 
 clean:

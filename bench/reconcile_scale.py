@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "operator"))
 
 from lorarl import render  # noqa: E402
 from lorarl.kube import Api  # noqa: E402
-from lorarl.testing.controlplane import ControlPlane  # noqa: E402
+from lorarl_dev.controlplane import ControlPlane  # noqa: E402
 from lorarl.validation import parse_job  # noqa: E402
 
 

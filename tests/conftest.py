@@ -1,1 +1,1 @@
-pytest_plugins = ["lorarl.testing.pytest_plugin"]
+pytest_plugins = ["lorarl_dev.pytest_plugin"]

@@ -8,7 +8,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from lorarl.testing.kuberay import kuberay_crd_path
+from lorarl_dev.kuberay import kuberay_crd_path
 
 
 def _strict(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The main job: `lorarl demo` end to end in its own state dir, then `lorarl demo down`."""
+"""The main job: `lorarl-dev demo` end to end in its own state dir, then `lorarl-dev demo down`."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 pytestmark = pytest.mark.controlplane
 
 
-def lorarl(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "lorarl.cli", *args], capture_output=True, text=True, timeout=timeout)
+def lorarl_dev(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "lorarl_dev.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_demo_runs_and_cleans_up(tmp_path):
     state = tmp_path / "demo"
     try:
-        out = lorarl("demo", "--state-dir", str(state), "--pace", "0")
+        out = lorarl_dev("demo", "--state-dir", str(state), "--pace", "0")
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         assert "rayjob.ray.io/qwen3-4b-lora-amd" in out.stdout
         assert "{'amd.com/gpu': '8'}" in out.stdout
@@ -36,7 +36,7 @@ def test_demo_runs_and_cleans_up(tmp_path):
         pids = json.loads((state / "controlplane" / "state.json").read_text())["pids"]
         operator_pid = int((state / "operator.pid").read_text())
     finally:
-        down = lorarl("demo", "down", "--state-dir", str(state))
+        down = lorarl_dev("demo", "down", "--state-dir", str(state))
     assert down.returncode == 0, down.stderr
     assert "operator stopped" in down.stdout and "control plane stopped" in down.stdout
     for pid in [operator_pid, *map(int, pids.values())]:

@@ -167,7 +167,7 @@ for name in "${targets[@]}"; do
 done
 
 # KubeRay's CRDs are read straight from the Go module cache by
-# lorarl.testing.kuberay.kuberay_crd_path(); warm that cache here so that the
+# lorarl_dev.kuberay.kuberay_crd_path(); warm that cache here so that the
 # first test run needs no network.
 kuberay="github.com/ray-project/kuberay/ray-operator@${LORARL_KUBERAY_VERSION:-v1.5.0}"
 if ! (cd "$HOME" && go mod download "$kuberay"); then

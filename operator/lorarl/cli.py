@@ -1,9 +1,10 @@
-"""The ``lorarl`` command line: render, validate, crd, docs (offline), run (the operator),
-controlplane and demo (local embedded cluster)."""
+"""The ``lorarl`` command line: render, validate, crd (offline) and run (the operator).
+
+Development commands (the embedded control plane, the demo, docs generation) live in the
+separate ``lorarl-dev`` tool (hack/devtools), which the runtime package does not ship."""
 
 from __future__ import annotations
 
-import pathlib
 import sys
 from typing import Any, Iterator, TextIO
 
@@ -92,19 +93,6 @@ def crd() -> None:
     click.echo(crd_yaml(), nl=False)
 
 
-@main.command("docs")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=pathlib.Path), default=None, help="Write here instead of stdout.")
-def docs_cmd(output: pathlib.Path | None) -> None:
-    """Print the API reference (docs/api.md) generated from the model."""
-    from .docsgen import api_markdown
-
-    text = api_markdown()
-    if output:
-        output.write_text(text, encoding="utf-8")
-    else:
-        click.echo(text, nl=False)
-
-
 @main.command()
 @click.option("-n", "--namespace", "namespaces", multiple=True, help="Watch these namespaces (repeatable; globs allowed).")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Watch the whole cluster.")
@@ -130,71 +118,6 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
         liveness_endpoint=liveness or None,
         memo=memo,
     )
-
-
-@main.group()
-def controlplane() -> None:
-    """The embedded control plane (etcd, kube-apiserver, kube-controller-manager) for tests and demos."""
-
-
-@controlplane.command("build")
-def controlplane_build() -> None:
-    """Build (or reuse) the control-plane binaries from the Go module proxy."""
-    from .testing.controlplane import ensure_binaries
-
-    click.echo(ensure_binaries())
-
-
-@controlplane.command("up")
-@click.option("--state-dir", default=None, help="Where pids, logs, certificates and the kubeconfig live.")
-def controlplane_up(state_dir: str | None) -> None:
-    """Start a control plane that outlives this command (or reuse a healthy one)."""
-    from .testing import controlplane as cp_mod
-
-    cp = cp_mod.up(state_dir)
-    click.echo(f"export KUBECONFIG={cp.kubeconfig}")
-
-
-@controlplane.command("down")
-@click.option("--state-dir", default=None)
-def controlplane_down(state_dir: str | None) -> None:
-    """Stop the control plane started by `up`."""
-    from .testing import controlplane as cp_mod
-
-    click.echo("stopped" if cp_mod.down(state_dir) else "not running")
-
-
-@controlplane.command("env")
-@click.option("--state-dir", default=None)
-def controlplane_env(state_dir: str | None) -> None:
-    """Print shell exports for the running control plane (eval "$(lorarl controlplane env)")."""
-    import shlex
-
-    from .testing import controlplane as cp_mod
-
-    for key, value in cp_mod.env(state_dir).items():
-        click.echo(f"export {key}={shlex.quote(value)}")
-
-
-@main.group(invoke_without_command=True)
-@click.option("--state-dir", default=None, help="Where the demo keeps its control plane and operator state.")
-@click.option("--pace", default=0.15, show_default=True, type=float, help="Seconds per simulated rollout.")
-@click.pass_context
-def demo(ctx: click.Context, state_dir: str | None, pace: float) -> None:
-    """The local demo: control plane + operator + the seed example, with live status."""
-    if ctx.invoked_subcommand is None:
-        from . import demo as demo_mod
-
-        demo_mod.run(state_dir, pace)
-
-
-@demo.command("down")
-@click.option("--state-dir", default=None)
-def demo_down(state_dir: str | None) -> None:
-    """Stop the demo's operator and control plane."""
-    from . import demo as demo_mod
-
-    demo_mod.down(state_dir)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import kubernetes
 from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
 
 FIELD_MANAGER = "lorarl-operator"
 
@@ -71,22 +72,22 @@ class Api:
             kubernetes.config.load_kube_config()
         return cls(kubernetes.client.ApiClient())
 
+    def __post_init__(self) -> None:
+        # DynamicClient.request is the client's public raw-request API, the same from kubernetes 30
+        # to 37 (ApiClient.call_api changed its signature in 37); we skip its API discovery.
+        self._dynamic = DynamicClient(self.client, discoverer=_NoDiscovery)
+
     def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
         try:
-            method, full_url, headers, _, _ = self.client.param_serialize(
-                method, url, query_params=query or [], header_params=headers, auth_settings=["BearerToken"],
+            response = self._dynamic.request(
+                method, url, body=body, query_params=list(query or []), content_type=content_type,
+                header_params={"Accept": "application/json"}, serialize=False, _request_timeout=self.request_timeout,
             )
-            response = self.client.call_api(method, full_url, header_params=headers, body=body, _request_timeout=self.request_timeout)
-            data = response.read()
-        except ApiException as err:
+            data = response.data
+        except ApiException as err:  # the dynamic client's errors subclass it
             raise _api_error(err) from None
         except Exception as err:  # connection refused, TLS, timeouts: retryable
             raise ApiError(0, type(err).__name__, str(err)) from None
-        if response.status >= 400:
-            raise _api_error(ApiException(status=response.status, reason=response.reason, body=data.decode("utf-8", "replace")))
         return json.loads(data) if data else {}
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
@@ -149,6 +150,13 @@ class Api:
             if err.status == 404:
                 return False
             raise
+
+
+class _NoDiscovery:
+    """A discoverer for DynamicClient that discovers nothing: our paths come from PLURALS."""
+
+    def __init__(self, client: Any, cache_file: Any = None) -> None:
+        pass
 
 
 def _api_error(err: ApiException) -> ApiError:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lorarl import crdgen, docsgen
+from lorarl import crdgen
+from lorarl_dev import docsgen
 from tests.helpers import REPO
 
 CRD_PATH = REPO / "crds" / crdgen.CRD_FILE
@@ -14,7 +15,7 @@ def test_crd_has_not_drifted():
 
 
 def test_api_doc_has_not_drifted():
-    assert API_DOC.read_text() == docsgen.api_markdown(), "docs/api.md is stale: run `lorarl docs -o docs/api.md`"
+    assert API_DOC.read_text() == docsgen.api_markdown(), "docs/api.md is stale: run `lorarl-dev docs -o docs/api.md`"
 
 
 def walk(schema, path=""):

@@ -16,8 +16,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from lorarl.testing import controlplane as cpmod
-from lorarl.testing.controlplane import ControlPlane, kubernetes_version
+from lorarl_dev import controlplane as cpmod
+from lorarl_dev.controlplane import ControlPlane, kubernetes_version
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.controlplane
@@ -227,7 +227,7 @@ def test_stop_leaves_no_processes(tmp_path):
 _CHILD = textwrap.dedent(
     """
     import json, sys, time
-    from lorarl.testing.controlplane import ControlPlane
+    from lorarl_dev.controlplane import ControlPlane
     cp = ControlPlane(install_default_crds=False).start()
     print(json.dumps({"pids": cp.pids, "workdir": str(cp.workdir)}), flush=True)
     time.sleep(600)
@@ -263,9 +263,9 @@ def test_owner_process_dying_takes_the_control_plane_down(sig):
 
 
 def test_detached_up_env_down(tmp_path):
-    """``lorarl controlplane up`` semantics: survives the process that started it."""
+    """``lorarl-dev controlplane up`` semantics: survives the process that started it."""
     state = tmp_path / "state"
-    code = "import sys; from lorarl.testing.controlplane import up; up(sys.argv[1], verbose=False)"
+    code = "import sys; from lorarl_dev.controlplane import up; up(sys.argv[1], verbose=False)"
     subprocess.run([sys.executable, "-c", code, str(state)], check=True, timeout=300,
                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     workdir = state / "controlplane"

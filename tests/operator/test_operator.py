@@ -14,7 +14,7 @@ from lorarl import render
 from lorarl.validation import parse_job
 from tests.helpers import seed_doc
 from tests.helpers import wait_for
-from lorarl.testing.kuberay_sim import FakeKubeRay
+from lorarl_dev.kuberay_sim import FakeKubeRay
 
 pytestmark = pytest.mark.controlplane
 

@@ -9,9 +9,9 @@ Typical use::
     with ControlPlane() as cp:
         cp.kubectl("get", "ns")
 
-or through the pytest plugin (``lorarl.testing.pytest_plugin``), or detached
+or through the pytest plugin (``lorarl_dev.pytest_plugin``), or detached
 for the demo via :func:`up` / :func:`down` / :func:`env`
-(``lorarl controlplane up|down|env``).
+(``lorarl-dev controlplane up|down|env``).
 
 Children are started in their own sessions (process groups) and killed in
 :meth:`ControlPlane.stop`; a non-detached control plane also stops on
@@ -98,7 +98,7 @@ def repo_root() -> pathlib.Path:
     override = os.environ.get("LORARL_REPO_ROOT")
     if override:
         return pathlib.Path(override).resolve()
-    # operator/lorarl/testing/controlplane.py -> repo root
+    # hack/devtools/lorarl_dev/controlplane.py -> repo root
     return pathlib.Path(__file__).resolve().parents[3]
 
 
@@ -136,7 +136,7 @@ def bin_dir() -> pathlib.Path:
 
 
 def default_state_dir() -> pathlib.Path:
-    """Where a detached control plane (``lorarl controlplane up``) keeps its state."""
+    """Where a detached control plane (``lorarl-dev controlplane up``) keeps its state."""
     return cache_root() / "run"
 
 
@@ -415,7 +415,7 @@ class ControlPlane:
 
     def _log(self, msg: str) -> None:
         if self.verbose:
-            print(f"lorarl controlplane: {msg}", file=sys.stderr, flush=True)
+            print(f"lorarl-dev controlplane: {msg}", file=sys.stderr, flush=True)
 
     def start(self) -> ControlPlane:
         if self.pids:
@@ -491,7 +491,7 @@ class ControlPlane:
     # -- start steps ----------------------------------------------------
 
     def _write_certs(self) -> None:
-        from lorarl.testing.certs import TinyCA, service_account_keypair
+        from lorarl_dev.certs import TinyCA, service_account_keypair
 
         pki = self.workdir / "pki"
         pki.mkdir(exist_ok=True)
@@ -746,7 +746,7 @@ class ControlPlane:
 
     def _start_kuberay_operator(self) -> None:
         """The real KubeRay operator (v1.5.0) as a local process, watching all namespaces."""
-        from lorarl.testing.kuberay import kuberay_crd_path
+        from lorarl_dev.kuberay import kuberay_crd_path
 
         # it watches all three kinds and will not start without their CRDs
         self.install_crds([kuberay_crd_path(k) for k in ("RayCluster", "RayJob", "RayService")])
@@ -798,7 +798,7 @@ class ControlPlane:
         ``LORARL_CONTROLPLANE_SKIP_LORARL_CRD=1`` skips lorarl's CRD (handy while
         iterating on a CRD that the API server rejects).
         """
-        from lorarl.testing.kuberay import kuberay_crd_path
+        from lorarl_dev.kuberay import kuberay_crd_path
 
         self.install_crds([kuberay_crd_path(kind) for kind in ("RayJob", "RayCluster")])
         own = repo_root() / LORARL_CRD
@@ -955,7 +955,7 @@ class ControlPlane:
 
 
 # --------------------------------------------------------------------------
-# detached sessions: ``lorarl controlplane up|down|env``
+# detached sessions: ``lorarl-dev controlplane up|down|env``
 
 
 def _state_dir(state_dir: str | os.PathLike[str] | None) -> pathlib.Path:
@@ -1013,7 +1013,7 @@ def env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """Environment for a control plane started by :func:`up` (KUBECONFIG etc.)."""
     workdir = _state_dir(state_dir) / "controlplane"
     if not (workdir / "state.json").is_file():
-        raise ControlPlaneError(f"no control plane in {workdir}; run 'lorarl controlplane up'")
+        raise ControlPlaneError(f"no control plane in {workdir}; run 'lorarl-dev controlplane up'")
     return ControlPlane.attach(workdir).env()
 
 

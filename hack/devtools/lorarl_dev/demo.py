@@ -1,8 +1,8 @@
-"""`lorarl demo`: the whole flow on an embedded control plane, on a machine without GPUs.
+"""`lorarl-dev demo`: the whole flow on an embedded control plane, on a machine without GPUs.
 
 Real: etcd, kube-apiserver, kube-controller-manager, the operator (`lorarl run`), kubectl, the
 CRDs, the in-job reporter and its per-job ServiceAccount. Simulated, and said so on screen:
-KubeRay's status updates (lorarl.testing.kuberay_sim) and the trainer's log (a synthetic miles
+KubeRay's status updates (lorarl_dev.kuberay_sim) and the trainer's log (a synthetic miles
 log), because there is no kubelet, Ray or GPU here.
 """
 
@@ -20,11 +20,11 @@ from typing import Optional
 import click
 import yaml
 
-from . import command, render
-from .kube import Api
-from .validation import parse_job
-from .testing import controlplane, mileslog
-from .testing.kuberay_sim import FakeKubeRay
+from lorarl import command, render
+from lorarl.kube import Api
+from lorarl.validation import parse_job
+from . import controlplane, mileslog
+from .kuberay_sim import FakeKubeRay
 
 NAMESPACE = "default"
 EXAMPLE = "manifests/qwen3-4b-lora-amd.yaml"
@@ -165,7 +165,7 @@ def run(base: Optional[str], pace: float) -> None:
     click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs -A")
     click.echo(f"  {cp.kubectl_path} describe lorarljob {name}")
-    click.echo("  lorarl demo down      # stop everything")
+    click.echo("  lorarl-dev demo down  # stop everything")
 
 
 def down(base: Optional[str]) -> None:

@@ -1,15 +1,15 @@
 """pytest fixtures backed by a real, embedded control plane.
 
-Enable with ``pytest_plugins = ["lorarl.testing.pytest_plugin"]`` in a
+Enable with ``pytest_plugins = ["lorarl_dev.pytest_plugin"]`` in a
 conftest. Fixtures:
 
 ``control_plane``
-    session-scoped :class:`~lorarl.testing.controlplane.ControlPlane`
+    session-scoped :class:`~lorarl_dev.controlplane.ControlPlane`
     (etcd + kube-apiserver + kube-controller-manager, the LoRARLJob CRD if
     generated, KubeRay's RayJob and RayCluster CRDs). Started once, stopped at
     the end of the session. Builds the binaries on first use if needed.
     With ``LORARL_CONTROLPLANE_STATE_DIR`` set, attaches to a control plane
-    that ``lorarl controlplane up`` started there instead (and leaves it up).
+    that ``lorarl-dev controlplane up`` started there instead (and leaves it up).
 ``kube_api``
     session-scoped admin ``kubernetes.client.ApiClient``.
 ``namespace``
@@ -34,7 +34,7 @@ import uuid
 
 import pytest
 
-from lorarl.testing.controlplane import ControlPlane
+from lorarl_dev.controlplane import ControlPlane
 
 _FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster"}
 

@@ -1,0 +1,100 @@
+"""``lorarl-dev``: development commands that need a source checkout (never in the image).
+
+The embedded control plane for tests and demos, the local demo, and docs generation.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import click
+
+from lorarl import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lorarl-dev")
+def main() -> None:
+    """Development tooling for lorarl (source checkout only)."""
+
+
+@main.command("docs")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=pathlib.Path), default=None, help="Write here instead of stdout.")
+def docs_cmd(output: pathlib.Path | None) -> None:
+    """Print the API reference (docs/api.md) generated from the model."""
+    from .docsgen import api_markdown
+
+    text = api_markdown()
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
+@main.group()
+def controlplane() -> None:
+    """The embedded control plane (etcd, kube-apiserver, kube-controller-manager) for tests and demos."""
+
+
+@controlplane.command("build")
+def controlplane_build() -> None:
+    """Build (or reuse) the control-plane binaries from the Go module proxy."""
+    from .controlplane import ensure_binaries
+
+    click.echo(ensure_binaries())
+
+
+@controlplane.command("up")
+@click.option("--state-dir", default=None, help="Where pids, logs, certificates and the kubeconfig live.")
+def controlplane_up(state_dir: str | None) -> None:
+    """Start a control plane that outlives this command (or reuse a healthy one)."""
+    from . import controlplane as cp_mod
+
+    cp = cp_mod.up(state_dir)
+    click.echo(f"export KUBECONFIG={cp.kubeconfig}")
+
+
+@controlplane.command("down")
+@click.option("--state-dir", default=None)
+def controlplane_down(state_dir: str | None) -> None:
+    """Stop the control plane started by `up`."""
+    from . import controlplane as cp_mod
+
+    click.echo("stopped" if cp_mod.down(state_dir) else "not running")
+
+
+@controlplane.command("env")
+@click.option("--state-dir", default=None)
+def controlplane_env(state_dir: str | None) -> None:
+    """Print shell exports for the running control plane (eval "$(lorarl-dev controlplane env)")."""
+    import shlex
+
+    from . import controlplane as cp_mod
+
+    for key, value in cp_mod.env(state_dir).items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+
+
+@main.group(invoke_without_command=True)
+@click.option("--state-dir", default=None, help="Where the demo keeps its control plane and operator state.")
+@click.option("--pace", default=0.15, show_default=True, type=float, help="Seconds per simulated rollout.")
+@click.pass_context
+def demo(ctx: click.Context, state_dir: str | None, pace: float) -> None:
+    """The local demo: control plane + operator + the seed example, with live status."""
+    if ctx.invoked_subcommand is None:
+        from . import demo as demo_mod
+
+        demo_mod.run(state_dir, pace)
+
+
+@demo.command("down")
+@click.option("--state-dir", default=None)
+def demo_down(state_dir: str | None) -> None:
+    """Stop the demo's operator and control plane."""
+    from . import demo as demo_mod
+
+    demo_mod.down(state_dir)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
