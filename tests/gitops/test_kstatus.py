@@ -3,12 +3,16 @@ pure mapping can write, and on the objects the operator wrote on the API server 
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from tests.gitops.kstatus_tool import kstatus
 from tests.helpers import REPO
 from tests.operator import test_kstatus_live as live
 from tests.operator import test_status as table
+
+# needs the Go-built tool from hack/controlplane/build.sh, like the control-plane binaries
+pytestmark = pytest.mark.controlplane
 
 TESTDATA = REPO / "hack" / "argocd" / "lorarl.dev" / "LoraRLJob" / "testdata"
 
