@@ -117,11 +117,16 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     import kopf
 
     from . import controller  # noqa: F401  (registers the handlers)
-    from . import leader, runner
+    from . import leader, probes, runner
     from .kube import Api
 
     if not namespaces and not all_namespaces:
         raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
+    if liveness:
+        try:
+            probes.parse(liveness)
+        except ValueError as err:
+            raise click.UsageError(str(err)) from None
     election = None
     if leader_elect:
         timings = leader.Timings(lease_duration, renew_deadline, retry_period)

@@ -31,14 +31,23 @@ def forward(url: str, timeout: float = 5.0) -> tuple[bool, str]:
         return False, f"{url} did not answer: {err}"
 
 
+def parse(url: str) -> tuple[str, int, str]:
+    """(host, port, liveness path) of ``--liveness``; ValueError names the flag."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not port:
+        raise ValueError(f"--liveness {url!r}: expected http://HOST:PORT/PATH")
+    return parts.hostname or "0.0.0.0", port, parts.path or "/healthz"
+
+
 class ProbeServer:
     """GET <the --liveness path> -> ``alive()``, GET /readyz -> ``ready()``; 200 or 503."""
 
     def __init__(self, url: str, alive: Check, ready: Check) -> None:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme != "http" or not parts.port:
-            raise ValueError(f"--liveness {url!r}: expected http://HOST:PORT/PATH")
-        self.liveness_path = parts.path or "/healthz"
+        host, port, self.liveness_path = parse(url)
         routes = {self.liveness_path: alive, READINESS_PATH: ready}
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -61,7 +70,7 @@ class ProbeServer:
             def log_message(self, *args: object) -> None:  # probes every few seconds: not worth a line
                 pass
 
-        self._server = http.server.ThreadingHTTPServer((parts.hostname or "0.0.0.0", parts.port), Handler)
+        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="lorarl-probes", daemon=True)
 

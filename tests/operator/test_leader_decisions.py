@@ -93,8 +93,9 @@ def test_identity_is_the_pod_name_plus_a_random_suffix():
     (["--leader-elect"], {}, "--leader-election-namespace"),
     (["--leader-elect", "--leader-election-namespace", "ops", "--lease-duration", "5", "--renew-deadline", "6"], {}, "--lease-duration (5) must be greater than --renew-deadline (6)"),
     (["--leader-elect", "--renew-deadline", "2", "--retry-period", "2"], {"POD_NAMESPACE": "ops"}, "--renew-deadline (2) must be greater than --retry-period (2)"),
+    (["--liveness", "localhost:8080"], {}, "--liveness 'localhost:8080': expected http://HOST:PORT/PATH"),
 ])
-def test_bad_election_flags_are_usage_errors(args, env, message, monkeypatch):
+def test_bad_run_flags_are_usage_errors(args, env, message, monkeypatch):
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
     result = CliRunner().invoke(cli.main, ["run", "-n", "jobs", *args], env=env)
     assert result.exit_code == 2, result.output
