@@ -260,10 +260,9 @@ class LeaseElector:
                     return True
             except Exception as err:  # noqa: BLE001 - an API hiccup: try again next period
                 log.warning("could not read or take the lease %s: %s", self.describe, err)
-            holder = self.observed.holder if self.observed else None
-            if holder != reported:
-                log.info("the lease %s is held by %s; %s waits as a standby", self.describe, holder or "nobody", self.identity)
-                reported = holder
+            if self.observed is not None and self.observed.holder != reported:
+                reported = self.observed.holder
+                log.info("the lease %s is held by %s; %s waits as a standby", self.describe, reported or "nobody", self.identity)
             stop.wait(self.timings.retry_period * (1 + random.random() * JITTER_FACTOR))
         return False
 

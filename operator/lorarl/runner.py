@@ -15,6 +15,7 @@ docs.kopf.dev/en/latest/peering/); it does not elect exactly one replica.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -87,10 +88,29 @@ def _renew_or_exit(elector: leader.LeaseElector, stop: threading.Event) -> None:
 
 def run(*, namespaces: list[str], clusterwide: bool, liveness: Optional[str], memo: Any, kube: Api, election: Optional[Election]) -> None:
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # kopf's liveness server: a line per probe
     server = probes.ProbeServer(liveness, state.alive, state.ready).start() if liveness else None
-    stop = threading.Event()  # SIGTERM/SIGINT before kopf runs (kopf installs its own handlers)
+    # SIGTERM/SIGINT before kopf runs (kopf then installs its own handlers) stops a standby, and
+    # kopf as soon as it starts. kopf gets a future of its own loop, which it awaits natively (for
+    # a threading.Event it would park an executor thread that blocks its exit); the future is
+    # resolved at cleanup too, else kopf waits 5 s for its waiter task as a "hung" task.
+    loop = asyncio.new_event_loop()
+    stop, stop_kopf = threading.Event(), loop.create_future()
+
+    def resolve() -> None:
+        if not stop_kopf.done():
+            stop_kopf.set_result(None)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+        loop.call_soon_threadsafe(resolve)
+
+    @kopf.on.cleanup(id="resolve-stop-flag")
+    async def _resolve_stop_flag(**_: Any) -> None:
+        resolve()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: stop.set())
+        signal.signal(sig, on_signal)
     elector, renewer, stop_renewing = None, None, threading.Event()
     try:
         if election:
@@ -104,15 +124,18 @@ def run(*, namespaces: list[str], clusterwide: bool, liveness: Optional[str], me
             renewer = threading.Thread(target=_renew_or_exit, args=(elector, stop_renewing), name="lorarl-lease", daemon=True)
             renewer.start()
         kopf.run(
+            loop=loop,
             standalone=True,  # no kopf peering: see the module docstring
             clusterwide=clusterwide,
             namespaces=namespaces,
             liveness_endpoint=state.kopf_liveness,
             memo=memo,
             ready_flag=state.kopf_started,
-            stop_flag=stop,  # a signal that came before kopf's own handlers
+            stop_flag=stop_kopf,
         )
     finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
         if renewer is not None and elector is not None:
             stop_renewing.set()
             renewer.join()
