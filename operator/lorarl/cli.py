@@ -115,6 +115,7 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     import os
 
     import kopf
+    import kubernetes
 
     from . import controller  # noqa: F401  (registers the handlers)
     from . import leader, probes, runner
@@ -140,7 +141,10 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     # the "[namespace/name]" prefix of kopf's object formatter on text lines; JSON lines carry
     # the same reference as an "object" key instead
     kopf.configure(verbose=verbose, log_format=fmt, log_prefix=fmt is not kopf.LogFormat.JSON, log_refkey="object")
-    kube = Api.from_environment()
+    try:
+        kube = Api.from_environment()
+    except kubernetes.config.ConfigException as err:
+        raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
     memo = kopf.Memo(metrics_port=metrics_port or None, resync_seconds=resync_seconds, namespaces=list(namespaces) or None, kube=kube)
     runner.run(namespaces=list(namespaces), clusterwide=all_namespaces, liveness=liveness or None, memo=memo, kube=kube, election=election)
 

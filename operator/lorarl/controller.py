@@ -99,7 +99,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.stopping = threading.Event()
     memo.reconciler = Reconciler(memo.get("kube") or Api.from_environment())
     memo.locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
-    if memo.get("metrics_port"):
+    if memo.get("metrics_port") and not memo.get("metrics_started"):  # `lorarl run` starts it before the election
         start_http_server(int(memo.metrics_port), addr=memo.get("metrics_addr", "0.0.0.0"))
     memo.stop_resync = threading.Event()
     memo.resync_thread = threading.Thread(target=_resync_loop, args=(memo,), name="lorarl-resync", daemon=True)

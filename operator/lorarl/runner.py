@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import kopf
+from prometheus_client import start_http_server
 
-from . import leader, probes
+from . import leader, metrics, probes
 from .kube import Api
 
 log = logging.getLogger("lorarl.runner")
@@ -90,6 +91,10 @@ def run(*, namespaces: list[str], clusterwide: bool, liveness: Optional[str], me
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # kopf's liveness server: a line per probe
     server = probes.ProbeServer(liveness, state.alive, state.ready).start() if liveness else None
+    if memo.get("metrics_port"):  # served by the standby too, so a scrape of either pod succeeds
+        start_http_server(int(memo.metrics_port), addr=memo.get("metrics_addr", "0.0.0.0"))
+        memo.metrics_started = True
+    metrics.LEADER.set(0 if election else 1)
     # SIGTERM/SIGINT before kopf runs (kopf then installs its own handlers) stops a standby, and
     # kopf as soon as it starts. kopf gets a future of its own loop, which it awaits natively (for
     # a threading.Event it would park an executor thread that blocks its exit); the future is
@@ -121,6 +126,7 @@ def run(*, namespaces: list[str], clusterwide: bool, liveness: Optional[str], me
                 log.info("stopped while a standby")
                 return
             state.role = "leader"
+            metrics.LEADER.set(1)
             renewer = threading.Thread(target=_renew_or_exit, args=(elector, stop_renewing), name="lorarl-lease", daemon=True)
             renewer.start()
         kopf.run(

@@ -167,7 +167,7 @@ class Replica(OperatorProcess):
         super().__init__(control_plane, namespace, tmp_path)
         self.pod, self.kubeconfig, self.extra, self.log_format = pod, kubeconfig, list(extra), log_format
         self.log_path = tmp_path / f"{pod}.log"
-        self.port = free_port()
+        self.port, self.metrics_port = free_port(), free_port()
         self.user = f"system:serviceaccount:{namespace}:{pod}"
 
     def start(self):
@@ -177,10 +177,19 @@ class Replica(OperatorProcess):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lorarl.cli", "run", "-n", self.namespace, "--liveness", f"http://127.0.0.1:{self.port}/healthz",
-             "--metrics-port", "0", "--resync-seconds", "1", "--log-format", self.log_format, *self.extra],
+             "--metrics-port", str(self.metrics_port), "--resync-seconds", "1", "--log-format", self.log_format, *self.extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
         return self
+
+    def leading(self):
+        """The lorarl_leader gauge this replica exports (None before it serves metrics)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        return next(float(line.split()[1]) for line in text.splitlines() if line.startswith("lorarl_leader "))
 
     def probe(self, path):
         try:
@@ -293,6 +302,7 @@ def test_sigterm_releases_the_lease_and_both_replicas_answer_probes(control_plan
     assert standby.probe("/healthz") == (200, "standby: alive\n")
     assert "standby" in standby.probe("/readyz")[1] and "leader: watching" in first.probe("/readyz")[1]
     assert first.probe("/nope")[0] == 404
+    assert (first.leading(), standby.leading()) == (1.0, 0.0)  # both serve metrics
 
     apply_named(control_plane, namespace, "job-a")
     wait_for(phase_is(kube, namespace, "Pending", name="job-a"), timeout=60, what="job-a reconciled by the leader")
@@ -311,6 +321,7 @@ def test_sigterm_releases_the_lease_and_both_replicas_answer_probes(control_plan
     assert "released the lease" in first.output()
 
     wait_for(lambda: standby.probe("/readyz") == (200, "leader: watching\n"), timeout=60, what="the new leader ready")
+    assert standby.leading() == 1.0
     apply_named(control_plane, namespace, "job-b")
     wait_for(phase_is(kube, namespace, "Pending", name="job-b"), timeout=60, what="job-b reconciled by the new leader")
     assert {r["user"] for r in recorder.snapshot() if r["name"] == "job-b" and r["resource"] == "rayjobs"} == {standby.user}
