@@ -29,6 +29,7 @@ SIGTERM), and it calls ``sys.exit`` on bad settings. So this module uses the pub
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import math
 import os
@@ -151,6 +152,18 @@ def micro_time(moment: datetime.datetime) -> str:
 # -- the elector (I/O) --------------------------------------------------------------------------
 
 
+def describe_error(err: BaseException) -> str:
+    """One line: the API server's status and message, not the client's dump of headers."""
+    if isinstance(err, ApiException):
+        message = err.reason or ""
+        try:
+            message = json.loads(err.body).get("message", message)
+        except (TypeError, ValueError, AttributeError):
+            pass
+        return f"{err.status} {message}"
+    return f"{type(err).__name__}: {err}"
+
+
 class LeadershipLost(Exception):
     """This process is no longer (or may no longer be) the leader."""
 
@@ -236,7 +249,7 @@ class LeaseElector:
                 if self._write(next_record(self.observed, self.identity, stamp, self.timings.lease_seconds)):
                     return True
             except Exception as err:  # noqa: BLE001 - fall back to a fresh read, like LE
-                log.debug("optimistic renewal of lease %s failed: %s", self.describe, err)
+                log.debug("optimistic renewal of lease %s failed: %s", self.describe, describe_error(err))
         lease = self._read()
         if lease is None:
             self._lease = None
@@ -259,7 +272,7 @@ class LeaseElector:
                     log.info("acquired the lease %s as %s (leaseTransitions %d)", self.describe, self.identity, self.observed.transitions if self.observed else 0)
                     return True
             except Exception as err:  # noqa: BLE001 - an API hiccup: try again next period
-                log.warning("could not read or take the lease %s: %s", self.describe, err)
+                log.warning("could not read or take the lease %s: %s", self.describe, describe_error(err))
             if self.observed is not None and self.observed.holder != reported:
                 reported = self.observed.holder
                 log.info("the lease %s is held by %s; %s waits as a standby", self.describe, reported or "nobody", self.identity)
@@ -277,7 +290,7 @@ class LeaseElector:
                 except LeadershipLost:
                     raise
                 except Exception as err:  # noqa: BLE001 - keep trying until the deadline
-                    reason = str(err)
+                    reason = describe_error(err)
                 if renewal_overdue(self.last_renewed, self.timings.renew_deadline, self._clock()):
                     raise LeadershipLost(f"could not renew the lease {self.describe} for {self.timings.renew_deadline:g}s: {reason}")
                 log.warning("renewing the lease %s failed (%s); retrying", self.describe, reason)
@@ -299,6 +312,6 @@ class LeaseElector:
                     log.info("released the lease %s", self.describe)
                     return True
             except Exception as err:  # noqa: BLE001 - best effort: the lease expires anyway
-                log.warning("could not release the lease %s: %s", self.describe, err)
+                log.warning("could not release the lease %s: %s", self.describe, describe_error(err))
                 return False
         return False

@@ -14,6 +14,7 @@ import collections
 import copy
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -388,3 +389,23 @@ def test_log_lines_name_their_object(control_plane, namespace, kube, tmp_path, l
         assert any(r["trigger"] == "change" and r["applied"] == 6 for r in reconciles)
         assert len({r["reconcile_id"] for r in reconciles}) == len(reconciles)
     assert reconciles
+
+
+@pytest.mark.parametrize("how", ["another-holder", "renew-deadline"])
+def test_a_leader_that_loses_the_lease_exits(control_plane, namespace, kube, tmp_path, how):
+    kubeconfigs = grant(control_plane, namespace, ["op-a"])
+    election = ["--leader-elect", "--leader-election-namespace", namespace, "--leader-election-id", LEASE, *TIMINGS]
+    op = Replica(control_plane, namespace, tmp_path, "op-a", kubeconfigs["op-a"], election).start()
+    try:
+        wait_for(lambda: op.probe("/readyz") == (200, "leader: watching\n"), timeout=60, what="op-a leading")
+        leases = k8s.CoordinationV1Api(kube.client)
+        if how == "another-holder":  # someone else wrote the Lease (e.g. it was taken while we were stalled)
+            leases.patch_namespaced_lease(LEASE, namespace, {"spec": {"holderIdentity": "intruder_1"}})
+            expected = "lost leadership: the lease .* is now held by intruder_1"
+        else:  # the Lease cannot be renewed any more: its RBAC is revoked, every renewal is a 403
+            control_plane.kubectl("delete", "rolebinding", "lorarl-leader-election", "-n", namespace)
+            expected = "lost leadership: could not renew the lease .* for 4s: 403 .*forbidden"
+        assert op.proc.wait(timeout=60) == 1
+    finally:
+        op.stop()
+    assert re.search(expected, op.output()), op.output()[-2000:]
