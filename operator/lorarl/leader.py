@@ -5,7 +5,7 @@ Followed: k8s.io/client-go@v0.37.2 ``tools/leaderelection/leaderelection.go`` (L
 
 * Expiry is judged on this process's own monotonic clock, from the moment it last *observed a
   change* of the lease record, plus the record's ``leaseDurationSeconds`` (LE:20-28 and
-  ``isLeaseValid``/``setObservedRecord``, LE:548-566). The holder's ``renewTime`` is never
+  ``isLeaseValid``/``setObservedRecord``, LE:548-564). The holder's ``renewTime`` is never
   compared with our clock, so clock skew between nodes does not matter.
 * A candidate takes the lease when it is absent (create), has no holder (released), or has
   expired; a takeover increments ``leaseTransitions`` and sets ``acquireTime``, a renewal keeps
@@ -13,11 +13,11 @@ Followed: k8s.io/client-go@v0.37.2 ``tools/leaderelection/leaderelection.go`` (L
 * Every write is a PUT of the lease as last read, with its ``resourceVersion`` (LL:73-96): a 409
   means another candidate wrote first, so we lost that round.
 * The leader renews every retry period; if it has not renewed for the renew deadline it is no
-  longer the leader (``renew``, LE:279-317). We also give up at once when the lease shows another
+  longer the leader (``renew``, LE:279-312). We also give up at once when the lease shows another
   holder. The caller must stop writing then (controller-runtime exits: pkg/manager/internal.go
   631-642 of sigs.k8s.io/controller-runtime@v0.25.2).
 * On a clean shutdown the leader releases: ``holderIdentity`` cleared, ``leaseDurationSeconds``
-  1, transitions kept (``tryRelease``, LE:326-361), so a standby takes over at its next try.
+  1, transitions kept (``tryRelease``, LE:326-359), so a standby takes over at its next try.
 * Candidates retry with jitter: retry period x (1 + random x 1.2) (``acquire``, LE:252-277).
 
 Why not ``kubernetes.leaderelection`` (the Python client, 37.0): it never releases the lease, does
