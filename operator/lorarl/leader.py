@@ -62,7 +62,8 @@ class Timings:
         return math.ceil(self.lease_duration)
 
     def problem(self) -> Optional[str]:
-        """Why these timings are unsafe, or None (LE:76-92 checks the same order)."""
+        """Why these timings are unsafe, or None: lease > renew > retry > 0 (client-go, LE:76-92,
+        asks renew > 1.2 x retry, its jitter factor; this flag contract asks renew > retry)."""
         if not self.retry_period > 0:
             return "--retry-period must be greater than 0"
         if not self.renew_deadline > self.retry_period:
@@ -135,7 +136,7 @@ def next_record(old: Optional[Record], me: str, stamp: str, lease_seconds: int) 
 
 
 def released(old: Record, stamp: str) -> Record:
-    """The record a leader leaves behind on a clean shutdown (LE:338-345)."""
+    """The record a leader leaves behind on a clean shutdown (LE:341-346)."""
     return Record("", 1, stamp, stamp, old.transitions)
 
 
