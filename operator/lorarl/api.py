@@ -457,7 +457,7 @@ class CheckpointSpec(ApiModel):
     save_interval: int = Field(50, ge=1, le=1000000, description="Save the adapter every this many rollouts (and at the last one).", json_schema_extra=flag("--save-interval"))
     resume: bool = Field(
         True,
-        description="On (re)start, continue from the newest iter_*/adapter under the job's checkpoint directory, if any.",
+        description="On a retry or a re-created RayJob, continue from the newest complete checkpoint of any attempt, training only the remaining rollouts into the attempt's own directory (docs/status.md); off: each attempt starts over.",
         json_schema_extra=flag("--lora-adapter-path"),
     )
     storage: StorageSpec = Field(default_factory=StorageSpec, description="Where models, datasets and checkpoints live.")

@@ -4,6 +4,7 @@ ledger, the resume decision, and a retry that resumes, run through the shipped a
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import sys
 import pytest
 
 from lorarl_dev import mileslog
-from tests.reporter.reporter_testlib import trainer_command
+from tests.reporter.reporter_testlib import r4, trainer_command
 
 
 def adapter(save, it):
@@ -142,10 +143,24 @@ def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fak
     assert final["progress"]["gpuHours"] > 0
     assert final["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/attempt-002/iter_0000039/adapter",
                                     "count": 5, "saving": None}
-    assert [(e["name"], e["latestRollout"]) for e in final["eval"]] == [("aime24", 99), ("math-500", 99)]
+    # evals and the logprob-diff mean cover the adapter's whole lineage: attempt 1 before 60, then attempt 2
+    a1 = mileslog.attempt_log(100, save_dir=str(save), save_interval=20, ranks=16, noise=False, stop_after=79,
+                              die_saving=True, seed=100)
+    a2 = mileslog.attempt_log(40, save_dir=str(save), save_interval=20, ranks=16, noise=False, seed=40)
+    lineage = [(r, sc) for r, sc in a1.evals if r < 60] + [(r + 60, sc) for r, sc in a2.evals]
+    assert [r for r, _ in lineage] == [0, 19, 39, 59, 60, 79, 99]
+    for entry in final["eval"]:
+        scores = [(sc[entry["name"]], r) for r, sc in lineage]
+        best = max(v for v, _ in scores)
+        assert (entry["latest"], entry["latestRollout"]) == (r4(scores[-1][0]), 99)
+        assert (entry["best"], entry["bestRollout"]) == (r4(best), min(r for v, r in scores if v == best))
+    diffs = [v for n, v in a1.diff.items() if n < 60] + list(a2.diff.values())
+    diffs = [v for v in diffs if math.isfinite(v)]
+    assert abs(final["metrics"]["trainRolloutLogprobAbsDiffMean"] - math.fsum(diffs) / len(diffs)) <= 5e-4 * final["metrics"]["trainRolloutLogprobAbsDiffMean"]
     assert {p.name: p.read_bytes() for p in (save / "iter_0000079" / "adapter").iterdir()} == torn  # never overwritten
     records = [json.loads(p.read_text()) for p in sorted((save / "lorarl-attempts").glob("*.json"))]
     assert [(r["attempt"], r["offset"], r["numRollout"], r["finished"]) for r in records] == [(1, 0, 100, 80), (2, 60, 40, 100)]
+    assert [e[0] for e in records[0]["evals"]] == [0, 19, 39, 59] and [e[0] for e in records[1]["evals"]] == [60, 79, 99]
 
     third = run_attempt(artifact_path, save, env)  # e.g. a re-created RayJob after the end
     assert third.returncode == 0 and third.stdout == b""

@@ -227,3 +227,22 @@ def test_gpu_hours_and_attempts_from_the_ledger(reporter):
     assert progress["gpuHours"] == r4(8 + 8 * 1000 / 3600)  # attempt 1: 1 h; attempt 2 so far: 1000 s
     assert progress["attempts"] == 2 and progress["rollout"] == 50 and progress["trainedRollouts"] == 80
 
+
+
+def test_earlier_attempts_count_only_for_the_rollouts_kept(reporter):
+    """Attempt 1 evaluated at 79 and trained steps to 79, but attempt 2 resumed after 60: that
+    branch is gone. Attempt 3 (after 100) builds on attempt 1 up to 59 and attempt 2 from 60."""
+    history = [
+        {"attempt": 1, "offset": 0, "evals": [[0, {"aime24": 0.5}], [59, {"aime24": 0.6}], [79, {"aime24": 0.9}]],
+         "diffs": [[0, 0.01], [59, 0.01], [79, 0.5]]},
+        {"attempt": 2, "offset": 60, "evals": [[60, {"aime24": 0.55}], [99, {"aime24": 0.7}]],
+         "diffs": [[60, 0.03], [99, 0.03]]},
+        {"attempt": 3, "offset": 100, "evals": "torn", "diffs": [["x", 1]]},  # this attempt: ignored
+    ]
+    s = reporter.Summary(120, offset=100, attempt=3, history=history, clock=Clock())
+    status = s.status()
+    assert status["eval"] == [{"name": "aime24", "latest": 0.7, "latestRollout": 99, "best": 0.7, "bestRollout": 99}]
+    assert status["metrics"] == {"trainRolloutLogprobAbsDiffMean": 0.02}
+    assert s.ledger_fields()["evals"] == [] and s.ledger_fields()["diffs"] == []  # nothing of its own yet
+    s.apply(reporter.Event("step", 0, {"train/train_rollout_logprob_abs_diff": 0.02}))
+    assert s.ledger_fields()["diffs"] == [[100, 0.02]]

@@ -8,7 +8,9 @@ need: where the attempt saves, how many rollouts were done before it, and how lo
 
 Record fields: attempt, saveDir, offset, numRollout, resumedFrom, gpus, startedAt, aliveAt
 (seconds since the epoch; aliveAt is refreshed while the attempt runs), finished (rollouts
-done, counted across attempts, as last seen by this attempt).
+done, counted across attempts, as last seen by this attempt), evals ([rollout, {name: score}])
+and diffs ([step, train_rollout_logprob_abs_diff]) of this attempt, rollouts and steps counted
+across attempts.
 """
 
 from __future__ import annotations

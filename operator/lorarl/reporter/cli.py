@@ -147,8 +147,8 @@ def make_reporter(opts, plan) -> Reporter:
     if plan is not None:
         record = dict(plan.record)
 
-        def heartbeat(done: int) -> None:
-            record.update(aliveAt=time.time(), finished=done)
+        def heartbeat(fields: dict) -> None:
+            record.update(fields, aliveAt=time.time())
             attempts.update(opts.save_dir, record)
 
     return Reporter(summary, patcher, opts.interval, scan=scan, heartbeat=heartbeat)

@@ -19,12 +19,12 @@ FINAL_TIMEOUT = 10.0  # seconds for everything after the child exited
 class Reporter:
     """Owns the Summary (behind a lock) and the thread that patches, scans and heartbeats.
 
-    ``scan()`` returns (saves, save_dir) or None; ``heartbeat(done)`` records this attempt's
-    progress and running time on the volume. Both run on the background thread only."""
+    ``scan()`` returns (saves, save_dir) or None; ``heartbeat(fields)`` records this attempt's
+    progress (``Summary.ledger_fields``) and running time on the volume. Both run on the background thread only."""
 
     def __init__(self, summary: Summary, patcher: Optional[Patcher], interval: float,
                  scan: Optional[Callable[[], Optional[tuple]]] = None,
-                 heartbeat: Optional[Callable[[int], None]] = None,
+                 heartbeat: Optional[Callable[[dict], None]] = None,
                  monotonic: Callable[[], float] = time.monotonic):
         self.summary = summary
         self.patcher = patcher
@@ -83,8 +83,8 @@ class Reporter:
                     self.summary.apply_scan(*result)
         if self.heartbeat is not None:
             with self._cond:
-                done = self.summary.done()
-            self.heartbeat(done)
+                fields = self.summary.ledger_fields()
+            self.heartbeat(fields)
 
     def _run(self) -> None:
         while True:

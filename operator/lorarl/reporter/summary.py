@@ -16,6 +16,10 @@ When a rollout counts as finished (``progress.rollout`` = highest finished id + 
 * a complete checkpoint of iteration N finishes N (this makes a resumed run right at once).
 
 Metrics are rounded to 4 significant digits (``rounding``); NaN/inf are never sent.
+
+Across attempts (the ledger, see attempts.py): GPU time and trained rollouts add up; evals and
+logprob diffs of earlier attempts count for the rollouts this attempt builds on (those before
+its offset), so ``best`` and the diff mean cover the whole lineage of the adapter.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class Summary:
         earlier = [r for r in (history or []) if r.get("attempt", 0) < self.attempt]
         self._earlier_gpu_seconds = sum(attempts.ran_seconds(r) * int(r.get("gpus") or 0) for r in earlier)
         self._earlier_trained = sum(attempts.trained(r) for r in earlier)
+        self._eval_history: list = []  # (rollout, {name: score}) of this attempt, for the ledger
         self.notes: list = []  # one-off messages for the job log
         self._id_offset = self.offset  # added to the trainer's rollout ids
         self._first_id_seen = False
@@ -82,9 +87,31 @@ class Summary:
         self._saves: Optional[list] = None  # the last scan
         self._save_dir: Optional[str] = None
         self.wandb_url: Optional[str] = None
+        self._seed_from(earlier)
         self.version = 1
         self._updated = clock()
         self._core = self._compute()
+
+    def _seed_from(self, earlier: list) -> None:
+        """Evals and logprob diffs of earlier attempts, for the rollouts this attempt builds on:
+        an entry of attempt j at rollout r counts when every later attempt resumed after r."""
+        later_offsets = [self.offset]
+        for record in sorted(earlier, key=lambda r: r["attempt"], reverse=True):
+            limit = min(later_offsets)
+            for rollout, scores in _pairs(record.get("evals")):
+                if rollout < limit and isinstance(scores, dict):
+                    self._fold_eval(int(rollout), {f"eval/{k}": v for k, v in scores.items() if _finite(v)}, keep=False)
+            for step, value in _pairs(record.get("diffs")):
+                if step < limit * self.steps_per_rollout and _finite(value):
+                    self._diffs.setdefault(int(step), float(value))
+            later_offsets.append(int(record.get("offset") or 0))
+
+    def ledger_fields(self) -> dict:
+        """What later attempts need from this one (kept in its ledger record)."""
+        first_step = self.offset * self.steps_per_rollout
+        return {"finished": self.done(),
+                "evals": [[r, scores] for r, scores in self._eval_history],
+                "diffs": [[step, significant(v, 6)] for step, v in sorted(self._diffs.items()) if step >= first_step]}
 
     # ------------------------------------------------------------------ folding
     def apply(self, event: Event) -> bool:
@@ -156,8 +183,11 @@ class Summary:
             self._first = (now, rollout)
         self._last = (now, rollout)
 
-    def _fold_eval(self, rollout: int, values: dict) -> None:
-        for name, score in eval_scores(values).items():
+    def _fold_eval(self, rollout: int, values: dict, keep: bool = True) -> None:
+        scores = {n: v for n, v in eval_scores(values).items() if _finite(v)}
+        if keep and scores:
+            self._eval_history.append((rollout, scores))
+        for name, score in scores.items():
             if not _finite(score):
                 continue
             entry = self._evals.get(name)
@@ -262,6 +292,15 @@ class Summary:
         if self.gpus:
             status["progress"]["gpuHours"] = self.gpu_hours()
         return status
+
+
+def _pairs(value) -> list:
+    """[[number, value], ...] from a ledger record; anything malformed is skipped."""
+    out = []
+    for item in value if isinstance(value, list) else []:
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], int) and not isinstance(item[0], bool):
+            out.append((item[0], item[1]))
+    return out
 
 
 def _adapter_path(logged: Optional[str], save_dir: Optional[str], local: int) -> str:
