@@ -30,9 +30,9 @@ def module_sources() -> dict[str, str]:
 
 def _add(archive: zipfile.ZipFile, name: str, text: str) -> None:
     info = zipfile.ZipInfo(name, date_time=_EPOCH)
-    info.compress_type = zipfile.ZIP_DEFLATED
+    info.compress_type = zipfile.ZIP_STORED  # no zlib: the same bytes wherever it is built
     info.external_attr = 0o644 << 16
-    archive.writestr(info, text.encode("utf-8"), compresslevel=9)
+    archive.writestr(info, text.encode("utf-8"))
 
 
 @functools.cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -102,15 +103,21 @@ def test_resume_plan_picks_the_newest_complete_save_of_any_attempt(reporter, tmp
     assert (off.offset, off.adapter, off.num_rollout) == (0, None, 100)
 
 
-def run_attempt(artifact_path, save, env, extra_env=None, total=100):
-    cmd = [sys.executable, "-I", "-S", str(artifact_path), "--namespace", "ns", "--name", "job", "--total-rollouts",
+# The training image's Python may be as old as 3.10: the artifact is run with the oldest one here too.
+OLDEST = next((p for p in ("/root/.pyenv/versions/3.10.13/bin/python3", shutil.which("python3.10")) if p and os.path.exists(p)), None)
+PYTHONS = [sys.executable] + ([OLDEST] if OLDEST else [])
+
+
+def run_attempt(artifact_path, save, env, extra_env=None, total=100, python=sys.executable):
+    cmd = [python, "-I", "-S", str(artifact_path), "--namespace", "ns", "--name", "job", "--total-rollouts",
            str(total), "--save-dir", str(save), "--gpus", "16", "--interval", "0.2", "--resume", "--",
            *trainer_command(str(save), total)]
     trainer_env = {**env, **(extra_env or {}), "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run(cmd, capture_output=True, env=trainer_env, timeout=300)
 
 
-def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fake_api):
+@pytest.mark.parametrize("python", PYTHONS)
+def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fake_api, python):
     """Attempt 1 (2 nodes) dies while saving rollout 79; the re-run entrypoint resumes from 59
     in its own directory with 40 rollouts left; the status counts 100 over both attempts."""
     save = tmp_path / "checkpoints"
@@ -119,7 +126,7 @@ def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fak
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))}
     env.update(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token), FAKE_RANKS="16")
     first = run_attempt(artifact_path, save, env, {"FAKE_CRASH_AFTER": "79", "FAKE_TORN": "1",
-                                                   "FAKE_WANDB_URL": "https://wandb.ai/t/p/runs/r1"})
+                                                   "FAKE_WANDB_URL": "https://wandb.ai/t/p/runs/r1"}, python=python)
     assert first.returncode == 1, first.stderr.decode()[-2000:]
     after_first = fake_api.patches()[-1]["body"]["status"]
     assert after_first["progress"]["rollout"] == 80 and after_first["progress"]["attempts"] == 1
@@ -127,7 +134,7 @@ def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fak
     assert after_first["tracking"] == {"wandbRunURL": "https://wandb.ai/t/p/runs/r1"}
     torn = {p.name: p.read_bytes() for p in (save / "iter_0000079" / "adapter").iterdir()}
 
-    second = run_attempt(artifact_path, save, env)
+    second = run_attempt(artifact_path, save, env, python=python)
     assert second.returncode == 0, second.stderr.decode()[-2000:]
     notes = [line for line in second.stderr.decode().splitlines() if line.startswith("[lorarl-reporter]")]
     assert f"attempt 2: 60 of 100 rollouts done; resuming from {save}/iter_0000059/adapter; saving to " \
@@ -162,7 +169,7 @@ def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fak
     assert [(r["attempt"], r["offset"], r["numRollout"], r["finished"]) for r in records] == [(1, 0, 100, 80), (2, 60, 40, 100)]
     assert [e[0] for e in records[0]["evals"]] == [0, 19, 39, 59] and [e[0] for e in records[1]["evals"]] == [60, 79, 99]
 
-    third = run_attempt(artifact_path, save, env)  # e.g. a re-created RayJob after the end
+    third = run_attempt(artifact_path, save, env, python=python)  # e.g. a re-created RayJob after the end
     assert third.returncode == 0 and third.stdout == b""
     assert "all 100 rollouts are done and saved; not starting the trainer" in third.stderr.decode()
     assert fake_api.patches()[-1]["body"]["status"]["progress"]["rollout"] == 100
