@@ -74,6 +74,15 @@ def test_unknown_rank_count_uses_the_shards_found(reporter, tmp_path):
     assert verdict(reporter, tmp_path / "b", 0).complete == []
 
 
+def test_rewrite_sets_every_occurrence_and_replaces_a_user_adapter(reporter):
+    argv = ["train", "--save", "/s", "--num-rollout", "100", "--lora-adapter-path", "/start", "--save", "/user"]
+    assert reporter.rewrite(argv, "/s/attempt-002", 40, "/s/iter_0000059/adapter") == [
+        "train", "--save", "/s/attempt-002", "--num-rollout", "40", "--lora-adapter-path", "/s/iter_0000059/adapter",
+        "--save", "/s/attempt-002"]
+    assert reporter.rewrite(["train", "--lora-adapter-path", "/start"], "/s/a", 100, None) == [
+        "train", "--lora-adapter-path", "/start", "--save", "/s/a", "--num-rollout", "100"]  # nothing saved: the user's start
+
+
 def test_ledger_numbers_attempts_from_the_volume(reporter, tmp_path):
     save = str(tmp_path)
     plans = [reporter.plan(["train", "--save", save, "--num-rollout", "100"], save, 100, 8, 8, True, 1000.0 + i)
@@ -173,3 +182,19 @@ def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fak
     assert third.returncode == 0 and third.stdout == b""
     assert "all 100 rollouts are done and saved; not starting the trainer" in third.stderr.decode()
     assert fake_api.patches()[-1]["body"]["status"]["progress"]["rollout"] == 100
+
+
+def test_a_resumed_trainer_that_trains_nothing_fails_the_attempt(artifact_path, tmp_path):
+    """If the real trainer continued at the checkpoint's iteration + 1 by itself, the reduced
+    --num-rollout would leave it nothing to do: that must not pass for a finished run."""
+    save = tmp_path / "checkpoints"
+    mileslog.write_tree(str(save), [59], 8)
+    (save / "lorarl-attempts").mkdir()
+    (save / "lorarl-attempts" / "001.json").write_text(json.dumps({"offset": 0, "saveDir": str(save)}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))}
+    done = subprocess.run([sys.executable, "-I", "-S", str(artifact_path), "--namespace", "ns", "--name", "job",
+                           "--total-rollouts", "100", "--save-dir", str(save), "--gpus", "8", "--resume", "--",
+                           sys.executable, "-c", "print('Resuming LoRA training from iteration 59')"],
+                          capture_output=True, env=env, timeout=60)
+    assert done.returncode == 1
+    assert "without training a rollout after resuming" in done.stderr.decode()

@@ -166,6 +166,8 @@ SAVE = "/root/shared_data/job/checkpoints/iter_0000049/adapter"
     (RAY + "[2026-11-30 08:30:00.123 actor_cell0_rank1] checkpoint.py:160 - Saving LoRA checkpoint to " + SAVE
      + " [repeated 7x across cluster]", ("saving", 49, {}, SAVE)),
     (RAY + HEADER + "Resuming LoRA training from iteration 49", ("resumed", 49, {}, None)),
+    (RAY + HEADER + f"LoRA is enabled and --lora-adapter-path={SAVE} was specified, but adapter weights could not be "
+     "loaded. Training will start with freshly initialized adapter weights.", ("not_resumed", 0, {}, SAVE)),
     ("wandb: \U0001f680 View run at \x1b[34m\x1b[4mhttps://wandb.ai/team/proj/runs/abc123\x1b[0m",
      ("wandb", 0, {}, "https://wandb.ai/team/proj/runs/abc123")),
     ("wandb:  View run at https://wandb.example.com/t/p/runs/r-1",  # no emoji on a non-UTF-8 stdout

@@ -246,3 +246,22 @@ def test_earlier_attempts_count_only_for_the_rollouts_kept(reporter):
     assert s.ledger_fields()["evals"] == [] and s.ledger_fields()["diffs"] == []  # nothing of its own yet
     s.apply(reporter.Event("step", 0, {"train/train_rollout_logprob_abs_diff": 0.02}))
     assert s.ledger_fields()["diffs"] == [[100, 0.02]]
+
+
+def test_first_rollout_id_after_a_resume_is_logged_once(reporter):
+    s = reporter.Summary(100, offset=60, attempt=2, clock=Clock())
+    s.apply(reporter.Event("resumed", 59, {}))
+    s.apply(reporter.Event("eval", 0, {"eval/aime24": 0.5}))
+    s.apply(reporter.Event("perf", 0, {"rollout/response_len/mean": 1.0}))
+    assert s.notes == ["the trainer restored the adapter and optimizer of iteration 59",
+                       "attempt 2: the trainer's first rollout id is 0; it resumed after 60 rollouts, so its ids are shown as id + 60"]
+    assert s.status()["eval"][0]["latestRollout"] == 60
+    # a trainer that continues by itself (first id >= offset) keeps its ids
+    t = reporter.Summary(100, offset=60, attempt=2, clock=Clock())
+    t.apply(reporter.Event("rollout", 60, {"rollout/raw_reward": 0.1}))
+    t.apply(reporter.Event("step", 60, {"train/loss": 0.1}))
+    assert t.status()["progress"]["rollout"] == 61 and t.status()["metrics"]["step"] == 60
+    assert "continued" in t.notes[0]
+    u = reporter.Summary(100, offset=60, attempt=2, clock=Clock())
+    u.apply(reporter.Event("not_resumed", 0, {}, "/s/iter_0000059/adapter"))
+    assert u.notes[0].startswith("WARNING: the trainer could not load /s/iter_0000059/adapter")

@@ -101,6 +101,14 @@ def main(argv=None) -> int:
         if reporter is not None:
             reporter.start()
         code = supervise.run(command, forwarder, on_line_for(reporter))
+        if code == 0 and plan is not None and plan.offset > 0 and reporter is not None \
+                and not reporter.summary.saw_rollouts:
+            # miles 31f1ca9 restarts at rollout 0; a trainer that continued at the resumed
+            # iteration instead would see --num-rollout below its start and train nothing.
+            warn(f"attempt {plan.attempt}: the trainer exited 0 without training a rollout after resuming from "
+                 f"{plan.adapter} with --num-rollout {plan.num_rollout}; failing the attempt instead of "
+                 "reporting success (does this miles continue at the checkpoint's iteration + 1?)")
+            code = 1
     if reporter is not None:
         try:
             reporter.finish()

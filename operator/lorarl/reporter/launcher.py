@@ -46,20 +46,24 @@ def save_dirs(save_root: str, records: list) -> list:
 
 
 def _set_flag(argv: list, flag: str, value: str) -> list:
+    """Every ``flag VALUE`` pair gets ``value`` (argparse keeps the last one, which may come from
+    the user's extra args); appended when absent."""
     out = list(argv)
-    if flag in out:
-        i = out.index(flag)
-        if i + 1 < len(out):
+    found = False
+    for i, word in enumerate(out[:-1]):
+        if word == flag:
             out[i + 1] = value
-            return out
-    return out + [flag, value]
+            found = True
+    return out if found else out + [flag, value]
 
 
 def rewrite(argv: list, save_dir: str, num_rollout: int, adapter: Optional[str]) -> list:
+    """This attempt's command. A resumed attempt loads our checkpoint, even when the user's
+    extra args name a starting adapter (that one was loaded by attempt 1)."""
     out = _set_flag(argv, "--save", save_dir)
     out = _set_flag(out, "--num-rollout", str(num_rollout))
-    if adapter and "--lora-adapter-path" not in out:
-        out += ["--lora-adapter-path", adapter]
+    if adapter:
+        out = _set_flag(out, "--lora-adapter-path", adapter)
     return out
 
 

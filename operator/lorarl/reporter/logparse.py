@@ -19,6 +19,8 @@ Messages::
     eval <id>: {...}      'eval/<name>' scores (ray/rollout/metrics.py:53)
     Saving LoRA checkpoint to <save>/iter_NNNNNNN/adapter      (megatron_utils/checkpoint.py:160)
     Resuming LoRA training from iteration <N>                  (lora_utils.py:620)
+    ... --lora-adapter-path=<dir> was specified, but adapter weights could not be loaded ...
+                                                   (checkpoint.py:145-149: a fresh adapter)
     ... successfully saved checkpoint from iteration <N> ...   (Megatron, non-LoRA saves only)
     wandb: ... View run [<name>] at[:] <url>                   (wandb/sdk/wandb_run.py:3847, 3901)
 
@@ -40,7 +42,7 @@ MAX_LITERAL = 1 << 20  # longer dict reprs skip ast.literal_eval
 
 
 class Event(NamedTuple):
-    kind: str  # perf | rollout | step | eval | saving | resumed | checkpoint | wandb
+    kind: str  # perf | rollout | step | eval | saving | resumed | not_resumed | checkpoint | wandb
     id: int  # rollout id, step number or iteration (0 for wandb)
     values: dict  # metric key -> float (may be nan/inf); empty for the others
     path: Optional[str] = None  # save path (saving/checkpoint) or the W&B run URL
@@ -52,6 +54,7 @@ _LOG_HEADER_RE = re.compile(r"\[[^\]\n]{0,200}\d\d:\d\d:\d\d[^\]\n]{0,200}\] \S+
 _MESSAGE_RE = re.compile(r"(perf|rollout|step|eval) (\d+): (\{.*)")
 _SAVING_RE = re.compile(r"Saving LoRA checkpoint to (\S*?iter_(\d+)\S*)")
 _RESUMED_RE = re.compile(r"Resuming LoRA training from iteration (\d+)")
+_NOT_RESUMED_RE = re.compile(r"--lora-adapter-path=(\S+) was specified, but adapter weights could not be loaded")
 _CKPT_RE = re.compile(r"successfully saved checkpoint from iteration\s+(\d+)(?:\s+to\s+(\S+))?")
 _WANDB_RE = re.compile(r"wandb: .*?View run\b.*?\bat:? (https?://[^\s\x1b]+/runs/[^\s\x1b]+)")
 _PAIR_RE = re.compile(
@@ -132,6 +135,9 @@ def _parse_line(line: str) -> Optional[Event]:
         m = _RESUMED_RE.search(line)
         if m:
             return Event("resumed", int(m.group(1)), {})
+        m = _NOT_RESUMED_RE.search(line)
+        if m:
+            return Event("not_resumed", 0, {}, m.group(1))
     if "View run" in line and "wandb:" in line:
         m = _WANDB_RE.search(line)
         if m:

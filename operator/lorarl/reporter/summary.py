@@ -125,6 +125,9 @@ class Summary:
             self._megatron_saves[event.id] = event.path
         elif kind == "resumed":
             self.notes.append(f"the trainer restored the adapter and optimizer of iteration {event.id}")
+        elif kind == "not_resumed":
+            self.notes.append(f"WARNING: the trainer could not load {event.path} and trains a fresh adapter: "
+                              f"the {self.offset} rollouts counted as done are not in this attempt's adapter")
         elif kind == "wandb":
             self.wandb_url = event.path
         elif kind == "eval":
@@ -235,6 +238,11 @@ class Summary:
         if verdict.saving is not None:
             out["saving"] = verdict.saving.rollout
         return out or None
+
+    @property
+    def saw_rollouts(self) -> bool:
+        """Whether the trainer printed any rollout, step or eval line in this attempt."""
+        return self._first_id_seen
 
     def done(self) -> int:
         return self._core["progress"]["rollout"]
