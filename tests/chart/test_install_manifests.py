@@ -11,12 +11,12 @@ import yaml
 
 from tests.helpers import REPO, wait_for
 
-pytestmark = pytest.mark.controlplane
 
 INSTALL = REPO / "manifests" / "install"
 GENERATOR = REPO / "hack" / "gen-install-manifests.sh"
 
 
+@pytest.mark.controlplane  # the helm binary comes from hack/controlplane/build.sh
 def test_install_manifests_match_the_chart(helm, tmp_path):
     subprocess.run(["bash", str(GENERATOR), str(tmp_path)], check=True, capture_output=True,
                    env={**helm.env, "HELM": str(helm.binary)})
