@@ -57,6 +57,16 @@ class Helm:
         return [d for d in yaml.safe_load_all(self.template(*args, **kwargs)) if d]
 
 
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def operator_rbac(helm: Helm, namespace: str, release: str, watch_namespaces: list[str] | None = None) -> list[dict[str, Any]]:
+    """The chart's ServiceAccount and RBAC objects for a release in ``namespace``: cluster-wide,
+    or for ``watch_namespaces``. Use a unique ``release``: it names the ClusterRole/Binding."""
+    values = {"watch": {"allNamespaces": False, "namespaces": watch_namespaces}} if watch_namespaces else {}
+    return [d for d in helm.render(namespace=namespace, release=release, values=values) if d["kind"] in RBAC_KINDS]
+
+
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory) -> Helm:
     binary = ensure_binaries(("helm",)) / "helm"

@@ -13,12 +13,10 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.chart.helm import helm  # noqa: F401  (fixture)
+from tests.chart.helm import helm, operator_rbac  # noqa: F401  (helm: fixture)
 from tests.helpers import seed_doc
 from tests.helpers import wait_for
 from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob
-
-RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 pytestmark = pytest.mark.controlplane
 
@@ -31,8 +29,7 @@ def free_port() -> int:
 
 def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_path, helm):
     # release name = namespace: the ClusterRole/Binding names are unique to this test
-    values = {"watch": {"allNamespaces": False, "namespaces": [namespace]}}
-    docs = [d for d in helm.render(namespace=namespace, release=namespace, values=values) if d["kind"] in RBAC_KINDS]
+    docs = operator_rbac(helm, namespace, release=namespace, watch_namespaces=[namespace])
     assert not any("secrets" in rule["resources"] for d in docs for rule in d.get("rules", []))
     sa_name = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
