@@ -3,6 +3,9 @@ and what its values.schema.json refuses (helm's own error output is the oracle).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import yaml
 
@@ -144,7 +147,7 @@ def test_no_rule_reaches_secrets_or_wildcards(helm, values):
 
 
 @needs_helm
-def test_helm_test_pod_is_restricted_and_validates_the_seed(helm):
+def test_helm_test_pod_is_restricted_and_validates_the_seed(helm, tmp_path):
     docs = helm.render()
     pod = pick(docs, "Pod")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
@@ -152,6 +155,11 @@ def test_helm_test_pod_is_restricted_and_validates_the_seed(helm):
     assert pod["spec"]["containers"][0]["args"] == ["validate", "-f", "/examples/example.yaml"]
     example = pick(docs, "ConfigMap")
     assert yaml.safe_load(example["data"]["example.yaml"]) == seed_doc()
+    # the Pod's command, run here on the mounted file's content, passes
+    (tmp_path / "example.yaml").write_text(example["data"]["example.yaml"])
+    out = subprocess.run([sys.executable, "-m", "lorarl.cli", *pod["spec"]["containers"][0]["args"][:-1], tmp_path / "example.yaml"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "valid" in out.stdout, out.stderr
     assert "Pod" not in kinds(helm.render("--set", "tests.enabled=false"))
 
 
@@ -265,3 +273,10 @@ def test_long_release_names_keep_dns_label_names(helm):
             assert len(d["metadata"]["name"]) <= 63, d["metadata"]["name"]
     assert pick(docs, "Service")["metadata"]["name"].endswith("-metrics")
     assert pick(docs, "Pod")["metadata"]["name"].endswith("-test")
+
+
+@needs_helm
+def test_kubernetes_older_than_1_30_is_refused(helm):
+    out = helm("template", "x", CHART, "--kube-version", "1.29.9", check=False)
+    assert out.returncode != 0 and "kubeVersion: >=1.30.0-0" in out.stderr, out.stderr
+    helm("template", "x", CHART, "--kube-version", "1.30.0")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -135,20 +136,36 @@ def assert_no_forbidden(log: str) -> None:
     assert "Traceback" not in log, log[-4000:]
 
 
+def older_chart(tmp_path) -> tuple[str, str]:
+    """A copy of the chart whose CRD lacks its last printer column: the "previous release"."""
+    old = tmp_path / "lorarl-operator-previous"
+    shutil.copytree(CHART, old)
+    crd_file = old / "crds" / "lorarl.dev_lorarljobs.yaml"
+    crd = yaml.safe_load(crd_file.read_text())
+    dropped = crd["spec"]["versions"][0]["additionalPrinterColumns"].pop()["name"]
+    crd_file.write_text(yaml.safe_dump(crd))
+    return str(old), dropped
+
+
+def printer_columns(cp) -> list[str]:
+    crd = get_json(cp, "crd", "lorarljobs.lorarl.dev")
+    return [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+
+
 def test_install_run_upgrade_uninstall(fresh_cp, helm, tmp_path):
     cp = fresh_cp
+    previous_chart, new_column = older_chart(tmp_path)
     for ns in (SYSTEM, "jobs-a", "jobs-b"):
         cp.kubectl("create", "namespace", ns)
     # the operator's namespace enforces Pod Security "restricted"
     cp.kubectl("label", "namespace", SYSTEM, "pod-security.kubernetes.io/enforce=restricted")
     assert not exists(cp, "crd", "lorarljobs.lorarl.dev")
 
-    # -- install: helm creates the CRD from crds/ and the operator's objects -------------------
-    out = helm("install", RELEASE, CHART, "--namespace", SYSTEM, kubeconfig=cp.kubeconfig)
+    # -- install (the previous chart): helm creates the CRD from crds/ and the operator's objects --
+    out = helm("install", RELEASE, previous_chart, "--namespace", SYSTEM, kubeconfig=cp.kubeconfig)
     assert "kubectl get lorarljobs -A -w" in out.stdout and "--for=condition=Succeeded" in out.stdout  # NOTES
     cp.kubectl("wait", "--for=condition=Established", "crd/lorarljobs.lorarl.dev", "--timeout=60s")
-    crd = get_json(cp, "crd", "lorarljobs.lorarl.dev")
-    assert crd["spec"]["versions"][0]["name"] == "v1alpha1"
+    assert new_column not in printer_columns(cp) and "Phase" in printer_columns(cp)
     for kind, name in (("serviceaccount", FULLNAME), ("deployment", FULLNAME), ("service", f"{FULLNAME}-metrics"),
                        ("role", f"{FULLNAME}-leader-election"), ("rolebinding", f"{FULLNAME}-leader-election")):
         assert exists(cp, kind, "-n", SYSTEM, name), (kind, name)
@@ -194,10 +211,17 @@ def test_install_run_upgrade_uninstall(fresh_cp, helm, tmp_path):
         log = operator.stop()
     assert_no_forbidden(log)
 
-    # -- upgrade: other resources, and watch only jobs-b -------------------------------------------
+    # -- upgrade to this chart: other resources, and watch only jobs-b -----------------------------
     helm("upgrade", RELEASE, CHART, "--namespace", SYSTEM, "--reuse-values",
          "--set", "resources.requests.cpu=250m,watch.allNamespaces=false,watch.namespaces={jobs-b}",
          kubeconfig=cp.kubeconfig)
+    assert new_column not in printer_columns(cp)  # helm upgrade never touches crds/
+    # the documented CRD upgrade (charts/lorarl-operator/README.md, docs/install.md): helm 4 owns
+    # the CRD's fields (server-side apply, manager "helm"), so without --force-conflicts it conflicts
+    refused = cp.kubectl("apply", "--server-side", "-f", CHART / "crds", check=False)
+    assert refused.returncode != 0 and 'conflict with "helm"' in refused.stderr, refused.stderr
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", CHART / "crds")
+    assert new_column in printer_columns(cp)
     deployment = get_json(cp, "deployment", "-n", SYSTEM, FULLNAME)
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["resources"]["requests"]["cpu"] == "250m"
