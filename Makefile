@@ -34,6 +34,8 @@ demo-down: setup
 # Regenerate what is generated from the API model (tests fail when these drift).
 generate: setup
 	$(BIN)/lorarl crd > crds/lorarl.dev_lorarljobs.yaml
+	cp crds/lorarl.dev_lorarljobs.yaml charts/lorarl-operator/crds/lorarl.dev_lorarljobs.yaml
+	bash hack/gen-install-manifests.sh
 	$(BIN)/lorarl-dev docs -o docs/api.md
 	LORARL_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/render
 
