@@ -22,6 +22,10 @@ _DOC_ONLY_KEYS = {"title", "flag"}
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """Inline $refs, unwrap Optional, and merge our extension keys. Returns a new dict."""
     schema = dict(schema)
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and len(all_of) == 1 and set(all_of[0]) == {"$ref"}:
+        # pydantic < 2.9 wraps a $ref that has sibling keys (description, default) in allOf
+        schema["$ref"] = schema.pop("allOf")[0]["$ref"]
     if "$ref" in schema:
         target = copy.deepcopy(defs[schema.pop("$ref").rsplit("/", 1)[-1]])
         # field-level description/default/extensions win over the referenced model's
@@ -69,6 +73,11 @@ def _structural(schema: dict[str, Any]) -> dict[str, Any]:
             # JSON Schema 2020 (pydantic) -> OpenAPI v3.0 (Kubernetes): a bound plus a boolean
             schema[bound] = schema.pop(exclusive)
             schema[exclusive] = True
+    if schema.get("type") == "number":
+        # a number's bounds as numbers: pydantic writes gt=0 as 0 or 0.0 depending on its version
+        for bound in ("minimum", "maximum"):
+            if isinstance(schema.get(bound), int) and not isinstance(schema[bound], bool):
+                schema[bound] = float(schema[bound])
     if "const" in schema:  # Literal with one value
         schema["enum"] = [schema.pop("const")]
     if "enum" in schema and "type" not in schema:
