@@ -173,15 +173,19 @@ def name_rules() -> list[dict[str, Any]]:
     ]
 
 
+# `kubectl get lorarljobs` fits 80 columns with a realistic name: what runs, how far, the reward.
+# `-o wide` (priority 1) adds training health, placement and the child RayJob.
+TRAINING_HEALTHY = '.status.conditions[?(@.type=="TrainingHealthy")].status'
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Lifecycle phase."},
     {"name": "Rollout", "type": "integer", "jsonPath": ".status.progress.rollout", "description": "Rollouts completed."},
     {"name": "Total", "type": "integer", "jsonPath": ".status.progress.total", "description": "Rollouts planned."},
-    {"name": "Hardware", "type": "string", "jsonPath": ".spec.hardware.accelerator", "description": "Accelerator profile."},
+    {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rawReward", "description": "Latest raw reward."},
+    {"name": "Healthy", "type": "string", "jsonPath": TRAINING_HEALTHY, "priority": 1, "description": "TrainingHealthy condition."},
+    {"name": "Logprob-Diff", "type": "number", "jsonPath": ".status.metrics.trainRolloutLogprobAbsDiffMean", "priority": 1, "description": "Mean train/rollout logprob abs diff."},
+    {"name": "Hardware", "type": "string", "jsonPath": ".spec.hardware.accelerator", "priority": 1, "description": "Accelerator profile."},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.hardware.nodes", "priority": 1, "description": "Nodes."},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1, "description": "Base model."},
-    {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rawReward", "priority": 1, "description": "Latest raw reward."},
-    {"name": "Logprob-Diff", "type": "number", "jsonPath": ".status.metrics.trainRolloutLogprobAbsDiffMean", "priority": 1, "description": "Mean train/rollout logprob abs diff."},
     {"name": "Checkpoint", "type": "integer", "jsonPath": ".status.checkpoints.latestIteration", "priority": 1, "description": "Latest checkpoint iteration."},
     {"name": "RayJob", "type": "string", "jsonPath": ".status.rayJob.name", "priority": 1, "description": "Child RayJob."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -95,13 +95,25 @@ def test_dockerfile_shape():
 def installed(tmp_path_factory):
     """Run the image's install script into a fresh virtualenv (pip cache kept, PyPI only)."""
     root = tmp_path_factory.mktemp("image")
-    venv, wheels = root / "venv", root / "wheels"
+    source, venv, wheels = root / "src", root / "venv", root / "wheels"
+    # the builder's build context: what its COPY lines copy (and nothing else), as in `docker build`
+    builder = stages(DOCKERFILE.read_text())[0]
+    for copy in builder:
+        if copy.startswith("COPY ") and "install.sh" not in copy:
+            *sources, _ = copy.split()[1:]
+            for item in sources:
+                src = REPO / item
+                if src.is_dir():
+                    shutil.copytree(src, source / item, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+                else:
+                    (source / item).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, source / item)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "VIRTUAL_ENV"))}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     # the base interpreter, as in the image (not this test's virtualenv)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix))
     result = subprocess.run(
-        ["sh", str(INSTALL_SCRIPT), str(REPO), str(venv), str(wheels)],
+        ["sh", str(INSTALL_SCRIPT), str(source), str(venv), str(wheels)],
         cwd=root, env=env, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
