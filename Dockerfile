@@ -1,7 +1,8 @@
 # The lorarl operator image: `lorarl run --all-namespaces` as a non-root user, from the repository
 # root as build context:
 #
-#   docker build -t lorarl:0.1.0 --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" .
+#   docker build -t lorarl:0.1.0 --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
+#     --build-arg SOURCE=https://<your git host>/<repo> .
 #
 # The base is pinned by its full version tag (not by digest, so rebuilds pick up Debian and CPython
 # patch releases of the same 3.11 / bookworm line; pin a digest in your own build for bit-for-bit
@@ -24,9 +25,11 @@ RUN lorarl-install /src /opt/venv /tmp/wheels
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
 ARG REVISION=unknown
+# the repository URL (no default: the project has not published one)
+ARG SOURCE
 LABEL org.opencontainers.image.title="lorarl" \
       org.opencontainers.image.description="Kubernetes operator for LoRA RL runs (miles GRPO) on AMD Instinct GPUs via KubeRay" \
-      org.opencontainers.image.source="https://github.com/lorarl/lorarl" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"

@@ -87,6 +87,11 @@ def test_dockerfile_shape():
         assert f"org.opencontainers.image.{key}=" in labels
     # both stages on the same pinned base, so the venv's python symlink resolves in the final one
     assert builder[0] == final[0].replace("FROM ${PYTHON_IMAGE}", "FROM ${PYTHON_IMAGE} AS builder")
+    # the build context (.dockerignore: everything out, then back in) holds what the COPYs read
+    allowed = {line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    for copy in (i for i in builder if i.startswith("COPY ") and "--from" not in i):
+        for source in copy.split()[1:-1]:
+            assert source.rstrip("/") in allowed or str(pathlib.Path(source).parent) in allowed, f"{source} is not in the build context"
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", DOCKERFILE.read_text(), re.M).group(1)
     assert re.fullmatch(r"python:3\.\d+\.\d+-slim-\w+", base), base
 
