@@ -38,38 +38,55 @@ pytestmark = pytest.mark.controlplane
 SERVICE_ACCOUNT = "lorarl-operator"
 CHART = REPO / "charts" / "lorarl-operator"
 MANIFEST = REPO / "manifests" / "operator" / "rbac.yaml"
+CHILD_RESOURCES = {("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings"),
+                   ("", "configmaps"), ("", "persistentvolumeclaims"), ("ray.io", "rayjobs")}
 FINALIZERS_REFUSAL = "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"
 
 
 # ------------------------------------------------------------------------------ granted rules
 
 
-def chart_roles(namespace: str) -> list[dict]:
-    """The ClusterRoles and Roles the chart renders (the real helm)."""
+#: How the operator is deployed: `lorarl run -n NS` (the chart's watch.namespaces) or
+#: `lorarl run -A` (watch.allNamespaces, the chart's default). kopf's calls differ between them.
+MODES = ("namespaced", "cluster-wide")
+
+
+def scope_args(mode: str, namespace: str) -> list[str]:
+    return ["-n", namespace] if mode == "namespaced" else ["-A"]
+
+
+def chart_roles(namespace: str, mode: str) -> list[dict]:
+    """The ClusterRoles and Roles the chart renders for a release in ``namespace`` (the real helm)."""
     helm = ensure_binaries(("helm",)) / "helm"
-    out = subprocess.run([str(helm), "template", "lorarl", str(CHART), "--namespace", namespace],
-                         capture_output=True, text=True, check=True).stdout
+    values = {"watch": {"allNamespaces": mode == "cluster-wide", "namespaces": [namespace] if mode == "namespaced" else []}}
+    out = subprocess.run([str(helm), "template", "lorarl", str(CHART), "--namespace", namespace, "--values", "-"],
+                         input=yaml.safe_dump(values), capture_output=True, text=True, check=True).stdout
     return [d for d in yaml.safe_load_all(out) if d and d.get("kind") in ("ClusterRole", "Role")]
 
 
-def manifest_roles(namespace: str) -> list[dict]:
+def manifest_roles(namespace: str, mode: str) -> list[dict]:
+    """manifests/operator/rbac.yaml: one ClusterRole for both modes."""
     return [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d.get("kind") in ("ClusterRole", "Role")]
 
 
-def granted_roles(namespace: str) -> list[dict]:
-    """The roles under test. The one line that picks the source: the chart once it is merged."""
-    return chart_roles(namespace) if CHART.is_dir() else manifest_roles(namespace)
+def from_chart() -> bool:
+    """The one line that picks the rules under test: the chart once it is in the tree."""
+    return CHART.is_dir()
+
+
+def granted_roles(namespace: str, mode: str) -> list[dict]:
+    return chart_roles(namespace, mode) if from_chart() else manifest_roles(namespace, mode)
 
 
 def bind(control_plane, namespace: str, roles: list[dict]) -> None:
     """Copies of ``roles`` (test-unique names) bound to the operator's ServiceAccount: a
-    ClusterRole cluster-wide, a Role in the test namespace."""
+    ClusterRole cluster-wide, a Role in its own namespace (the chart renders into the test's)."""
     subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}
     docs = []
     for i, role in enumerate(roles):
         kind = role["kind"]
         name = f"lorarl-operator-{namespace}-{i}"
-        meta = {"name": name} if kind == "ClusterRole" else {"name": name, "namespace": namespace}
+        meta = {"name": name} if kind == "ClusterRole" else {"name": name, "namespace": role["metadata"].get("namespace", namespace)}
         docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
                      "rules": copy.deepcopy(role.get("rules") or [])})
         docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f"{kind}Binding", "metadata": dict(meta),
@@ -107,17 +124,24 @@ def grants(roles: list[dict]) -> set[Grant]:
 
 
 def operator_elects_leader() -> bool:
-    return any("coordination.k8s.io" in p.read_text() for p in (REPO / "operator" / "lorarl").glob("*.py"))
+    """Whether this tree's `lorarl run` has leader election (then the scenario runs with it)."""
+    return "--leader-elect" in (REPO / "operator" / "lorarl" / "cli.py").read_text()
 
 
-def unreachable() -> dict[Grant, str]:
+def unreachable(mode: str) -> dict[Grant, str]:
     """Granted verbs the scenario provably cannot reach here, each with its reason."""
     out: dict[Grant, str] = {}
     if not operator_elects_leader():
-        # the chart grants the Lease for leader election, which lives on another branch: this
-        # worktree's `lorarl run` is kopf standalone and never touches coordination.k8s.io
+        # the chart grants a Lease for `--leader-elect`; an operator without that flag has no
+        # code that calls coordination.k8s.io at all
         for verb in ("get", "create", "update"):
-            out[Grant(verb, "coordination.k8s.io", "leases")] = "leader election is not in this operator yet"
+            out[Grant(verb, "coordination.k8s.io", "leases")] = "this operator has no leader election (no --leader-elect)"
+    if mode == "cluster-wide" and not from_chart():
+        # the manifest's one ClusterRole serves both modes; kopf lists and watches namespaces
+        # only with `-n` (kopf/_core/reactor/observation.py namespace_observer), which the
+        # namespaced run of this test proves; the chart leaves the rule out for -A
+        for verb in ("list", "watch"):
+            out[Grant(verb, "", "namespaces")] = "used by `lorarl run -n` only; the manifest serves both modes"
     return out
 
 
@@ -125,13 +149,14 @@ def unreachable() -> dict[Grant, str]:
 
 
 @contextlib.contextmanager
-def operator_process(kubeconfig, tmp_path, *scope: str):
-    """`lorarl run` as its own ServiceAccount (``scope``: ``-n NS`` or ``-A``)."""
-    log_path = tmp_path / f"operator{'-'.join(scope)}.log"
-    with open(log_path, "ab") as log:
+def operator_process(kubeconfig, tmp_path, namespace: str, mode: str):
+    """`lorarl run` as its own ServiceAccount, deployed as ``mode`` (with the chart's leader
+    election when this operator has it: a Lease in the release namespace)."""
+    election = ["--leader-elect", "--leader-election-namespace", namespace] if operator_elects_leader() else []
+    with open(tmp_path / f"operator-{mode}.log", "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "lorarl.cli", "run", *scope, "--liveness", "", "--metrics-port", "0",
-             "--resync-seconds", "1", "--log-format", "plain"],
+            [sys.executable, "-m", "lorarl.cli", "run", *scope_args(mode, namespace), *election, "--liveness", "",
+             "--metrics-port", "0", "--resync-seconds", "1", "--log-format", "plain"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         )
@@ -304,12 +329,16 @@ def implied_uses(control_plane, request: audit.Request) -> set[Use]:
     return out
 
 
-def observed(control_plane, user: str) -> tuple[set[Use], set[str], list[audit.Request]]:
-    """(resource uses incl. implied checks, non-resource paths, refused requests) of ``user``."""
+def observed(control_plane, user: str, namespace: str) -> tuple[set[Use], set[str], list[audit.Request]]:
+    """(resource uses incl. implied checks, non-resource paths, refused requests) of ``user``, in
+    ``namespace`` or cluster-scoped (`-A` also reaches jobs that other tests left in namespaces
+    being deleted; the same verbs, but refused there by NamespaceLifecycle)."""
     uses: set[Use] = set()
     paths: set[str] = set()
     refused: list[audit.Request] = []
     for request in audit.requests(control_plane.audit_log_path, user):
+        if request.namespace not in ("", namespace):
+            continue
         if request.code in (401, 403):
             refused.append(request)
         if not request.resource:
@@ -340,30 +369,29 @@ def table(items) -> str:
 # ---------------------------------------------------------------------------- the tests
 
 
-def test_rbac_is_exactly_what_the_operator_uses(control_plane, namespace, kube, tmp_path, cleanup_cluster_roles):
-    roles = granted_roles(namespace)
+@pytest.mark.parametrize("mode", MODES)
+def test_rbac_is_exactly_what_the_operator_uses(control_plane, namespace, kube, tmp_path, cleanup_cluster_roles, mode):
+    roles = granted_roles(namespace, mode)
     bind(control_plane, namespace, roles)
     kubeconfig = control_plane.restricted_kubeconfig(namespace, SERVICE_ACCOUNT)
     user = operator_user(namespace)
 
-    with operator_process(kubeconfig, tmp_path, "-n", namespace):
+    with operator_process(kubeconfig, tmp_path, namespace, mode):
         try:
             every_api_path(control_plane, kube, namespace)
         except AssertionError as err:  # say why: usually a refused request
             refused = [r for r in audit.requests(control_plane.audit_log_path, user) if r.code in (401, 403)]
             raise AssertionError(f"{err}\nrefused requests of the operator:\n" + table(
                 {f"{r.code} {r.verb} {r.uri}: {r.message}" for r in refused})) from None
-    # the cluster-wide mode (`lorarl run -A`): start-up, its watches and a resync, then stop
-    with operator_process(kubeconfig, tmp_path, "-A"):
-        wait_for(lambda: any(r.namespace == "" and r.resource == "rayjobs" and r.uri.startswith("/apis/ray.io/v1/rayjobs")
-                             for r in audit.requests(control_plane.audit_log_path, user, stage="ResponseStarted")),
-                 what="the cluster-wide RayJob watch")
-        wait_for(lambda: any(r.verb == "list" and r.namespace == "" and r.resource == "lorarljobs" and "watch" not in r.uri
-                             and "resourceVersion" not in r.uri for r in audit.requests(control_plane.audit_log_path, user)),
-                 what="the cluster-wide resync list")
     all_watches_closed(control_plane, user)
 
-    uses, paths, refused = observed(control_plane, user)
+    uses, paths, refused = observed(control_plane, user, namespace)
+    # every child was created by the operator's own apply (and so passed
+    # OwnerReferencesPermissionEnforcement with its blockOwnerDeletion)
+    created = {(r.api_group, r.resource) for r in audit.requests(control_plane.audit_log_path, user)
+               if r.verb == "patch" and r.code == 201 and r.namespace == namespace}
+    assert created == CHILD_RESOURCES
+    assert Use("update", "lorarl.dev", "lorarljobs/finalizers", namespace, NAME) in uses
     assert not refused, "requests of the operator the API server refused:\n" + table(
         f"{r.code} {r.verb} {r.uri}: {r.message}" for r in refused)
     not_allowed = {u for u in uses if not allowed(kube, namespace, u)}
@@ -372,15 +400,13 @@ def test_rbac_is_exactly_what_the_operator_uses(control_plane, namespace, kube, 
     granted = grants(roles)
     wildcards = {g for g in granted if "*" in (g.verb, g.group, g.resource)}
     assert not wildcards, f"wildcards are not least privilege:\n{table(wildcards)}"
-    skip = unreachable()
-    unused = granted - {u.grant for u in uses} - set(skip)
-    used_grants = sorted({u.grant for u in uses})
-    print("used (verb, group, resource):\n" + table(used_grants))
-    print("non-resource paths:\n" + table(paths))
-    assert not unused, "granted, but nothing used it:\n" + table(unused)
-    assert not set(skip) & {u.grant for u in uses}, "an allow-listed verb was used: drop it from unreachable()"
-    # every verb the operator used is one the rules grant by name (not by another binding)
-    assert {u.grant for u in uses} <= granted, "used, allowed only by a default role:\n" + table({u.grant for u in uses} - granted)
+    used = {u.grant for u in uses}
+    skip = unreachable(mode)
+    print(f"{mode}: used (verb, group, resource):\n" + table(used) + "\nnon-resource paths:\n" + table(paths))
+    assert not granted - used - set(skip), "granted, but nothing used it:\n" + table(granted - used - set(skip))
+    assert not set(skip) & used, "an allow-listed verb was used: drop it from unreachable()"
+    # and nothing the operator needs comes from a default role rather than from its own rules
+    assert used <= granted, "used, allowed only by another binding:\n" + table(used - granted)
 
 
 # The checks ``implied_uses`` derives are real: without the rule, the operator's apply is refused
@@ -395,12 +421,12 @@ IMPLIED_CHECKS = [
 
 @pytest.mark.parametrize("missing,refusal", IMPLIED_CHECKS)
 def test_without_an_implied_rule_the_apply_is_refused(control_plane, namespace, kube, tmp_path, cleanup_cluster_roles, missing, refusal):
-    roles = granted_roles(namespace)
+    roles = granted_roles(namespace, "namespaced")
     assert missing in grants(roles)
     bind(control_plane, namespace, without(roles, missing.verb, missing.group, missing.resource))
     kubeconfig = control_plane.restricted_kubeconfig(namespace, SERVICE_ACCOUNT)
     user = operator_user(namespace)
-    with operator_process(kubeconfig, tmp_path, "-n", namespace):
+    with operator_process(kubeconfig, tmp_path, namespace, "namespaced"):
         apply_job(control_plane, namespace, seed_doc())
         refused = wait_for(lambda: next((r for r in audit.requests(control_plane.audit_log_path, user)
                                         if r.code == 403 and r.verb == "patch"), None), what="a refused apply")
