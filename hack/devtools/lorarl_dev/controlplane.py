@@ -77,6 +77,48 @@ _SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 LORARL_CRD = "crds/lorarl.dev_lorarljobs.yaml"
 
+# --- API server admission and audit (the one place these kube-apiserver flags are set) -------
+#: Admission plugins named explicitly, on top of kube-apiserver's default-on set.
+#: OwnerReferencesPermissionEnforcement is off by default (kubernetes pkg/kubeapiserver/options/
+#: plugins.go DefaultOffAdmissionPlugins) but on in many production clusters (OpenShift, hardened
+#: distributions): with it, setting ``blockOwnerDeletion: true`` on a child needs ``update`` on the
+#: owner's ``finalizers`` subresource (plugin/pkg/admission/gc/gc_admission.go), so tests catch an
+#: operator RBAC that lacks it. PodSecurity is default-on; it is listed so that it stays on.
+ADMISSION_PLUGINS = ("OwnerReferencesPermissionEnforcement", "PodSecurity")
+
+#: Audit policy: every request at level Metadata (who, verb, resource, name, response code; no
+#: bodies), written once at ResponseComplete. ResponseStarted is kept because the API server emits
+#: it only for long-running requests (watches), where it is the only record of a watch that is
+#: still open. Read with :mod:`lorarl_dev.audit`.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "Panic"],
+    "rules": [{"level": "Metadata"}],
+}
+
+
+def _admission_and_audit_flags(workdir: pathlib.Path) -> list[str]:
+    """kube-apiserver flags for :data:`ADMISSION_PLUGINS` and the audit log in ``workdir``.
+
+    Mode ``blocking`` (the default of the log backend, made explicit): the event is written in
+    the request's own goroutine before the handler returns, so once a client has seen a response
+    its audit line is in the file; a test can read the log without waiting. ``batch`` would
+    buffer events for up to --audit-log-batch-max-wait and make every reader poll. The cost is
+    one small append (O_APPEND write) per request to a local file.
+    """
+    policy = workdir / "audit-policy.json"
+    _write_json(policy, AUDIT_POLICY, 0o644)
+    return [
+        "--enable-admission-plugins=" + ",".join(ADMISSION_PLUGINS),
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={workdir / 'audit.log'}",
+        "--audit-log-format=json",
+        "--audit-log-mode=blocking",
+        "--audit-log-maxsize=0",  # one plain file, never rotated (default: lumberjack at 100 MB)
+    ]
+# ----------------------------------------------------------------------------------------------
+
 
 class ControlPlaneError(RuntimeError):
     """The control plane could not be built, started, or reached."""
@@ -342,7 +384,8 @@ class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
 
     Attributes (valid after :meth:`start`): ``kubeconfig``, ``server``,
-    ``ca_file``, ``bin_dir``, ``workdir``, ``version``.
+    ``ca_file``, ``bin_dir``, ``workdir``, ``version``, ``audit_log_path``
+    (the API server's JSON-lines audit log, see :data:`AUDIT_POLICY`).
     """
 
     def __init__(
@@ -394,6 +437,11 @@ class ControlPlane:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    @property
+    def audit_log_path(self) -> pathlib.Path | None:
+        """The API server's audit log (JSON lines; :mod:`lorarl_dev.audit` reads it)."""
+        return None if self.workdir is None else self.workdir / "audit.log"
 
     def __repr__(self) -> str:
         return f"<ControlPlane server={self.server} workdir={self.workdir} pids={self.pids}>"
@@ -614,6 +662,7 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--endpoint-reconciler-type=none",
                 "--v=0",
+                *_admission_and_audit_flags(self.workdir),
             ],
         )
         kubeconfig = _kubeconfig(self.server, self._ca_pem, "lorarl-admin",
