@@ -67,6 +67,51 @@ def granted_roles(namespace: str, mode: str) -> list[dict]:
     return chart_roles(namespace, mode)
 
 
+def bind(control_plane, namespace: str, roles: list[dict]) -> None:
+    """Copies of ``roles`` (test-unique names) bound to the operator's ServiceAccount: a
+    ClusterRole cluster-wide, a Role in its own namespace (the chart renders into the test's)."""
+    subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}
+    docs = []
+    for i, role in enumerate(roles):
+        kind = role["kind"]
+        name = f"lorarl-operator-{namespace}-{i}"
+        meta = {"name": name} if kind == "ClusterRole" else {"name": name, "namespace": role["metadata"].get("namespace", namespace)}
+        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
+                     "rules": copy.deepcopy(role.get("rules") or [])})
+        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f"{kind}Binding", "metadata": dict(meta),
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+                     "subjects": [subject]})
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def without(roles: list[dict], verb: str, group: str, resource: str) -> list[dict]:
+    """``roles`` minus one (verb, group, resource)."""
+    roles = copy.deepcopy(roles)
+    kept = []
+    for role in roles:
+        for rule in role.get("rules") or []:
+            if group in rule.get("apiGroups", []) and resource in rule.get("resources", []) and verb in rule.get("verbs", []):
+                rest = {**rule, "resources": [r for r in rule["resources"] if r != resource]}
+                alone = {**rule, "resources": [resource], "verbs": [v for v in rule["verbs"] if v != verb]}
+                kept += [r for r in (rest, alone) if r["resources"] and r["verbs"]]
+            else:
+                kept.append(rule)
+        role["rules"], kept = kept, []
+    return roles
+
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    verb: str
+    group: str
+    resource: str  # "resource" or "resource/subresource"
+
+
+def grants(roles: list[dict]) -> set[Grant]:
+    return {Grant(v, g, r) for role in roles for rule in role.get("rules") or []
+            for g in rule.get("apiGroups", []) for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+
+
 def operator_elects_leader() -> bool:
     """Whether this tree's `lorarl run` has leader election (then the scenario runs with it)."""
     return "--leader-elect" in (REPO / "operator" / "lorarl" / "cli.py").read_text()
