@@ -32,6 +32,7 @@ from kubernetes import client as k8s
 from lorarl import leader
 from lorarl_dev.certs import TinyCA
 from lorarl_dev.kuberay_sim import FakeKubeRay
+from tests.chart.helm import helm, operator_rbac  # noqa: F401  (helm: fixture)
 from tests.helpers import REPO, seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
 from tests.operator.test_operator import NAME, apply_job, phase_is, rayjob
@@ -143,21 +144,28 @@ def recorder(control_plane, namespace, tmp_path):
 # -- two replicas, each with its own ServiceAccount ---------------------------------------------
 
 
-def grant(control_plane, namespace, accounts):
-    """manifests/operator/rbac.yaml's ClusterRole for each account, plus a Role for the Lease."""
-    docs = list(yaml.safe_load_all((REPO / "manifests" / "operator" / "rbac.yaml").read_text()))
-    role = copy.deepcopy(next(d for d in docs if d["kind"] == "ClusterRole"))
-    role["metadata"]["name"] = f"lorarl-operator-{namespace}"
+LEASE_BINDING = "ha-lorarl-operator-leader-election"  # the chart's Lease RoleBinding for release "ha"
+
+
+def grant(control_plane, helm, namespace, accounts):
+    """The chart's RBAC (namespaced watch of ``namespace``, its Lease Role there) bound to each
+    account, so every replica has exactly what a chart-installed operator has."""
+    docs = operator_rbac(helm, namespace, release="ha", watch_namespaces=[namespace])
     subjects = [{"kind": "ServiceAccount", "name": a, "namespace": namespace} for a in accounts]
-    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
-        role,
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role["metadata"]["name"]},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}, "subjects": subjects},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "lorarl-leader-election", "namespace": namespace},
-         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "lorarl-leader-election", "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lorarl-leader-election"}, "subjects": subjects},
-    ]))
+    bound = []
+    for doc in docs:
+        if doc["kind"] == "ServiceAccount":
+            continue
+        doc = copy.deepcopy(doc)
+        if doc["kind"].startswith("Cluster"):  # cluster-scoped names must not collide between tests
+            doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
+            if "roleRef" in doc:
+                doc["roleRef"]["name"] = f"{doc['roleRef']['name']}-{namespace}"
+        if "subjects" in doc:
+            doc["subjects"] = subjects
+        bound.append(doc)
+    assert any(d["kind"] == "RoleBinding" and d["metadata"]["name"] == LEASE_BINDING for d in bound), [d["metadata"]["name"] for d in bound]
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(bound))
     return {a: control_plane.restricted_kubeconfig(namespace, a) for a in accounts}
 
 
@@ -203,8 +211,8 @@ class Replica(OperatorProcess):
 
 
 @pytest.fixture
-def replicas(control_plane, namespace, tmp_path, request):
-    kubeconfigs = grant(control_plane, namespace, ["op-a", "op-b"])
+def replicas(control_plane, helm, namespace, tmp_path, request):
+    kubeconfigs = grant(control_plane, helm, namespace, ["op-a", "op-b"])
     election = ["--leader-elect", "--leader-election-namespace", namespace, "--leader-election-id", LEASE, *TIMINGS]
     pair = {pod: Replica(control_plane, namespace, tmp_path, pod, kubeconfigs[pod], election).start() for pod in ("op-a", "op-b")}
     yield pair
@@ -392,8 +400,8 @@ def test_log_lines_name_their_object(control_plane, namespace, kube, tmp_path, l
 
 
 @pytest.mark.parametrize("how", ["another-holder", "renew-deadline"])
-def test_a_leader_that_loses_the_lease_exits(control_plane, namespace, kube, tmp_path, how):
-    kubeconfigs = grant(control_plane, namespace, ["op-a"])
+def test_a_leader_that_loses_the_lease_exits(control_plane, helm, namespace, kube, tmp_path, how):
+    kubeconfigs = grant(control_plane, helm, namespace, ["op-a"])
     election = ["--leader-elect", "--leader-election-namespace", namespace, "--leader-election-id", LEASE, *TIMINGS]
     op = Replica(control_plane, namespace, tmp_path, "op-a", kubeconfigs["op-a"], election).start()
     try:
@@ -403,7 +411,7 @@ def test_a_leader_that_loses_the_lease_exits(control_plane, namespace, kube, tmp
             leases.patch_namespaced_lease(LEASE, namespace, {"spec": {"holderIdentity": "intruder_1"}})
             expected = "lost leadership: the lease .* is now held by intruder_1"
         else:  # the Lease cannot be renewed any more: its RBAC is revoked, every renewal is a 403
-            control_plane.kubectl("delete", "rolebinding", "lorarl-leader-election", "-n", namespace)
+            control_plane.kubectl("delete", "rolebinding", LEASE_BINDING, "-n", namespace)
             expected = "lost leadership: could not renew the lease .* for 4s: 403 .*forbidden"
         assert op.proc.wait(timeout=60) == 1
     finally:
