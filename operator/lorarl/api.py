@@ -54,7 +54,6 @@ RESOURCE_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
 # A file inside a dataset repository: relative, no "..": --prompt-data stays under /root/datasets.
 REPO_FILE = r"^[A-Za-z0-9_@%+=:,.-][A-Za-z0-9_@%+=:,./-]*$"
-INT64_MAX = 2**63 - 1
 
 ModuleName = Annotated[str, StringConstraints(pattern=IDENTIFIER, max_length=64)]
 CommandWord = Annotated[str, StringConstraints(pattern=SHELL_SAFE, min_length=1, max_length=256)]
@@ -230,9 +229,7 @@ class Toleration(ApiModel):
     effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
         None, description="Taint effect to tolerate; empty means all."
     )
-    toleration_seconds: Optional[int] = Field(
-        None, ge=-INT64_MAX - 1, le=INT64_MAX, description="For NoExecute: how long the pod stays bound."
-    )
+    toleration_seconds: Optional[int] = Field(None, description="For NoExecute: how long the pod stays bound.")
 
 
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)]

@@ -183,10 +183,14 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"must be of type {s}"
     if v == "enum":
         return "Unsupported value: " + repr(err.instance) + "; supported values: " + ", ".join(map(str, s))
-    if v in ("maxLength", "maxItems", "maxProperties"):
-        return f"Too long: may not be more than {s}"
-    if v in ("minLength", "minItems", "minProperties"):
-        return f"Too short: must have at least {s}"
+    if v == "maxLength":
+        return f"Too long: may not be more than {s} bytes"
+    if v in ("maxItems", "maxProperties"):
+        return f"Too many: {len(err.instance)}: must have at most {s} items"
+    if v == "minLength":
+        return f"Too short: may not be less than {s} bytes"
+    if v in ("minItems", "minProperties"):
+        return f"Too few: {len(err.instance)}: must have at least {s} items"
     if v == "minimum":
         return f"should be greater than {'' if err.schema.get('exclusiveMinimum') else 'or equal to '}{s}"
     if v == "maximum":
