@@ -681,12 +681,12 @@ _SIZE_VALUE = "^[1-9][0-9]{0,3}$"
 def _parallel_size(flag_name: str) -> str:
     at = f"self.extraArgs.indexOf('{flag_name}')"
     return (
-        f"(has(self.extraArgs) && {at} >= 0 && {at} + 1 < size(self.extraArgs) && "
+        f"({at} >= 0 && {at} + 1 < size(self.extraArgs) && "
         f"self.extraArgs[{at} + 1].matches('{_SIZE_VALUE}') ? int(self.extraArgs[{at} + 1]) : 1)"
     )
 
 
-_MODEL_PARALLEL = " * ".join(_parallel_size(f) for f in MODEL_PARALLEL_FLAGS)
+_MODEL_PARALLEL = "(!has(self.extraArgs) ? 1 : " + " * ".join(_parallel_size(f) for f in MODEL_PARALLEL_FLAGS) + ")"
 
 EXTRA_ARGS_RULES = [
     cel(

@@ -168,9 +168,9 @@ def _models(model: type) -> list[type]:
 
 
 def owned_flags_rule() -> dict[str, Any]:
-    names = ", ".join(f"'{f}'" for f in owned_flags())
+    names = "|".join(f.replace(".", "[.]") for f in owned_flags())
     return api.cel(
-        f"self.all(a, !(a in [{names}]) && ![{names}].exists(f, a.startsWith(f + '=')))",
+        f"self.all(a, !a.matches('^({names})(=.*)?$'))",
         "a flag the spec sets (e.g. --lora-rank, --rollout-batch-size) is set from the spec; change the spec "
         "field instead of overriding it in extraArgs (lorarl crd lists them in this rule)",
     )
