@@ -5,7 +5,7 @@ controller-gen from k8s.io/api core/v1 types), at the path
 spec.rayClusterSpec.headGroupSpec.template.spec.affinity: exactly the schema the child RayJob's
 pod template is checked against. Run after a KubeRay bump:
 
-    .venv/bin/python hack/schemas/vendor_core_v1.py
+    .venv/bin/python hack/schemas/vendor_core_v1.py      (--stdout: print instead of writing)
 
 The output is written verbatim (descriptions dropped to keep the CRD small); lorarl.crdgen adds
 size bounds when it embeds it.
@@ -43,8 +43,12 @@ def main() -> int:
         f"{'.'.join(POD_SPEC)}.affinity (core/v1 Affinity)",
         "schema": strip_descriptions(schema["properties"]["affinity"]),
     }
+    text = json.dumps(out, indent=1, sort_keys=True) + "\n"
+    if "--stdout" in sys.argv[1:]:  # for the drift test
+        sys.stdout.write(text)
+        return 0
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    OUT.write_text(text)
     print(f"wrote {OUT}", file=sys.stderr)
     return 0
 

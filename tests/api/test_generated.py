@@ -120,3 +120,17 @@ def test_documented_flags_are_what_the_renderer_emits():
     words = set(command.train_argv(job_from(doc)))
     # --lora-adapter-path is appended at run time by the reporter (resume), not rendered
     assert _documented_flags(api.LoraRLJobSpec) - words == {"--lora-adapter-path"}
+
+
+def test_vendored_core_schema_is_kuberays():
+    """operator/lorarl/schemas/core_v1_affinity.json is what hack/schemas/vendor_core_v1.py
+    extracts from the KubeRay CRD the tests run against."""
+    import json
+    import subprocess
+    import sys
+
+    vendored = (REPO / "operator" / "lorarl" / "schemas" / "core_v1_affinity.json").read_text()
+    fresh = subprocess.run([sys.executable, str(REPO / "hack" / "schemas" / "vendor_core_v1.py"), "--stdout"],
+                           check=True, capture_output=True, text=True).stdout
+    assert fresh == vendored, "stale: run hack/schemas/vendor_core_v1.py"
+    assert "ray-operator@" in json.loads(vendored)["source"]
