@@ -36,5 +36,7 @@ def dry_run_create(kube_api, namespace: str, doc: dict) -> Answer:
         message = status.get("message", "")
         fields = [c.get("field", "") for c in (status.get("details") or {}).get("causes") or []]
         fields += _UNKNOWN.findall(message) + _DUPLICATE.findall(message)
+        if "v1.ObjectMeta" in message:  # metadata that does not decode (e.g. a string)
+            fields.append("metadata")
         return Answer(False, [f for f in fields if f], message)
     return Answer(True, [], "")
