@@ -330,8 +330,8 @@ class LoraSpec(ApiModel):
 
 
 NO_PARENT_DIR_RULE = cel(
-    "!has(self.file) || !self.file.matches('(^|/)[.][.](/|$)')",
-    "file must stay inside the dataset repository: no '..' path segment",
+    "!has(self.file) || !self.file.matches('(^|/)[.][.]?(/|$)')",
+    "file must name a file inside the dataset repository: no '.' or '..' path segment",
     field_path=".file",
 )
 
@@ -344,7 +344,7 @@ class DatasetRef(ApiModel):
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id, e.g. zhuzilin/dapo-math-17k.")
     file: Optional[str] = Field(
         None, max_length=128, pattern=REPO_FILE,
-        description="File inside the repository (a relative path without '..'); default: <repo name>.jsonl.",
+        description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.",
     )
     revision: Optional[str] = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
 
@@ -386,7 +386,7 @@ class EvalDataset(ApiModel):
 
     name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).")
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id.")
-    file: Optional[str] = Field(None, max_length=128, pattern=REPO_FILE, description="File inside the repository (a relative path without '..'); default: <repo name>.jsonl.")
+    file: Optional[str] = Field(None, max_length=128, pattern=REPO_FILE, description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.")
     revision: Optional[str] = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
 
 
