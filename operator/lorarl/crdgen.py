@@ -123,10 +123,53 @@ def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _embedded_core_schema(field: dict[str, Any]) -> dict[str, Any]:
     """A field typed as a free-form dict in the model but checked by the API server against the
-    real core/v1 schema (vendored by hack/schemas/vendor_core_v1.py from KubeRay's CRD)."""
+    real core/v1 schema (vendored by hack/schemas/vendor_core_v1.py from KubeRay's CRD), plus
+    the rules pod validation applies to it, so a bad one is refused at admission instead of when
+    KubeRay creates the pods."""
     out = _bounded(copy.deepcopy(_vendored(field["x-lorarl-core-schema"])))
+    _pod_validation_rules(out, node=False)
     out["description"] = " ".join(field.get("description", "").split())
     return out
+
+
+# What k8s.io/kubernetes pkg/apis/core/validation checks in an Affinity (validateNodeSelectorRequirement,
+# validateNodeFieldSelectorRequirement, validatePodAffinityTerm, validateWeightedPodAffinityTerms)
+# and apimachinery's ValidateLabelSelectorRequirement / ValidateLabels.
+_NODE_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+_LABEL_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist"]
+_VALUES_RULE = api.cel(
+    "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : "
+    "(self.operator in ['Gt', 'Lt'] ? (has(self.values) && size(self.values) == 1) : (!has(self.values) || size(self.values) == 0))",
+    "values must be non-empty for In and NotIn, hold exactly one integer for Gt and Lt, and be empty for Exists and DoesNotExist",
+    field_path=".values",
+)
+_LABEL_KEYS_RULE = api.cel(
+    f"self.all(k, k.size() <= {api.MAX_QUALIFIED_NAME} && k.matches('{api.QUALIFIED_NAME.replace(chr(92), chr(92) * 2)}'))",
+    "matchLabels keys must be qualified names (an optional DNS subdomain prefix and '/', then a name of at most 63 characters)",
+)
+
+
+def _pod_validation_rules(schema: dict[str, Any], node: bool, name: str = "") -> None:
+    props = schema.get("properties", {})
+    if {"key", "operator"} <= set(props) and schema.get("type") == "object":
+        props["operator"]["enum"] = list(_NODE_OPERATORS if node else _LABEL_OPERATORS)
+        if name == "matchFields":
+            props["key"]["enum"] = ["metadata.name"]  # the only node field a selector may use
+        else:
+            props["key"].update(pattern=api.QUALIFIED_NAME, maxLength=api.MAX_QUALIFIED_NAME)
+        schema.setdefault("x-kubernetes-validations", []).append(dict(_VALUES_RULE))
+    if "weight" in props:
+        props["weight"].update(minimum=1, maximum=100)
+    if "topologyKey" in props:
+        props["topologyKey"].update(pattern=api.QUALIFIED_NAME, maxLength=api.MAX_QUALIFIED_NAME)
+    if "matchLabels" in props:
+        labels = props["matchLabels"]
+        labels["additionalProperties"].update(pattern=api.LABEL_VALUE, maxLength=63)
+        labels["x-kubernetes-validations"] = [dict(_LABEL_KEYS_RULE)]
+    for child, sub in props.items():
+        _pod_validation_rules(sub, node or child == "nodeAffinity", child)
+    if isinstance(schema.get("items"), dict):
+        _pod_validation_rules(schema["items"], node, name)
 
 
 def owned_flags() -> list[str]:

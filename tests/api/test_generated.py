@@ -134,3 +134,7 @@ def test_vendored_core_schema_is_kuberays():
                            check=True, capture_output=True, text=True).stdout
     assert fresh == vendored, "stale: run hack/schemas/vendor_core_v1.py"
     assert "ray-operator@" in json.loads(vendored)["source"]
+
+
+def test_crd_yaml_has_no_aliases():
+    assert "&id0" not in crdgen.crd_yaml()  # shared Python objects would become YAML anchors
