@@ -497,7 +497,10 @@ class StorageSpec(ApiModel):
 
     existing_claim: Optional[str] = Field(None, max_length=253, pattern=DNS1123_SUBDOMAIN, description="Name of an existing PVC in the job's namespace.")
     size: Optional[str] = Field(None, max_length=32, pattern=QUANTITY, description="Size of the owned PVC; default 200Gi.")
-    storage_class_name: Optional[str] = Field(None, max_length=253, pattern=DNS1123_SUBDOMAIN, description="StorageClass of the owned PVC; default: the cluster default.")
+    storage_class_name: Optional[str] = Field(
+        None, max_length=253, pattern=DNS1123_SUBDOMAIN.replace("^", "^(", 1).replace("$", ")?$"),
+        description="StorageClass of the owned PVC (a DNS subdomain); default (also when \"\"): the cluster default.",
+    )
     access_modes: Optional[list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]]] = Field(
         None, max_length=3,
         description="Access modes of the owned PVC; default ReadWriteOnce for one node, ReadWriteMany for more.",

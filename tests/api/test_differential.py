@@ -64,7 +64,7 @@ EDITS = [
     (("rollout", "promptData", "file"), "."), (("rollout", "promptData", "file"), "a/./b.jsonl"), (("rollout", "promptData", "file"), "a//b.jsonl"), (("rollout", "inputKey"), "prompt\n"),
     (("runPolicy", "image"), "a b"), (("runPolicy", "image"), "rocm/miles:1.0"), (("runPolicy", "image"), "x" * 513),
     (("dataPrep", "image"), "busybox\n"), (("dataPrep", "endpoint"), "ftp://x"),
-    (("checkpoint", "storage"), {"existingClaim": "a.b"}), (("checkpoint", "storage"), {"storageClassName": "Fast"}),
+    (("checkpoint", "storage"), {"existingClaim": "a.b"}), (("checkpoint", "storage"), {"storageClassName": "Fast"}), (("checkpoint", "storage"), {"storageClassName": ""}),
     (("checkpoint", "storage"), {"size": "1e3"}), (("checkpoint", "storage"), {"existingClaim": "c", "size": "1Gi"}),
     (("suspend",), "yes"), (("health", "minEvalScore"), 2), (("sglang", "gpusPerEngine"), 16),
 ]
