@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# a second venv with every runtime dependency at the lowest version of its declared range
+LOWEST       := .venv-lowest
+LOWEST_STAMP := $(LOWEST)/.installed
 
-.PHONY: setup controlplane test test-fast demo demo-down generate clean
+.PHONY: setup controlplane test test-lowest test-fast demo demo-down generate clean
 
 $(STAMP): pyproject.toml hack/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +17,13 @@ $(STAMP): pyproject.toml hack/devtools/pyproject.toml
 
 setup: $(STAMP)
 
+$(LOWEST_STAMP): pyproject.toml hack/devtools/pyproject.toml hack/constraints-lowest.txt
+	rm -rf $(LOWEST)
+	$(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/pip install --quiet --upgrade pip
+	$(LOWEST)/bin/pip install --quiet -c hack/constraints-lowest.txt -e '.[test]' -e hack/devtools
+	touch $@
+
 # Real etcd / kube-apiserver / kube-controller-manager, built once from the Go module proxy
 # into ~/.cache/lorarl/controlplane/<version>/bin (a no-op when they are there).
 controlplane: setup
@@ -21,6 +31,16 @@ controlplane: setup
 
 test: controlplane
 	$(BIN)/python -m pytest
+	$(MAKE) test-lowest
+
+# The ranges in pyproject.toml are tested at both ends: `test` at the newest versions, this at
+# the lowest (hack/constraints-lowest.txt): the fast tests and the operator on the real API server.
+# Left out: tests/image (it installs the newest versions into a venv of its own) and
+# tests/reporter (the in-job reporter is stdlib-only: no dependency of ours reaches it).
+test-lowest: controlplane $(LOWEST_STAMP)
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -m "not controlplane" --ignore=tests/image --ignore=tests/reporter
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/operator/test_operator_rbac.py \
+	  tests/operator/test_operator.py::test_success_sequence_and_kubectl_wait
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not controlplane"
@@ -34,8 +54,9 @@ demo-down: setup
 # Regenerate what is generated from the API model (tests fail when these drift).
 generate: setup
 	$(BIN)/lorarl crd > crds/lorarl.dev_lorarljobs.yaml
+	cp crds/lorarl.dev_lorarljobs.yaml charts/lorarl-operator/crds/lorarl.dev_lorarljobs.yaml
+	bash hack/gen-install-manifests.sh
 	$(BIN)/lorarl-dev docs -o docs/api.md
-	LORARL_UPDATE_SNAPSHOTS=1 $(BIN)/python -m pytest -q tests/render
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LOWEST) .pytest_cache .hypothesis

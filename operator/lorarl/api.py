@@ -513,7 +513,7 @@ class CheckpointSpec(ApiModel):
     save_interval: int = Field(50, ge=1, le=1000000, description="Save the adapter every this many rollouts (and at the last one).", json_schema_extra=flag("--save-interval"))
     resume: bool = Field(
         True,
-        description="On (re)start, continue from the newest iter_*/adapter under the job's checkpoint directory, if any.",
+        description="On a retry or a re-created RayJob, continue from the newest complete checkpoint of any attempt, training only the remaining rollouts into the attempt's own directory (docs/status.md); off: each attempt starts over.",
         json_schema_extra=flag("--lora-adapter-path"),
     )
     storage: StorageSpec = Field(default_factory=StorageSpec, description="Where models, datasets and checkpoints live.")
@@ -794,6 +794,9 @@ class Progress(ApiModel):
     percent: int = Field(0, ge=0, le=100, description="rollout / total in percent.")
     eta_seconds: Optional[int] = Field(None, description="Estimated seconds to finish at the observed pace.")
     last_update_time: Optional[str] = Field(None, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
+    attempts: Optional[int] = Field(None, description="Attempts so far, this one included (a retry or a re-created RayJob starts a new one).")
+    trained_rollouts: Optional[int] = Field(None, description="Rollouts trained in all attempts, including those trained again after a retry because they ran after the newest checkpoint (never decreases).")
+    gpu_hours: Optional[float] = Field(None, description="GPUs x time the trainer ran, summed over all attempts.")
 
 
 class TrainingMetrics(ApiModel):
@@ -822,9 +825,16 @@ class EvalScore(ApiModel):
 class CheckpointStatus(ApiModel):
     """Saved checkpoints (written by the in-job reporter)."""
 
-    latest_iteration: Optional[int] = Field(None, description="Iteration of the newest checkpoint.")
-    latest_path: Optional[str] = Field(None, description="Path of the newest checkpoint on the job volume.")
+    latest_iteration: Optional[int] = Field(None, description="Iteration (rollout id, counted across attempts) of the newest complete checkpoint.")
+    latest_path: Optional[str] = Field(None, description="Its adapter directory on the job volume (what --lora-adapter-path loads).")
     count: Optional[int] = Field(None, description="Checkpoints saved.")
+    saving: Optional[int] = Field(None, description="Iteration of a save being written right now (not yet loadable).")
+
+
+class TrackingStatus(ApiModel):
+    """Where to follow the run (written by the in-job reporter)."""
+
+    wandb_run_url: Optional[str] = Field(None, alias="wandbRunURL", description="The W&B run page, as the trainer printed it.")
 
 
 Phase = Literal["Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended"]
@@ -832,7 +842,7 @@ Phase = Literal["Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspe
 
 class LoraRLJobStatus(ApiModel):
     """Observed state. The operator writes phase, conditions, observedGeneration, rayJob and times;
-    the in-job reporter writes progress, metrics, eval and checkpoints (disjoint fields)."""
+    the in-job reporter writes progress, metrics, eval, checkpoints and tracking (disjoint fields)."""
 
     phase: Optional[Phase] = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
     observed_generation: Optional[int] = Field(None, description="The .metadata.generation last reconciled.")
@@ -850,6 +860,7 @@ class LoraRLJobStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     checkpoints: Optional[CheckpointStatus] = Field(None, description="Latest checkpoint.")
+    tracking: Optional[TrackingStatus] = Field(None, description="Experiment tracking links.")
 
 
 class ObjectMeta(BaseModel):

@@ -97,28 +97,57 @@ def crd() -> None:
 @main.command()
 @click.option("-n", "--namespace", "namespaces", multiple=True, help="Watch these namespaces (repeatable; globs allowed).")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Watch the whole cluster.")
-@click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True, help="Liveness endpoint ('' to disable).")
+@click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
+              help="Liveness endpoint; /readyz on the same port is the readiness endpoint ('' disables both).")
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
 @click.option("--resync-seconds", default=30.0, show_default=True, type=float, help="Period of the level-triggered resync of every job.")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metrics_port: int, resync_seconds: float, log_format: str, verbose: bool) -> None:
-    """Run the operator (same as `kopf run -m lorarl.controller`)."""
+@click.option("--leader-elect", is_flag=True, help="Run only while holding a coordination.k8s.io Lease (for 2+ replicas).")
+@click.option("--leader-election-namespace", default=None, help="Namespace of the Lease [default: $POD_NAMESPACE].")
+@click.option("--leader-election-id", default="lorarl-operator", show_default=True, help="Name of the Lease.")
+@click.option("--lease-duration", default=15.0, show_default=True, type=float, help="Seconds a standby waits, after the lease last changed, before taking it.")
+@click.option("--renew-deadline", default=10.0, show_default=True, type=float, help="Seconds the leader keeps trying to renew before it exits.")
+@click.option("--retry-period", default=2.0, show_default=True, type=float, help="Seconds between renewals and between a standby's tries.")
+def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metrics_port: int, resync_seconds: float, log_format: str,
+        verbose: bool, leader_elect: bool, leader_election_namespace: str | None, leader_election_id: str,
+        lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    """Run the operator (with --leader-elect: only while it holds the Lease)."""
+    import os
+
     import kopf
+    import kubernetes
 
     from . import controller  # noqa: F401  (registers the handlers)
+    from . import leader, probes, runner
+    from .kube import Api
 
     if not namespaces and not all_namespaces:
         raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
-    kopf.configure(verbose=verbose, log_format=getattr(kopf.LogFormat, log_format.upper()))
-    memo = kopf.Memo(metrics_port=metrics_port or None, resync_seconds=resync_seconds, namespaces=list(namespaces) or None)
-    kopf.run(
-        standalone=True,
-        clusterwide=all_namespaces,
-        namespaces=list(namespaces),
-        liveness_endpoint=liveness or None,
-        memo=memo,
-    )
+    if liveness:
+        try:
+            probes.parse(liveness)
+        except ValueError as err:
+            raise click.UsageError(str(err)) from None
+    election = None
+    if leader_elect:
+        timings = leader.Timings(lease_duration, renew_deadline, retry_period)
+        if timings.problem():
+            raise click.UsageError(str(timings.problem()))
+        lease_namespace = leader_election_namespace or os.environ.get("POD_NAMESPACE")
+        if not lease_namespace:
+            raise click.UsageError("--leader-elect needs --leader-election-namespace NS (or $POD_NAMESPACE, e.g. from the downward API)")
+        election = runner.Election(lease_namespace, leader_election_id, leader.new_identity(), timings)
+    fmt = getattr(kopf.LogFormat, log_format.upper())
+    # the "[namespace/name]" prefix of kopf's object formatter on text lines; JSON lines carry
+    # the same reference as an "object" key instead
+    kopf.configure(verbose=verbose, log_format=fmt, log_prefix=fmt is not kopf.LogFormat.JSON, log_refkey="object")
+    try:
+        kube = Api.from_environment()
+    except kubernetes.config.ConfigException as err:
+        raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
+    memo = kopf.Memo(metrics_port=metrics_port or None, resync_seconds=resync_seconds, namespaces=list(namespaces) or None, kube=kube)
+    runner.run(namespaces=list(namespaces), clusterwide=all_namespaces, liveness=liveness or None, memo=memo, kube=kube, election=election)
 
 
 if __name__ == "__main__":  # pragma: no cover

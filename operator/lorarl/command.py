@@ -30,7 +30,8 @@ MODELS_DIR = "/root/models"
 DATASETS_DIR = "/root/datasets"
 SHARED_DIR = "/root/shared_data"
 REPORTER_DIR = "/opt/lorarl"
-REPORTER_PATH = f"{REPORTER_DIR}/reporter.py"
+REPORTER_FILE = "reporter.pyz"
+REPORTER_PATH = f"{REPORTER_DIR}/{REPORTER_FILE}"
 
 _SAFE = re.compile(SHELL_SAFE)
 _QWEN3_NAME = re.compile(QWEN3_DENSE_NAME)
@@ -298,14 +299,28 @@ def train_argv(job: LoraRLJob) -> list[str]:
     return ["python3", f"{MILES_ROOT}/train.py", *(a for _, block in train_blocks(job) for a in block)]
 
 
+def total_gpus(job: LoraRLJob) -> int:
+    """GPUs of the job; with --colocate every one is a training rank that writes its own shard."""
+    return job.spec.hardware.nodes * gpus_per_node(job)
+
+
+def steps_per_rollout(job: LoraRLJob) -> int:
+    r = job.spec.rollout
+    return max(1, r.batch_size * r.samples_per_prompt // r.global_batch_size)
+
+
 def reporter_argv(job: LoraRLJob) -> list[str]:
-    """The in-job wrapper: passes output through, reports progress, resumes from a checkpoint."""
+    """The in-job launcher and reporter: on a retry it resumes from the newest complete
+    checkpoint (its own --save and --num-rollout per attempt), passes the output through and
+    reports progress. The train.py command after ``--`` is the recipe's, unchanged."""
     argv = [
         "python3", REPORTER_PATH,
         "--namespace", job.metadata.namespace,
         "--name", job.metadata.name,
         "--total-rollouts", str(job.spec.rollout.num_rollouts),
         "--save-dir", save_dir(job),
+        "--gpus", str(total_gpus(job)),
+        "--steps-per-rollout", str(steps_per_rollout(job)),
     ]
     if job.spec.checkpoint.resume:
         argv.append("--resume")

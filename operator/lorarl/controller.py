@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import threading
+import uuid
 import zlib
 from typing import Any, Optional
 
@@ -35,12 +36,27 @@ def _lock(memo: Any, namespace: str, name: str) -> threading.Lock:
     return memo.locks[zlib.crc32(f"{namespace}/{name}".encode()) % LOCK_STRIPES]
 
 
+def object_log(memo: Any, namespace: str, name: str, body: Optional[dict[str, Any]] = None) -> logging.LoggerAdapter:
+    """A logger whose lines name the job: kopf's own object logger, so its formatter prints the
+    "[namespace/name]" prefix (plain, full) or the ``object`` reference (JSON) exactly as for
+    kopf's own lines. The local variant never posts a log line as a Kubernetes Event."""
+    ref = body or {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"namespace": namespace, "name": name}}
+    return kopf.LocalObjectLogger(body=ref, settings=memo.settings)  # type: ignore[arg-type]
+
+
 def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_children: bool) -> Optional[str]:
+    reconcile_id = uuid.uuid4().hex[:8]
     with _lock(memo, namespace, name):
+        if memo.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
+            return None
         try:
             outcome, seconds = timed(memo.reconciler.reconcile, namespace, name, apply_children)
         except ApiError as err:
             metrics.RECONCILES.labels(trigger, "error").inc()
+            object_log(memo, namespace, name).warning(
+                "reconcile %s (%s) failed: %s", reconcile_id, trigger, err,
+                extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "error"},
+            )
             # 5xx/429/connection errors retry soon; others (403, 422) wait for a fix
             raise kopf.TemporaryError(f"reconcile {namespace}/{name}: {err}", delay=5 if err.transient else 30) from None
     metrics.RECONCILES.labels(trigger, "ok").inc()
@@ -48,6 +64,14 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_chil
     metrics.CHILDREN_APPLIED.inc(outcome.applied)
     if outcome.status_written:
         metrics.STATUS_WRITES.inc()
+    logger = object_log(memo, namespace, name, outcome.body)
+    logger.info(
+        "reconcile %s (%s): %s, %d applied, status %s, %.3fs", reconcile_id, trigger,
+        f"phase {outcome.phase}" if outcome.body is not None else "the job is gone",
+        outcome.applied, "written" if outcome.status_written else "unchanged", seconds,
+        extra={"reconcile_id": reconcile_id, "trigger": trigger, "phase": outcome.phase, "applied": outcome.applied,
+               "status_written": outcome.status_written, "duration": round(seconds, 6)},
+    )
     if outcome.body is not None:
         now = reconcile.utcnow()
         for event in outcome.events:
@@ -57,7 +81,7 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_chil
                     reconcile.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                 )
             except ApiError as err:
-                log.warning("could not post event %s for %s/%s: %s", event.reason, namespace, name, err)
+                logger.warning("could not post event %s: %s", event.reason, err, extra={"reconcile_id": reconcile_id})
     return outcome.phase
 
 
@@ -72,9 +96,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.INFO
     settings.execution.max_workers = int(memo.get("max_workers", 8))
     settings.networking.request_timeout = 60
+    memo.settings = settings  # for object loggers outside kopf's handlers (the resync thread)
+    memo.stopping = threading.Event()
     memo.reconciler = Reconciler(memo.get("kube") or Api.from_environment())
     memo.locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
-    if memo.get("metrics_port"):
+    if memo.get("metrics_port") and not memo.get("metrics_started"):  # `lorarl run` starts it before the election
         start_http_server(int(memo.metrics_port), addr=memo.get("metrics_addr", "0.0.0.0"))
     memo.stop_resync = threading.Event()
     memo.resync_thread = threading.Thread(target=_resync_loop, args=(memo,), name="lorarl-resync", daemon=True)
@@ -83,8 +109,16 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 @kopf.on.cleanup()
 def stop(memo: kopf.Memo, **_: Any) -> None:
-    if memo.get("stop_resync") is not None:
-        memo.stop_resync.set()
+    """Let in-flight reconciles finish and start no new one, so that nothing is written after
+    kopf returns (a leader then releases its lease to a successor)."""
+    if memo.get("stopping") is None:
+        return
+    memo.stopping.set()
+    memo.stop_resync.set()
+    memo.resync_thread.join(timeout=60)
+    for lock in memo.locks:  # each reconcile holds its stripe: taking each once waits for them
+        with lock:
+            pass
 
 
 def _resync_loop(memo: Any) -> None:
@@ -96,6 +130,8 @@ def _resync_loop(memo: Any) -> None:
     while not memo.stop_resync.wait(interval):
         counts = {phase: 0 for phase in status.PHASES}
         for namespace in namespaces:
+            if memo.stop_resync.is_set():
+                return
             try:
                 items = memo.reconciler.kube.list(api.API_VERSION, api.KIND, namespace)
             except ApiError as err:
@@ -105,10 +141,14 @@ def _resync_loop(memo: Any) -> None:
                 meta = item["metadata"]
                 if globbing and not any(fnmatch.fnmatch(meta["namespace"], p) for p in patterns):
                     continue
+                if memo.stop_resync.is_set():
+                    return
                 try:
                     phase = run_reconcile(memo, meta["namespace"], meta["name"], "resync", apply_children=False)
-                except (kopf.TemporaryError, Exception) as err:  # keep the loop alive whatever happens
-                    log.warning("resync of %s/%s failed: %s", meta["namespace"], meta["name"], err)
+                except kopf.TemporaryError:  # already logged by run_reconcile
+                    phase = (item.get("status") or {}).get("phase")
+                except Exception as err:  # keep the loop alive whatever happens
+                    object_log(memo, meta["namespace"], meta["name"], item).exception("resync failed: %s", err)
                     phase = (item.get("status") or {}).get("phase")
                 if phase in counts:
                     counts[phase] += 1

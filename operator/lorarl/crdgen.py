@@ -27,6 +27,10 @@ def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     schema = dict(schema)
     if "x-lorarl-core-schema" in schema:
         return _embedded_core_schema(schema)
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and len(all_of) == 1 and set(all_of[0]) == {"$ref"}:
+        # pydantic < 2.9 wraps a $ref that has sibling keys (description, default) in allOf
+        schema["$ref"] = schema.pop("allOf")[0]["$ref"]
     if "$ref" in schema:
         target = copy.deepcopy(defs[schema.pop("$ref").rsplit("/", 1)[-1]])
         # field-level description/default/extensions win over the referenced model's
@@ -76,6 +80,11 @@ def _structural(schema: dict[str, Any]) -> dict[str, Any]:
             schema[exclusive] = True
     # map keys have no schema in a structural schema: their syntax is a CEL rule on the map
     schema.pop("propertyNames", None)
+    if schema.get("type") == "number":
+        # a number's bounds as numbers: pydantic writes gt=0 as 0 or 0.0 depending on its version
+        for bound in ("minimum", "maximum"):
+            if isinstance(schema.get(bound), int) and not isinstance(schema[bound], bool):
+                schema[bound] = float(schema[bound])
     if "const" in schema:  # Literal with one value
         schema["enum"] = [schema.pop("const")]
     if "enum" in schema and "type" not in schema:
@@ -300,15 +309,19 @@ def name_rules() -> list[dict[str, Any]]:
     ]
 
 
+# `kubectl get lorarljobs` fits 80 columns with a realistic name: what runs, how far, the reward.
+# `-o wide` (priority 1) adds training health, placement and the child RayJob.
+TRAINING_HEALTHY = '.status.conditions[?(@.type=="TrainingHealthy")].status'
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Lifecycle phase."},
     {"name": "Rollout", "type": "integer", "jsonPath": ".status.progress.rollout", "description": "Rollouts completed."},
     {"name": "Total", "type": "integer", "jsonPath": ".status.progress.total", "description": "Rollouts planned."},
-    {"name": "Hardware", "type": "string", "jsonPath": ".spec.hardware.accelerator", "description": "Accelerator profile."},
+    {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rawReward", "description": "Latest raw reward."},
+    {"name": "Healthy", "type": "string", "jsonPath": TRAINING_HEALTHY, "priority": 1, "description": "TrainingHealthy condition."},
+    {"name": "Logprob-Diff", "type": "number", "jsonPath": ".status.metrics.trainRolloutLogprobAbsDiffMean", "priority": 1, "description": "Mean train/rollout logprob abs diff."},
+    {"name": "Hardware", "type": "string", "jsonPath": ".spec.hardware.accelerator", "priority": 1, "description": "Accelerator profile."},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.hardware.nodes", "priority": 1, "description": "Nodes."},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1, "description": "Base model."},
-    {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rawReward", "priority": 1, "description": "Latest raw reward."},
-    {"name": "Logprob-Diff", "type": "number", "jsonPath": ".status.metrics.trainRolloutLogprobAbsDiffMean", "priority": 1, "description": "Mean train/rollout logprob abs diff."},
     {"name": "Checkpoint", "type": "integer", "jsonPath": ".status.checkpoints.latestIteration", "priority": 1, "description": "Latest checkpoint iteration."},
     {"name": "RayJob", "type": "string", "jsonPath": ".status.rayJob.name", "priority": 1, "description": "Child RayJob."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

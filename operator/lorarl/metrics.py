@@ -12,3 +12,4 @@ RECONCILE_SECONDS = Histogram(
 CHILDREN_APPLIED = Counter("lorarl_children_applied_total", "Child objects server-side applied.")
 STATUS_WRITES = Counter("lorarl_status_writes_total", "Status patches written by the operator.")
 JOBS = Gauge("lorarl_jobs", "LoraRLJobs by phase (as last reconciled).", ["phase"])
+LEADER = Gauge("lorarl_leader", "1 while this replica runs the operator (holds the Lease, or runs without leader election), 0 as a standby.")

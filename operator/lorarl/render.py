@@ -10,13 +10,14 @@ annotations of the LoraRLJob are not copied to children (GitOps tools track reso
 
 from __future__ import annotations
 
+import base64
 import functools
 import importlib.resources
 from typing import Any
 
 import yaml
 
-from . import command
+from . import artifact, command
 from .api import API_VERSION, KIND, LoraRLJob
 
 RAYJOB_API_VERSION = "ray.io/v1"
@@ -104,7 +105,7 @@ def metadata(job: LoraRLJob, name: str, component: str, extra_labels: dict[str, 
 
 
 def asset_path(name: str):
-    """A file shipped in lorarl/assets (the reporter and the prepare script)."""
+    """A file shipped in lorarl/assets (the prepare script)."""
     return importlib.resources.files("lorarl").joinpath("assets", name)
 
 
@@ -165,7 +166,9 @@ def configmap(job: LoraRLJob) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(job, configmap_name(job), "reporter"),
-        "data": {"reporter.py": asset("reporter.py"), "prepare.sh": asset("prepare.sh")},
+        "data": {"prepare.sh": asset("prepare.sh")},
+        # the reporter modules as one zipapp (lorarl.artifact), mounted as /opt/lorarl/reporter.pyz
+        "binaryData": {command.REPORTER_FILE: base64.b64encode(artifact.reporter_zipapp()).decode("ascii")},
     }
 
 

@@ -18,18 +18,6 @@ PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
 )
 PHASES = (PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
 TERMINAL = (SUCCEEDED, FAILED)
-CONDITION_TYPES = ("Ready", "Reconciling", "Stalled", "Succeeded", "Failed", "Suspended", "TrainingHealthy")
-
-# KubeRay reasons (RayJob status.reason) that end a run, as documented in the reference.
-KUBERAY_FAILURE_REASONS = (
-    "SubmissionFailed",
-    "DeadlineExceeded",
-    "AppFailed",
-    "JobDeploymentStatusTransitionGracePeriodExceeded",
-    "ValidationFailed",
-    "PreRunningDeadlineExceeded",
-    "JobStatusCheckTimeoutExceeded",
-)
 
 
 @dataclass(frozen=True)
@@ -135,6 +123,52 @@ def _bool(value: bool) -> str:
     return "True" if value else "False"
 
 
+@dataclass(frozen=True)
+class Summary:
+    """The kstatus-facing verdict: at most one of in_progress and stalled is set."""
+
+    ready: bool
+    in_progress: bool
+    stalled: bool
+    reason: str  # why Ready is what it is (the blocking reason when not ready)
+    message: str
+    from_health: bool = False  # Stalled because TrainingHealthy is False (already warned)
+
+
+def summarize(obs: Observation, facts: Facts) -> Summary:
+    """Ready / Reconciling / Stalled in kstatus terms (sigs.k8s.io/cli-utils v0.37.2,
+    pkg/kstatus/status): generic.go:50-67 reads the conditions in order, Reconciling=True is
+    InProgress and Stalled=True is Failed; otherwise status.go:125-128,154-183 falls back to
+    Ready (True: Current, False/Unknown: InProgress). generic.go:73-98 first demands
+    status.observedGeneration == metadata.generation. Like kstatus's own rule for a batch Job
+    (core.go:528-578: InProgress until started, Current while running and after success,
+    Failed on failure), a training run is Current once it trains: the spec asks for a run,
+    and a run is what there is. Reconciling=True only while the job is being brought to the
+    state its spec asks for; Stalled=True when it cannot get there without a human."""
+    phase, verdict = obs.phase, facts.verdict
+    if facts.invalid_spec:
+        return Summary(False, False, True, "InvalidSpec", facts.invalid_spec)
+    if phase == FAILED:
+        return Summary(False, False, True, obs.reason, obs.message)
+    if phase == SUCCEEDED:
+        return Summary(True, False, False, obs.reason, obs.message)
+    if verdict.status == "False":
+        # training runs but its numbers say the result cannot be trusted (with
+        # stopOnUnhealthy: Suspend the RayJob is suspended for it): a human must look
+        return Summary(False, False, True, verdict.reason, verdict.message, from_health=True)
+    if facts.startup_timed_out and phase in (PENDING, PREPARING) and not obs.queued:
+        return Summary(False, False, True, "StartupTimeout", f"not running after the startup timeout: {obs.message}")
+    if facts.user_suspended and phase != SUSPENDED:
+        return Summary(False, True, False, "SuspendRequested", f"spec.suspend is true; waiting for KubeRay to suspend the RayJob ({obs.reason})")
+    if phase == SUSPENDED and not facts.user_suspended:
+        return Summary(False, True, False, "Resuming", "spec.suspend is false; waiting for KubeRay to resume the RayJob")
+    if phase == SUSPENDED and obs.reason == "Suspending":
+        return Summary(False, True, False, obs.reason, obs.message)
+    if phase in (PENDING, PREPARING):  # includes Queued (waiting for Kueue) and Retrying
+        return Summary(False, True, False, obs.reason, obs.message)
+    return Summary(True, False, False, obs.reason, obs.message)  # Running, or Suspended as asked
+
+
 def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: Facts) -> tuple[dict[str, Any], list[Event]]:
     """The operator's status fields and the Events for this observation."""
     prev_phase = previous.get("phase")
@@ -147,31 +181,18 @@ def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: F
         obs = Observation(prev_phase, condition(previous, "Succeeded" if prev_phase == SUCCEEDED else "Failed", "reason") or prev_phase, condition(previous, "Ready", "message") or "")
 
     phase = obs.phase
-    stalled_reason, stalled_message = "", ""
-    if facts.invalid_spec:
-        stalled_reason, stalled_message = "InvalidSpec", facts.invalid_spec
-    elif phase == FAILED:
-        stalled_reason, stalled_message = obs.reason, obs.message
-    elif facts.startup_timed_out and phase in (PENDING, PREPARING) and not obs.queued:
-        stalled_reason, stalled_message = "StartupTimeout", f"not running after the startup timeout: {obs.message}"
-
+    summary = summarize(obs, facts)
     prev_conditions = previous.get("conditions") or []
-    in_progress = phase in (PENDING, PREPARING, RUNNING) and not stalled_reason
     healthy = facts.verdict
-    ready = phase == SUCCEEDED or (phase == RUNNING and healthy.status != "False" and not stalled_reason)
-    ready_reason = obs.reason if not (phase == RUNNING and healthy.status == "False") else healthy.reason
+    suspended = phase == SUSPENDED or obs.queued
     g, now = facts.generation, facts.now
     conditions = [
-        setcondition(prev_conditions, "Ready", _bool(ready), ready_reason, obs.message if ready_reason == obs.reason else healthy.message, now, g),
-        setcondition(prev_conditions, "Reconciling", _bool(in_progress), obs.reason if in_progress else phase, obs.message if in_progress else "", now, g),
-        setcondition(prev_conditions, "Stalled", _bool(bool(stalled_reason)), stalled_reason or "NoError", stalled_message, now, g),
+        setcondition(prev_conditions, "Ready", _bool(summary.ready), summary.reason, summary.message, now, g),
+        setcondition(prev_conditions, "Reconciling", _bool(summary.in_progress), summary.reason if summary.in_progress else phase, summary.message if summary.in_progress else "", now, g),
+        setcondition(prev_conditions, "Stalled", _bool(summary.stalled), summary.reason if summary.stalled else "NoError", summary.message if summary.stalled else "", now, g),
         setcondition(prev_conditions, "Succeeded", _bool(phase == SUCCEEDED), obs.reason if phase in TERMINAL else phase, obs.message if phase in TERMINAL else "", now, g),
         setcondition(prev_conditions, "Failed", _bool(phase == FAILED), obs.reason if phase == FAILED else "NotFailed", obs.message if phase == FAILED else "", now, g),
-        setcondition(
-            prev_conditions, "Suspended", _bool(phase == SUSPENDED or obs.queued),
-            obs.reason if (phase == SUSPENDED or obs.queued) else "NotSuspended",
-            obs.message if (phase == SUSPENDED or obs.queued) else "", now, g,
-        ),
+        setcondition(prev_conditions, "Suspended", _bool(suspended), obs.reason if suspended else "NotSuspended", obs.message if suspended else "", now, g),
         setcondition(prev_conditions, "TrainingHealthy", healthy.status, healthy.reason, healthy.message, now, g),
     ]
 
@@ -196,8 +217,9 @@ def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: F
         events.append(Event(kind, phase, f"{prev_phase or 'New'} -> {phase}: {obs.reason}: {obs.message}"[:1024]))
     if healthy.status == "False" and condition(previous, "TrainingHealthy", "status") != "False":
         events.append(Event("Warning", healthy.reason, healthy.message))
-    if stalled_reason and condition(previous, "Stalled", "status") != "True" and phase != FAILED:
-        events.append(Event("Warning", stalled_reason, stalled_message[:1024]))
+    stalled_now = summary.stalled and condition(previous, "Stalled", "status") != "True"
+    if stalled_now and phase != FAILED and not summary.from_health:
+        events.append(Event("Warning", summary.reason, summary.message[:1024]))
     return out, events
 
 

@@ -75,7 +75,7 @@ def test_structural_schema_basics():
     assert names["shortNames"] == ["lrl"] and names["categories"] == ["all", "lorarl"]
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns[0] == "Phase" and columns[-1] == "Age"
-    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == ["Phase", "Rollout", "Total", "Hardware", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == ["Phase", "Rollout", "Total", "Reward", "Age"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["required"] == ["model", "hardware"]
     # nested objects default to the recipe's values, so the API server fills them in
@@ -86,11 +86,29 @@ def test_structural_schema_basics():
 def test_status_schema_declares_what_writers_send():
     """Anything the operator or the reporter writes must be in the schema or it is pruned."""
     status = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    assert set(status) >= {"phase", "conditions", "observedGeneration", "rayJob", "progress", "metrics", "eval", "checkpoints", "startTime", "completionTime"}
-    assert set(status["progress"]["properties"]) == {"rollout", "total", "percent", "etaSeconds", "lastUpdateTime"}
+    assert set(status) >= {"phase", "conditions", "observedGeneration", "rayJob", "progress", "metrics", "eval", "checkpoints", "tracking", "startTime", "completionTime"}
+    assert set(status["progress"]["properties"]) == {"rollout", "total", "percent", "etaSeconds", "lastUpdateTime", "attempts", "trainedRollouts", "gpuHours"}
     assert set(status["metrics"]["properties"]) == {"step", "rawReward", "trainRolloutLogprobAbsDiff", "trainRolloutLogprobAbsDiffMean", "kl", "loss", "responseLengthMean", "truncatedRatio"}
-    assert set(status["checkpoints"]["properties"]) == {"latestIteration", "latestPath", "count"}
+    assert set(status["checkpoints"]["properties"]) == {"latestIteration", "latestPath", "count", "saving"}
     assert set(status["eval"]["items"]["properties"]) == {"name", "latest", "latestRollout", "best", "bestRollout"}
+    assert set(status["tracking"]["properties"]) == {"wandbRunURL"}
+    # and every leaf the reporter really sends is declared
+    from lorarl.reporter import kubeapi
+    from lorarl.reporter.logparse import Event
+    from lorarl.reporter.summary import Summary
+
+    summary = Summary(10, gpus=8)
+    for event in (Event("rollout", 0, {"rollout/raw_reward": 0.5, "rollout/response_len/mean": 9.0, "rollout/truncated_ratio": 0.1}),
+                  Event("step", 0, {"train/loss": 1.0, "train/ppo_kl": 0.1, "train/train_rollout_logprob_abs_diff": 0.01}),
+                  Event("eval", 0, {"eval/aime24": 0.5}), Event("saving", 0, {}, "/s/iter_0000000/adapter"),
+                  Event("wandb", 0, {}, "https://wandb.ai/t/p/runs/x")):
+        summary.apply(event)
+    sent = kubeapi.patch_body(summary.status())["status"]
+    sent["checkpoints"].update(latestIteration=0, latestPath="/s", count=1)
+    for field, value in sent.items():
+        declared = status[field]["items" if field == "eval" else "properties"]
+        keys = set().union(*map(set, value)) if isinstance(value, list) else set(value)
+        assert keys <= set(declared.get("properties", declared)), field
 
 
 def _documented_flags(model, seen=None):

@@ -90,8 +90,10 @@ def test_seed_example_is_reconciled_into_children(control_plane, namespace, kube
     assert ("Normal", "Pending") in events(kube, namespace)
     # kubectl shows the printer columns
     out = control_plane.kubectl("get", "lorarljobs", "-n", namespace).stdout
-    assert out.split("\n")[0].split() == ["NAME", "PHASE", "ROLLOUT", "TOTAL", "HARDWARE", "AGE"]
-    assert "MI355X" in out and "Pending" in out
+    assert out.split("\n")[0].split() == ["NAME", "PHASE", "ROLLOUT", "TOTAL", "REWARD", "AGE"]
+    assert "Pending" in out
+    wide = control_plane.kubectl("get", "lorarljobs", "-n", namespace, "-o", "wide").stdout
+    assert "MI355X" in wide and "Qwen/Qwen3-4B" in wide
 
 
 def test_success_sequence_and_kubectl_wait(control_plane, namespace, kube, operator):

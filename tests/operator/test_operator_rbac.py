@@ -1,9 +1,9 @@
-"""The operator with only manifests/operator/rbac.yaml: least privilege is enough, and the
-liveness and metrics endpoints answer."""
+"""The operator with only the chart's RBAC (charts/lorarl-operator/templates/rbac.yaml, rendered
+by the real helm for a namespaced watch): least privilege is enough, and the liveness and
+metrics endpoints answer."""
 
 from __future__ import annotations
 
-import copy
 import os
 import socket
 import subprocess
@@ -13,7 +13,8 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.helpers import REPO, seed_doc
+from tests.chart.helm import helm, operator_rbac  # noqa: F401  (helm: fixture)
+from tests.helpers import seed_doc
 from tests.helpers import wait_for
 from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob
 
@@ -26,20 +27,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_path):
-    docs = list(yaml.safe_load_all((REPO / "manifests" / "operator" / "rbac.yaml").read_text()))
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    role = copy.deepcopy(role)
-    role["metadata"]["name"] = f"lorarl-operator-{namespace}"
-    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
-    binding = {
-        **binding,
-        "metadata": {"name": f"lorarl-operator-{namespace}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
-        "subjects": [{"kind": "ServiceAccount", "name": "lorarl-operator", "namespace": namespace}],
-    }
-    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
-    kubeconfig = control_plane.restricted_kubeconfig(namespace, "lorarl-operator")
+def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_path, helm):
+    # release name = namespace: the ClusterRole/Binding names are unique to this test
+    docs = operator_rbac(helm, namespace, release=namespace, watch_namespaces=[namespace])
+    assert not any("secrets" in rule["resources"] for d in docs for rule in d.get("rules", []))
+    sa_name = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    cluster_scoped = [d for d in docs if d["kind"].startswith("Cluster")]
+    kubeconfig = control_plane.restricted_kubeconfig(namespace, sa_name)
     assert control_plane.kubectl("auth", "can-i", "create", "secrets", "-n", namespace, kubeconfig=kubeconfig, check=False).stdout.strip() == "no"
 
     health, metrics = free_port(), free_port()
@@ -66,7 +61,9 @@ def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+        control_plane.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(cluster_scoped))
     output = (tmp_path / "operator.log").read_text()
     assert "Forbidden" not in output and "forbidden" not in output, output[-3000:]
+    assert "Not enough permissions" not in output, output[-3000:]  # kopf's CRD/namespace observers
     assert '"message"' in output  # structured (JSON) logs
     assert job(kube, namespace)["metadata"].get("finalizers") in (None, [])

@@ -1,8 +1,10 @@
-"""The in-job reporter against the real API server, with the per-job ServiceAccount the
-renderer creates: it may update its own job's status and nothing else."""
+"""The in-job reporter (the zipapp the renderer ships, run with no site-packages) against the
+real API server, with the per-job ServiceAccount the renderer creates: it may update its own
+job's status and nothing else; a retried run is counted across its attempts."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import ssl
@@ -13,11 +15,10 @@ import urllib.request
 
 import pytest
 
-from lorarl.kube import Api
 from lorarl.reconcile import Reconciler
 from tests.helpers import seed_doc
 from tests.operator.test_operator import apply_job, job
-from tests.reporter.reporter_testlib import CHILD, REPORTER_PATH, expected_final_status, generate_miles_log, without_time
+from tests.reporter.reporter_testlib import CHILD, expected_final_status, generate_miles_log, trainer_command, without_time
 
 pytestmark = pytest.mark.controlplane
 
@@ -26,12 +27,20 @@ def make_job(control_plane, namespace, kube, name):
     doc = seed_doc()
     doc["metadata"]["name"] = name
     apply_job(control_plane, namespace, doc)
-    Reconciler(kube).reconcile(namespace, name)  # renders and applies the SA, Role and RoleBinding
+    Reconciler(kube).reconcile(namespace, name)  # renders and applies the SA, Role, RoleBinding and ConfigMap
     return name
 
 
+def shipped_reporter(kube, namespace, name, directory):
+    """The reporter exactly as the job mounts it: from the ConfigMap the operator applied."""
+    cm = kube.get("v1", "ConfigMap", namespace, f"{name}-lorarl")
+    path = directory / "reporter.pyz"
+    path.write_bytes(base64.b64decode(cm["binaryData"]["reporter.pyz"]))
+    return [sys.executable, "-I", "-S", str(path)]
+
+
 def reporter_env(control_plane, token_file):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))}
     env.update(LORARL_API_SERVER=control_plane.server, LORARL_TOKEN_FILE=str(token_file), LORARL_CA_FILE=str(control_plane.ca_file))
     return env
 
@@ -44,8 +53,8 @@ def test_reporter_fills_status_with_per_job_identity(control_plane, namespace, k
     log_file = tmp_path / "miles.log"
     log_file.write_bytes(log.data)
     result = subprocess.run(
-        [sys.executable, str(REPORTER_PATH), "--namespace", namespace, "--name", mine, "--total-rollouts", "200",
-         "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
+        [*shipped_reporter(kube, namespace, mine, tmp_path), "--namespace", namespace, "--name", mine,
+         "--total-rollouts", "200", "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
         capture_output=True, env=reporter_env(control_plane, token), timeout=300,
     )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
@@ -58,6 +67,41 @@ def test_reporter_fills_status_with_per_job_identity(control_plane, namespace, k
     # the printer columns read it
     row = control_plane.kubectl("get", "lorarljob", mine, "-n", namespace, "--no-headers").stdout.split()
     assert row[2:4] == ["200", "200"]
+
+
+def test_a_resumed_run_counts_100_rollouts_over_two_attempts(control_plane, namespace, kube, tmp_path):
+    """Attempt 1 dies half-way through the save of rollout 79; the entrypoint runs again (as a
+    KubeRay retry would) and resumes from 59 with 40 rollouts left. The API server stores what
+    both attempts reported: 100 of 100, 2 attempts, 120 rollouts trained."""
+    mine = make_job(control_plane, namespace, kube, "job-r")
+    token = tmp_path / "token"
+    token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
+    save = tmp_path / "checkpoints"
+    env = {**reporter_env(control_plane, token), "PYTHONPATH": os.pathsep.join(sys.path)}
+    reporter = shipped_reporter(kube, namespace, mine, tmp_path)
+
+    def attempt(**extra):
+        return subprocess.run([*reporter, "--namespace", namespace, "--name", mine, "--total-rollouts", "100",
+                               "--save-dir", str(save), "--gpus", "8", "--interval", "0.2", "--resume", "--",
+                               *trainer_command(str(save))], capture_output=True, env={**env, **extra}, timeout=300)
+
+    first = attempt(FAKE_CRASH_AFTER="79", FAKE_TORN="1", FAKE_WANDB_URL="https://wandb.ai/team/proj/runs/job-r")
+    assert first.returncode == 1, first.stderr.decode()[-2000:]
+    status = job(kube, namespace, mine)["status"]
+    assert (status["progress"]["rollout"], status["progress"]["attempts"]) == (80, 1)
+    assert (status["checkpoints"]["latestIteration"], status["checkpoints"]["saving"]) == (59, 79)
+
+    second = attempt()
+    assert second.returncode == 0, second.stderr.decode()[-2000:]
+    status = job(kube, namespace, mine)["status"]
+    progress = status["progress"]
+    assert (progress["rollout"], progress["total"], progress["percent"], progress["attempts"], progress["trainedRollouts"]) \
+        == (100, 100, 100, 2, 120)
+    assert progress["gpuHours"] > 0
+    assert status["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/attempt-002/iter_0000039/adapter", "count": 5}
+    assert status["tracking"] == {"wandbRunURL": "https://wandb.ai/team/proj/runs/job-r"}  # kept from attempt 1
+    row = control_plane.kubectl("get", "lorarljob", mine, "-n", namespace, "--no-headers").stdout.split()
+    assert row[2:4] == ["100", "100"]
 
 
 def test_reporter_identity_cannot_touch_another_job(control_plane, namespace, kube, tmp_path):

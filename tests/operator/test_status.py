@@ -27,41 +27,83 @@ def conds(st):
     return {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]}
 
 
-# (deployment, jobStatus, reason) -> (phase, reason)
-TABLE = [
-    (None, None, None, "Pending", "RayJobNotCreated"),
-    ("", "", "", "Pending", "RayJobCreated"),
-    ("Initializing", "", "", "Preparing", "RayClusterInitializing"),
-    ("Waiting", "", "", "Preparing", "WaitingForSubmission"),
-    ("Running", "PENDING", "", "Preparing", "JobSubmitted"),
-    ("Running", "", "", "Preparing", "JobSubmitted"),
-    ("Running", "RUNNING", "", "Running", "Training"),
-    ("Running", "SUCCEEDED", "", "Running", "Finishing"),
-    ("Complete", "SUCCEEDED", "", "Succeeded", "Succeeded"),
-    ("Complete", "STOPPED", "", "Failed", "Stopped"),
-    ("Complete", "FAILED", "AppFailed", "Failed", "AppFailed"),
-    ("Retrying", "FAILED", "AppFailed", "Preparing", "Retrying"),
-    ("Suspending", "", "", "Suspended", "Suspending"),
-    ("Suspended", "", "", "Suspended", "Suspended"),
-    ("ValidationFailed", "", "ValidationFailed", "Failed", "ValidationFailed"),
-    ("SomethingNew", "", "", "Pending", "UnknownRayJobState"),
-] + [("Failed", "FAILED", r, "Failed", r) for r in status.KUBERAY_FAILURE_REASONS]
+BAD = Verdict("False", "LogprobDiffTooHigh", "mean 0.05 >= 0.03")
+T, F = "True", "False"
+
+# Written by hand from docs/status.md (KubeRay states) and kstatus's rules (sigs.k8s.io/cli-utils
+# v0.37.2 pkg/kstatus/status: Reconciling=True -> InProgress, else Stalled=True -> Failed, else
+# Ready=True -> Current, Ready=False -> InProgress); never computed from lorarl.status.
+# KubeRay's failure reasons are the JobFailedReason values of ray-operator v1.5.0
+# apis/ray/v1/rayjob_types.go plus the deadline/timeout reasons of docs/status.md.
+# id: (RayJob (deployment, jobStatus, reason) or None, Facts overrides,
+#      phase, Ready, Ready reason, Reconciling, Stalled, Succeeded, Failed, Suspended, kstatus)
+TABLE = {
+    "no-rayjob": (None, {}, "Pending", F, "RayJobNotCreated", T, F, F, F, F, "InProgress"),
+    "created": (("", "", ""), {}, "Pending", F, "RayJobCreated", T, F, F, F, F, "InProgress"),
+    "initializing": (("Initializing", "", ""), {}, "Preparing", F, "RayClusterInitializing", T, F, F, F, F, "InProgress"),
+    "waiting": (("Waiting", "", ""), {}, "Preparing", F, "WaitingForSubmission", T, F, F, F, F, "InProgress"),
+    "submitted-pending": (("Running", "PENDING", ""), {}, "Preparing", F, "JobSubmitted", T, F, F, F, F, "InProgress"),
+    "submitted": (("Running", "", ""), {}, "Preparing", F, "JobSubmitted", T, F, F, F, F, "InProgress"),
+    "running-awaiting-metrics": (("Running", "RUNNING", ""), {}, "Running", T, "Training", F, F, F, F, F, "Current"),
+    "running-healthy": (("Running", "RUNNING", ""), {"verdict": OK}, "Running", T, "Training", F, F, F, F, F, "Current"),
+    "running-unhealthy": (("Running", "RUNNING", ""), {"verdict": BAD}, "Running", F, "LogprobDiffTooHigh", F, T, F, F, F, "Failed"),
+    "finishing": (("Running", "SUCCEEDED", ""), {}, "Running", T, "Finishing", F, F, F, F, F, "Current"),
+    "succeeded": (("Complete", "SUCCEEDED", ""), {}, "Succeeded", T, "Succeeded", F, F, T, F, F, "Current"),
+    "stopped": (("Complete", "STOPPED", ""), {}, "Failed", F, "Stopped", F, T, F, T, F, "Failed"),
+    "complete-failed": (("Complete", "FAILED", "AppFailed"), {}, "Failed", F, "AppFailed", F, T, F, T, F, "Failed"),
+    "retrying": (("Retrying", "FAILED", "AppFailed"), {}, "Preparing", F, "Retrying", T, F, F, F, F, "InProgress"),
+    "suspend-requested": (("Running", "RUNNING", ""), {"user_suspended": True}, "Running", F, "SuspendRequested", T, F, F, F, F, "InProgress"),
+    "suspending": (("Suspending", "", ""), {"user_suspended": True}, "Suspended", F, "Suspending", T, F, F, F, T, "InProgress"),
+    "suspended": (("Suspended", "", ""), {"user_suspended": True}, "Suspended", T, "Suspended", F, F, F, F, T, "Current"),
+    "resuming": (("Suspended", "", ""), {}, "Suspended", F, "Resuming", T, F, F, F, T, "InProgress"),
+    "suspended-unhealthy": (("Suspended", "", ""), {"verdict": BAD}, "Suspended", F, "LogprobDiffTooHigh", F, T, F, F, T, "Failed"),
+    "queued": (("Suspended", "", ""), {"queue_name": "rl-team"}, "Pending", F, "Queued", T, F, F, F, T, "InProgress"),
+    "queued-user-suspended": (("Suspended", "", ""), {"queue_name": "rl-team", "user_suspended": True}, "Suspended", T, "Suspended", F, F, F, F, T, "Current"),
+    "startup-timeout": (("Initializing", "", ""), {"startup_timed_out": True}, "Preparing", F, "StartupTimeout", F, T, F, F, F, "Failed"),
+    "queued-past-startup-timeout": (("Suspended", "", ""), {"queue_name": "q", "startup_timed_out": True}, "Pending", F, "Queued", T, F, F, F, T, "InProgress"),
+    "invalid-spec": (None, {"invalid_spec": "spec.extraArgs[0]: --lora-rank is set from the spec"}, "Pending", F, "InvalidSpec", F, T, F, F, F, "Failed"),
+    "stopped-unhealthy": (None, {"verdict": BAD, "stopped_unhealthy": True}, "Failed", F, "StoppedUnhealthy", F, T, F, T, F, "Failed"),
+    "validation-failed": (("ValidationFailed", "", "ValidationFailed"), {}, "Failed", F, "ValidationFailed", F, T, F, T, F, "Failed"),
+    "unknown-state": (("SomethingNew", "", ""), {}, "Pending", F, "UnknownRayJobState", T, F, F, F, F, "InProgress"),
+    **{
+        f"failed-{reason}": (("Failed", "FAILED", reason), {}, "Failed", F, reason, F, T, F, T, F, "Failed")
+        for reason in ("SubmissionFailed", "DeadlineExceeded", "AppFailed", "JobDeploymentStatusTransitionGracePeriodExceeded",
+                       "ValidationFailed", "PreRunningDeadlineExceeded", "JobStatusCheckTimeoutExceeded")
+    },
+}
 
 
-@pytest.mark.parametrize("deployment,job_status,reason,phase,why", TABLE)
-def test_mapping_table(deployment, job_status, reason, phase, why):
-    rj = None if deployment is None else rayjob(deployment, job_status, reason)
-    out, _ = status.compute({}, rj, facts())
-    assert (out["phase"], conds(out)["Ready"][1] if phase != "Running" else why) == (phase, why)
-    c = conds(out)
-    assert c["Failed"][0] == ("True" if phase == "Failed" else "False")
-    assert c["Succeeded"][0] == ("True" if phase == "Succeeded" else "False")
-    assert c["Stalled"][0] == ("True" if phase == "Failed" else "False")
-    assert c["Reconciling"][0] == ("True" if phase in ("Pending", "Preparing", "Running") else "False")
-    assert c["Suspended"][0] == ("True" if phase == "Suspended" else "False")
+def computed(case):
+    """The status lorarl.status computes for one TABLE row."""
+    ray, overrides = TABLE[case][:2]
+    rj = None if ray is None else rayjob(*ray)
+    out, _ = status.compute({}, rj, facts(**overrides))
+    return out
+
+
+@pytest.mark.parametrize("case", TABLE)
+def test_mapping_table(case):
+    phase, ready, ready_reason, reconciling, stalled, succeeded, failed, suspended, _ = TABLE[case][2:]
+    out = computed(case)
+    c = {cond["type"]: cond for cond in out["conditions"]}
+    assert out["phase"] == phase
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == (ready, ready_reason)
+    got = tuple(c[t]["status"] for t in ("Reconciling", "Stalled", "Succeeded", "Failed", "Suspended"))
+    assert got == (reconciling, stalled, succeeded, failed, suspended)
+    if T in (reconciling, stalled):  # kstatus reports the True one's reason; it must say why
+        assert c["Reconciling" if reconciling == T else "Stalled"]["reason"] == ready_reason
     assert out["observedGeneration"] == 3
     assert all(cond["observedGeneration"] == 3 for cond in out["conditions"])
-    assert [cond["type"] for cond in out["conditions"]] == list(status.CONDITION_TYPES)
+    assert list(c) == ["Ready", "Reconciling", "Stalled", "Succeeded", "Failed", "Suspended", "TrainingHealthy"]
+
+
+def test_table_follows_kstatus_rules():
+    """The hand-written kstatus column agrees with the condition columns (the real library
+    checks the computed statuses in tests/gitops/test_kstatus.py)."""
+    for case, row in TABLE.items():
+        ready, reconciling, stalled, want = row[3], row[5], row[6], row[10]
+        assert not (reconciling == T and stalled == T), case
+        assert want == ("InProgress" if reconciling == T else "Failed" if stalled == T else "Current" if ready == T else "InProgress"), case
 
 
 def test_failed_reason_and_message_reach_conditions():
@@ -107,12 +149,15 @@ def test_last_transition_time_moves_only_on_flips():
     second, _ = status.compute(first, rayjob("Running", "RUNNING"), facts(now="2026-11-30T10:05:00Z", verdict=OK))
     times = {c["type"]: c["lastTransitionTime"] for c in second["conditions"]}
     assert times["Ready"] == "2026-11-30T10:05:00Z"  # False -> True
-    assert times["Reconciling"] == "2026-11-30T10:00:00Z"  # still True
+    assert times["Reconciling"] == "2026-11-30T10:05:00Z"  # True -> False: training is the goal state
     assert times["Failed"] == "2026-11-30T10:00:00Z"  # still False
+    assert times["Stalled"] == "2026-11-30T10:00:00Z"  # still False
+    third, _ = status.compute(second, rayjob("Running", "RUNNING"), facts(now="2026-11-30T10:09:00Z", verdict=OK))
+    assert third["conditions"] == second["conditions"]  # nothing flipped, nothing moved
 
 
 def test_unhealthy_training_warns_once_and_is_not_ready():
-    bad = Verdict("False", "LogprobDiffTooHigh", "mean 0.05 >= 0.03")
+    bad = BAD
     prev, _ = status.compute({"phase": "Running"}, rayjob("Running", "RUNNING"), facts(verdict=OK))
     out, events = status.compute(prev, rayjob("Running", "RUNNING"), facts(verdict=bad))
     assert conds(out)["TrainingHealthy"] == ("False", "LogprobDiffTooHigh")

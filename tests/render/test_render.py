@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import copy
+import io
+import zipfile
 import hashlib
 import os
 import pathlib
@@ -29,6 +32,8 @@ def snapshot_form(objects):
     for obj in objects:
         if obj["kind"] == "ConfigMap":
             obj["data"] = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in obj["data"].items()}
+            obj["binaryData"] = {k: "sha256:" + hashlib.sha256(base64.b64decode(v)).hexdigest()[:16]
+                                 for k, v in obj.get("binaryData", {}).items()}
     return objects
 
 
@@ -162,7 +167,15 @@ def test_no_secret_values_anywhere():
 def test_configmap_ships_reporter_and_prepare_script():
     cm = by_kind(render.render(job_from(seed_doc())))["ConfigMap"]
     assets = pathlib.Path(render.__file__).with_name("assets")
-    assert cm["data"] == {name: (assets / name).read_text() for name in ("reporter.py", "prepare.sh")}
-    assert cm["data"]["reporter.py"].startswith("#!/usr/bin/env python3")
+    assert cm["data"] == {"prepare.sh": (assets / "prepare.sh").read_text()}
+    pyz = base64.b64decode(cm["binaryData"]["reporter.pyz"])
+    with zipfile.ZipFile(io.BytesIO(pyz)) as z:  # every reporter module, and only those
+        sources = pathlib.Path(render.__file__).with_name("reporter")
+        expected = {f"lorarl_reporter/{p.name}" for p in sources.glob("*.py") if p.name != "__main__.py"}
+        assert set(z.namelist()) == expected | {"__main__.py"}
+        assert z.read("lorarl_reporter/launcher.py").decode() == (sources / "launcher.py").read_text()
+    mount = [v for v in by_kind(render.render(job_from(seed_doc())))["RayJob"]["spec"]["rayClusterSpec"]["headGroupSpec"]
+             ["template"]["spec"]["volumes"] if v["name"] == render.REPORTER_VOLUME][0]
+    assert command.REPORTER_PATH == f"/opt/lorarl/{command.REPORTER_FILE}" and mount["configMap"]["name"] == cm["metadata"]["name"]
     assert "hf" in cm["data"]["prepare.sh"]
     assert len(render.to_yaml([cm]).encode()) < 1_000_000  # ConfigMap size limit

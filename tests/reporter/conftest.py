@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reporter.reporter_testlib import FakeApi, MilesLog, generate_miles_log, load_reporter
+from tests.reporter.reporter_testlib import FakeApi, generate_miles_log, load_reporter, write_artifact
 
 
 @pytest.fixture(scope="session")
@@ -13,8 +13,14 @@ def reporter():
 
 
 @pytest.fixture(scope="session")
-def miles_log() -> MilesLog:
+def miles_log():
     return generate_miles_log()
+
+
+@pytest.fixture(scope="session")
+def artifact_path(tmp_path_factory):
+    """The zipapp the renderer ships in the ConfigMap."""
+    return write_artifact(tmp_path_factory.mktemp("artifact"))
 
 
 @pytest.fixture

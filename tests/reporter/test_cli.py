@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shutil
@@ -13,11 +14,25 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.reporter.reporter_testlib import CHILD, REPORTER_PATH, FakeApi, expected_final_status, strip_nulls, without_time
+from lorarl_dev import mileslog
+from tests.reporter.reporter_testlib import CHILD, FakeApi, expected_final_status, strip_nulls, without_time
 
 
 TOKEN = "s3cr3t-token-value-0123456789"
 STEP0 = "[2026-11-30 08:30:00.000 MegatronTrainRayActor] model.py:660 - step 0: {'train/loss': 0.5}"
+
+
+ARTIFACT = {}
+
+
+@pytest.fixture(autouse=True)
+def _artifact(artifact_path):
+    ARTIFACT["path"] = str(artifact_path)
+
+
+def run_artifact() -> list:
+    """The shipped zipapp, with no site-packages: only the standard library is there."""
+    return [sys.executable, "-I", "-S", ARTIFACT["path"]]
 
 
 def clean_env(**extra) -> dict:
@@ -28,7 +43,7 @@ def clean_env(**extra) -> dict:
 
 
 def reporter_cmd(*options, total=300, interval=0.2) -> list:
-    return [sys.executable, str(REPORTER_PATH), "--namespace", "team-a", "--name", "qwen3-4b-lora",
+    return [*run_artifact(), "--namespace", "team-a", "--name", "qwen3-4b-lora",
             "--total-rollouts", str(total), "--interval", str(interval), *options, "--"]
 
 
@@ -183,16 +198,33 @@ def test_sigterm_is_forwarded_to_the_child(handles, expected):
 
 def test_checkpoints_from_the_save_dir(tmp_path, fake_api, token_file):
     save = tmp_path / "checkpoints"
-    for it in (49, 99):
-        (save / f"iter_{it:07d}" / "adapter").mkdir(parents=True)
-    (save / "latest_checkpointed_iteration.txt").write_text("99")
+    mileslog.write_tree(str(save), [49, 99], ranks=8)
+    mileslog.write_save(str(save), 149, 8, files=9)  # shards and adapter_model.bin only
     env = clean_env(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token_file))
-    result = subprocess.run(reporter_cmd("--save-dir", str(save), total=200) + [sys.executable, "-c", "pass"],
+    result = subprocess.run(reporter_cmd("--save-dir", str(save), "--gpus", "8", total=200) + [sys.executable, "-c", "pass"],
                             capture_output=True, env=env, timeout=60)
     assert result.returncode == 0 and result.stdout == b""
     final = fake_api.patches()[-1]["body"]["status"]
-    assert final["checkpoints"] == {"latestIteration": 99, "latestPath": str(save / "iter_0000099"), "count": 2}
-    assert final["progress"]["rollout"] == 100 and final["progress"]["percent"] == 50
+    assert final["checkpoints"] == {"latestIteration": 99, "latestPath": str(save / "iter_0000099" / "adapter"),
+                                    "count": 2, "saving": 149}
+    assert final["progress"]["rollout"] == 100 and final["progress"]["percent"] == 50 and final["progress"]["attempts"] == 1
+
+
+def test_artifact_is_deterministic_small_and_stdlib_only(artifact_path):
+    from lorarl import artifact, render
+    from tests.helpers import job_from, seed_doc
+
+    artifact.reporter_zipapp.cache_clear()
+    assert artifact.reporter_zipapp() == artifact_path.read_bytes()
+    cm = render.configmap(job_from(seed_doc()))
+    assert len(json.dumps(cm)) < 1 << 20  # a ConfigMap holds at most 1 MiB
+    imports = subprocess.run([*run_artifact(), "--help"], capture_output=True, text=True, timeout=30)
+    assert imports.returncode == 0 and "--total-rollouts" in imports.stdout
+    names = [l.split()[-1] for l in subprocess.run(
+        [sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import lorarl_reporter.cli; "
+         "print('\\n'.join(sorted(m for m in sys.modules if m.startswith('lorarl_reporter'))))", ARTIFACT["path"]],
+        capture_output=True, text=True, timeout=30, check=True).stdout.split()]
+    assert {"lorarl_reporter.cli", "lorarl_reporter.summary", "lorarl_reporter.launcher"} <= set(names)
 
 
 def test_failure_then_recovery_logs_one_line_each(log_file, fake_api, token_file):
@@ -256,52 +288,17 @@ def test_api_config_from_the_environment(reporter):
 
 
 def test_usage_errors(tmp_path):
-    no_command = subprocess.run([sys.executable, str(REPORTER_PATH), "--namespace", "a", "--name", "b",
+    no_command = subprocess.run([*run_artifact(), "--namespace", "a", "--name", "b",
                                  "--total-rollouts", "1"], capture_output=True, env=clean_env(), timeout=30)
     assert no_command.returncode == 2 and b"usage:" in no_command.stderr
     missing = subprocess.run(reporter_cmd() + [str(tmp_path / "no-such-binary")],
                              capture_output=True, env=clean_env(), timeout=30)
     assert missing.returncode == 127
     # bad reporter options must not stop the training run
-    bad = subprocess.run([sys.executable, str(REPORTER_PATH), "--total-rollouts", "many", "--",
+    bad = subprocess.run([*run_artifact(), "--total-rollouts", "many", "--",
                           sys.executable, "-c", "print('trained'); raise SystemExit(5)"],
                          capture_output=True, env=clean_env(), timeout=30)
     assert bad.returncode == 5 and bad.stdout == b"trained\n"
     assert "without status reporting" in reporter_lines(bad.stderr)[0]
 
 
-ECHO_ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))"
-
-
-def _run_resume(save_dir, extra=()):
-    out = subprocess.run(
-        [sys.executable, str(REPORTER_PATH), "--namespace", "ns", "--name", "job", "--total-rollouts", "10",
-         "--save-dir", str(save_dir), "--resume", *extra, "--", sys.executable, "-c", ECHO_ARGV, "--lr", "1e-5"],
-        capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))},
-    )
-    assert out.returncode == 0, out.stderr
-    import json
-
-    return json.loads(out.stdout.splitlines()[0]), out.stderr
-
-
-def test_resume_without_checkpoint_runs_command_unchanged(tmp_path):
-    argv, _ = _run_resume(tmp_path / "missing")
-    assert argv == ["--lr", "1e-5"]
-
-
-def test_resume_appends_newest_complete_adapter(tmp_path):
-    for it in (9, 19, 29):
-        (tmp_path / f"iter_{it:07d}" / "adapter").mkdir(parents=True)
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("19\n")  # iter 29 is still being saved
-    argv, err = _run_resume(tmp_path)
-    assert argv == ["--lr", "1e-5", "--lora-adapter-path", str(tmp_path / "iter_0000019" / "adapter")]
-    assert "resuming from" in err
-
-
-def test_resume_without_tracker_needs_adapter_config(tmp_path):
-    (tmp_path / "iter_0000009" / "adapter").mkdir(parents=True)
-    (tmp_path / "iter_0000009" / "adapter" / "adapter_config.json").write_text("{}")
-    (tmp_path / "iter_0000019" / "adapter").mkdir(parents=True)  # incomplete: no config yet
-    argv, _ = _run_resume(tmp_path)
-    assert argv[-1] == str(tmp_path / "iter_0000009" / "adapter")

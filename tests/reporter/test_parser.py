@@ -143,6 +143,8 @@ def test_parse_line_never_raises_on_garbage(reporter):
 
 
 def test_every_generated_event_line_parses(reporter, miles_log):
+    """The source-faithful log: each step line twice, every rank announcing a save (some lines
+    folded by Ray's dedup), evals at 0, 19, 39, ... and none forced after the last rollout."""
     kinds = {}
     for line in miles_log.lines:
         for segment in line.rstrip(b"\n").split(b"\r"):
@@ -150,5 +152,39 @@ def test_every_generated_event_line_parses(reporter, miles_log):
             if event is not None:
                 kinds[event.kind] = kinds.get(event.kind, 0) + 1
     n = miles_log.num_rollouts
-    assert kinds == {"perf": 2 * n, "rollout": n, "step": n, "eval": len(miles_log.evals),
-                     "checkpoint": len(miles_log.checkpoints)}
+    assert kinds == {"perf": 2 * n, "rollout": n, "step": 2 * n, "eval": len(miles_log.evals),
+                     "saving": 2 * len(miles_log.saves)}
+    assert [r for r, _ in miles_log.evals] == [0, 19, 39, 59] + list(range(79, 300, 20))  # 299: a multiple, not forced
+
+
+SAVE = "/root/shared_data/job/checkpoints/iter_0000049/adapter"
+
+
+@pytest.mark.parametrize("line, event", [
+    (ANSI_RAY + "[2026-11-30 08:30:00.123 actor_cell0_rank0] checkpoint.py:160 - Saving LoRA checkpoint to " + SAVE,
+     ("saving", 49, {}, SAVE)),
+    (RAY + "[2026-11-30 08:30:00.123 actor_cell0_rank1] checkpoint.py:160 - Saving LoRA checkpoint to " + SAVE
+     + " [repeated 7x across cluster]", ("saving", 49, {}, SAVE)),
+    (RAY + HEADER + "Resuming LoRA training from iteration 49", ("resumed", 49, {}, None)),
+    (RAY + HEADER + f"LoRA is enabled and --lora-adapter-path={SAVE} was specified, but adapter weights could not be "
+     "loaded. Training will start with freshly initialized adapter weights.", ("not_resumed", 0, {}, SAVE)),
+    ("wandb: \U0001f680 View run at \x1b[34m\x1b[4mhttps://wandb.ai/team/proj/runs/abc123\x1b[0m",
+     ("wandb", 0, {}, "https://wandb.ai/team/proj/runs/abc123")),
+    ("wandb:  View run at https://wandb.example.com/t/p/runs/r-1",  # no emoji on a non-UTF-8 stdout
+     ("wandb", 0, {}, "https://wandb.example.com/t/p/runs/r-1")),
+    ("wandb: \U0001f680 View run qwen3-4b-lora at: \x1b[34m\x1b[4mhttps://wandb.ai/t/p/runs/qwen3-4b-lora\x1b[0m",
+     ("wandb", 0, {}, "https://wandb.ai/t/p/runs/qwen3-4b-lora")),
+])
+def test_lora_save_resume_and_wandb_lines(reporter, line, event):
+    assert reporter.parse_line(line) == reporter.Event(*event)
+
+
+@pytest.mark.parametrize("line", [
+    "wandb: \u2b50\ufe0f View project at https://wandb.ai/team/proj",
+    RAY + HEADER + "Saved 504 adapter tensors (native) to " + SAVE + "/adapter_megatron_rank0.pt",
+    RAY + HEADER + "Saved HF PEFT adapter to " + SAVE + " with 504 tensors",
+    RAY + HEADER + "Saved optimizer/scheduler state to " + SAVE,
+    HEADER + "eval 19 skipped: no_data",
+])
+def test_lines_that_are_not_events(reporter, line):
+    assert reporter.parse_line(line) is None

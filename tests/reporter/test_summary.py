@@ -7,7 +7,8 @@ import math
 import re
 
 import pytest
-from tests.reporter.reporter_testlib import BASE_TIME, expected_final_status, generate_miles_log, strip_nulls, without_time
+from lorarl_dev import mileslog
+from tests.reporter.reporter_testlib import BASE_TIME, expected_final_status, generate_miles_log, r4, strip_nulls, without_time
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
@@ -32,15 +33,33 @@ def fold(reporter, summary, lines, clock=None, times=None):
     return changes
 
 
-def test_generated_log_folds_into_the_expected_final_status(reporter, miles_log):
+def test_generated_log_folds_into_the_expected_final_status(reporter, miles_log, tmp_path):
     clock = Clock()
     summary = reporter.Summary(miles_log.num_rollouts, clock=clock)
     fold(reporter, summary, miles_log.lines, clock, miles_log.line_times)
+    mileslog.write_tree(str(tmp_path), miles_log.saves, ranks=8)
+    summary.apply_scan(reporter.scan([reporter.SaveDir(1, str(tmp_path), 0)], 8), str(tmp_path))
     status = summary.status()
     assert without_time(status) == expected_final_status(miles_log)
+    assert status["checkpoints"]["latestPath"] == str(tmp_path / "iter_0000299" / "adapter")
     assert "kl" not in status["metrics"]  # the last ppo_kl is nan: dropped, not sent
     assert RFC3339.match(status["progress"]["lastUpdateTime"])
     json.dumps(status, allow_nan=False)
+
+
+def test_log_alone_proves_saves_by_later_lines(reporter, miles_log):
+    """Without a save directory, a save counts once a later rollout's line (or 'eval <id>')
+    appeared. 299 is followed by eval 299; with 290 rollouts the last save has no such line and
+    stays 'saving' (the job always passes --save-dir, whose files prove it)."""
+    summary = reporter.Summary(miles_log.num_rollouts, clock=Clock())
+    fold(reporter, summary, miles_log.lines)
+    assert summary.status()["checkpoints"] == {
+        "latestIteration": 299, "latestPath": f"{miles_log.save_dir}/iter_0000299/adapter", "count": 6}
+    log = generate_miles_log(num_rollouts=290, noise=False)
+    summary = reporter.Summary(290, clock=Clock())
+    fold(reporter, summary, log.lines)
+    assert summary.status()["checkpoints"] == {
+        "latestIteration": 249, "latestPath": f"{log.save_dir}/iter_0000249/adapter", "count": 5, "saving": 289}
 
 
 def test_eta_and_progress_midway(reporter, miles_log):
@@ -56,8 +75,8 @@ def test_eta_and_progress_midway(reporter, miles_log):
     assert progress["rollout"] == k + 1
     assert progress["percent"] == (k + 1) * 100 // miles_log.num_rollouts
     assert progress["etaSeconds"] == round((tk - t0) / k * remaining)
-    assert progress["lastUpdateTime"] == "2026-11-30T10:30:50Z"  # BASE + 60*120 + 50 s
-    # checkpoints so far: 49 and 99
+    assert progress["lastUpdateTime"] == "2026-11-30T10:30:50Z"  # BASE + 60*120 + 5 + 20 + 25 s
+    # saves so far: 49 and 99, proven by the perf/rollout lines of 50 and 100
     assert summary.status()["checkpoints"]["latestIteration"] == 99
     assert summary.status()["checkpoints"]["count"] == 2
 
@@ -70,12 +89,13 @@ def test_eta_absent_until_two_rollouts_finished(reporter):
     assert s.status()["progress"]["rollout"] == 1 and "etaSeconds" not in s.status()["progress"]
     clock.now += 30
     s.apply(reporter.Event("step", 1, {"train/loss": 1.0}))
+    s.apply(reporter.Event("step", 1, {"train/loss": 1.0}))  # printed twice by miles: no change
     assert s.status()["progress"]["etaSeconds"] == 30 * 8
 
 
 def test_initial_status(reporter):
     s = reporter.Summary(100, clock=Clock(0.0))
-    assert s.status() == {"progress": {"rollout": 0, "total": 100, "percent": 0,
+    assert s.status() == {"progress": {"rollout": 0, "total": 100, "percent": 0, "attempts": 1, "trainedRollouts": 0,
                                        "lastUpdateTime": "1970-01-01T00:00:00Z"}, "metrics": {}}
     assert s.version == 1
     assert reporter.patch_body(s.status())["status"]["progress"]["etaSeconds"] is None
@@ -125,16 +145,6 @@ def test_step_without_rollout_lines_uses_the_step_number_and_total_clamps(report
     assert s.status()["progress"] == {**s.status()["progress"], "rollout": 3, "percent": 100, "etaSeconds": 0}
 
 
-def test_resume_progress_from_checkpoints(reporter, tmp_path):
-    (tmp_path / "iter_0000049").mkdir()
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("49\n")
-    s = reporter.Summary(100, save_dir=str(tmp_path), clock=Clock())
-    assert s.apply_scan(reporter.scan_save_dir(str(tmp_path))) is True
-    status = s.status()
-    assert status["progress"]["rollout"] == 50 and status["progress"]["percent"] == 50
-    assert status["checkpoints"] == {"latestIteration": 49, "latestPath": str(tmp_path / "iter_0000049"), "count": 1}
-
-
 def test_nan_metrics_are_dropped_and_nulled_in_the_patch(reporter):
     s = reporter.Summary(10, clock=Clock())
     s.apply(reporter.Event("step", 0, {"train/loss": 0.5, "train/ppo_kl": 0.1,
@@ -145,9 +155,10 @@ def test_nan_metrics_are_dropped_and_nulled_in_the_patch(reporter):
     assert metrics == {"step": 1, "trainRolloutLogprobAbsDiffMean": 0.02}
     body = reporter.patch_body(s.status())
     json.dumps(body, allow_nan=False)
-    assert set(body) == {"status"} and set(body["status"]) == {"progress", "metrics"}
+    assert set(body) == {"status"} and set(body["status"]) == {"progress", "metrics", "checkpoints"}
+    assert body["status"]["checkpoints"] == {"saving": None}  # a stale 'saving' of an earlier attempt goes
     assert body["status"]["metrics"]["loss"] is None and body["status"]["metrics"]["kl"] is None
-    assert strip_nulls(body["status"]) == s.status()
+    assert strip_nulls(body["status"]) == {**s.status(), "checkpoints": {}}
 
 
 def test_patch_body_sends_only_owned_fields(reporter):
@@ -167,51 +178,6 @@ def test_eval_latest_and_best(reporter):
     ]
 
 
-def test_checkpoints_from_log_lines_only(reporter):
-    s = reporter.Summary(100, clock=Clock())
-    s.apply(reporter.Event("checkpoint", 49, {}, "/ckpt"))
-    s.apply(reporter.Event("checkpoint", 49, {}, "/ckpt"))
-    s.apply(reporter.Event("checkpoint", 99, {}, "/ckpt/"))
-    assert s.status()["checkpoints"] == {"latestIteration": 99, "latestPath": "/ckpt/iter_0000099", "count": 2}
-    s2 = reporter.Summary(100, save_dir="/save", clock=Clock())
-    s2.apply(reporter.Event("checkpoint", 9, {}, None))
-    assert s2.status()["checkpoints"]["latestPath"] == "/save/iter_0000009"
-
-
-def test_checkpoint_scan_is_the_truth(reporter, tmp_path):
-    save = str(tmp_path)
-    s = reporter.Summary(300, save_dir=save, clock=Clock())
-    assert reporter.scan_save_dir(str(tmp_path / "missing")) is None
-    assert s.apply_scan(None) is False
-    for it in (49, 99):
-        (tmp_path / f"iter_{it:07d}" / "adapter").mkdir(parents=True)
-    (tmp_path / "iter_garbage").mkdir()
-    (tmp_path / "iter_0000777").write_text("a file, not a checkpoint")
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("49")
-    s.apply_scan(reporter.scan_save_dir(save))  # 99 is being written: not complete yet
-    assert s.status()["checkpoints"] == {"latestIteration": 49, "latestPath": f"{save}/iter_0000049", "count": 1}
-    s.apply(reporter.Event("checkpoint", 99, {}, save))  # the log says 99 is done
-    assert s.status()["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/iter_0000099", "count": 2}
-    s.apply(reporter.Event("checkpoint", 149, {}, save))  # newer than the last scan: counted
-    assert s.status()["checkpoints"] == {"latestIteration": 149, "latestPath": f"{save}/iter_0000149", "count": 3}
-    (tmp_path / "iter_0000049" / "adapter").rmdir()
-    (tmp_path / "iter_0000049").rmdir()  # rotated away
-    (tmp_path / "iter_0000149").mkdir()
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("149")
-    s.apply_scan(reporter.scan_save_dir(save))
-    assert s.status()["checkpoints"] == {"latestIteration": 149, "latestPath": f"{save}/iter_0000149", "count": 2}
-
-
-def test_checkpoint_scan_without_tracker_counts_all_dirs(reporter, tmp_path):
-    for it in (10, 20, 5):
-        (tmp_path / f"iter_{it:07d}").mkdir()
-    scan = reporter.scan_save_dir(str(tmp_path))
-    assert scan.tracker is None and sorted(scan.iterations) == [5, 10, 20]
-    s = reporter.Summary(30, save_dir=str(tmp_path), clock=Clock())
-    s.apply_scan(scan)
-    assert s.status()["checkpoints"]["latestIteration"] == 20 and s.status()["checkpoints"]["count"] == 3
-
-
 @pytest.mark.parametrize("total", [0, 1])
 def test_degenerate_totals(reporter, total):
     s = reporter.Summary(total, clock=Clock())
@@ -221,7 +187,81 @@ def test_degenerate_totals(reporter, total):
 
 
 def test_a_second_generated_log_with_other_parameters(reporter):
-    log = generate_miles_log(num_rollouts=101, eval_interval=10, save_interval=25, seed=99, save_dir="/s")
-    s = reporter.Summary(101, clock=Clock())
+    """Two optimizer steps per rollout: step n is rollout n // 2."""
+    log = generate_miles_log(num_rollouts=101, eval_interval=10, save_interval=25, seed=99, save_dir="/s",
+                             steps_per_rollout=2)
+    s = reporter.Summary(101, steps_per_rollout=2, clock=Clock())
     fold(reporter, s, log.lines)
-    assert without_time(s.status()) == expected_final_status(log)
+    expected = expected_final_status(log, complete_saves=[24, 49, 74, 99])  # 100 is the last: unproven by the log
+    expected["checkpoints"]["saving"] = 100
+    assert without_time(s.status()) == expected
+
+
+def test_metrics_are_rounded_for_people(reporter):
+    assert reporter.significant(0.012505800000000001) == 0.01251
+    assert reporter.significant(3801.2345) == 3801.0 and reporter.significant(-1.23456e-05) == -1.235e-05
+    assert reporter.significant(0.0) == 0.0 and math.isnan(reporter.significant(math.nan))
+    s = reporter.Summary(10, clock=Clock())
+    s.apply(reporter.Event("step", 0, {"train/train_rollout_logprob_abs_diff": 0.012505800000000001, "train/loss": 1 / 3}))
+    s.apply(reporter.Event("eval", 0, {"eval/aime24": 2 / 3}))
+    status = s.status()
+    assert status["metrics"]["trainRolloutLogprobAbsDiff"] == 0.01251
+    assert status["metrics"]["trainRolloutLogprobAbsDiffMean"] == 0.01251 and status["metrics"]["loss"] == 0.3333
+    assert status["eval"][0]["latest"] == 0.6667 == status["eval"][0]["best"]
+    assert "0.012505800000000001" not in json.dumps(reporter.patch_body(status))
+
+
+def test_wandb_run_url(reporter):
+    s = reporter.Summary(10, clock=Clock())
+    assert "tracking" not in s.status()
+    assert s.apply(reporter.Event("wandb", 0, {}, "https://wandb.ai/t/p/runs/abc"))
+    assert s.status()["tracking"] == {"wandbRunURL": "https://wandb.ai/t/p/runs/abc"}
+
+
+def test_gpu_hours_and_attempts_from_the_ledger(reporter):
+    clock = Clock(10_000.0)
+    history = [{"attempt": 1, "gpus": 8, "startedAt": 0.0, "aliveAt": 3600.0, "offset": 0, "finished": 80},
+               {"attempt": 2, "gpus": 8, "startedAt": 9000.0, "aliveAt": 9000.0, "offset": 50, "finished": 50}]
+    s = reporter.Summary(100, offset=50, attempt=2, gpus=8, history=history, started_at=9000.0, clock=clock)
+    progress = s.status()["progress"]
+    assert progress["gpuHours"] == r4(8 + 8 * 1000 / 3600)  # attempt 1: 1 h; attempt 2 so far: 1000 s
+    assert progress["attempts"] == 2 and progress["rollout"] == 50 and progress["trainedRollouts"] == 80
+
+
+
+def test_earlier_attempts_count_only_for_the_rollouts_kept(reporter):
+    """Attempt 1 evaluated at 79 and trained steps to 79, but attempt 2 resumed after 60: that
+    branch is gone. Attempt 3 (after 100) builds on attempt 1 up to 59 and attempt 2 from 60."""
+    history = [
+        {"attempt": 1, "offset": 0, "evals": [[0, {"aime24": 0.5}], [59, {"aime24": 0.6}], [79, {"aime24": 0.9}]],
+         "diffs": [[0, 0.01], [59, 0.01], [79, 0.5]]},
+        {"attempt": 2, "offset": 60, "evals": [[60, {"aime24": 0.55}], [99, {"aime24": 0.7}]],
+         "diffs": [[60, 0.03], [99, 0.03]]},
+        {"attempt": 3, "offset": 100, "evals": "torn", "diffs": [["x", 1]]},  # this attempt: ignored
+    ]
+    s = reporter.Summary(120, offset=100, attempt=3, history=history, clock=Clock())
+    status = s.status()
+    assert status["eval"] == [{"name": "aime24", "latest": 0.7, "latestRollout": 99, "best": 0.7, "bestRollout": 99}]
+    assert status["metrics"] == {"trainRolloutLogprobAbsDiffMean": 0.02}
+    assert s.ledger_fields()["evals"] == [] and s.ledger_fields()["diffs"] == []  # nothing of its own yet
+    s.apply(reporter.Event("step", 0, {"train/train_rollout_logprob_abs_diff": 0.02}))
+    assert s.ledger_fields()["diffs"] == [[100, 0.02]]
+
+
+def test_first_rollout_id_after_a_resume_is_logged_once(reporter):
+    s = reporter.Summary(100, offset=60, attempt=2, clock=Clock())
+    s.apply(reporter.Event("resumed", 59, {}))
+    s.apply(reporter.Event("eval", 0, {"eval/aime24": 0.5}))
+    s.apply(reporter.Event("perf", 0, {"rollout/response_len/mean": 1.0}))
+    assert s.notes == ["the trainer restored the adapter and optimizer of iteration 59",
+                       "attempt 2: the trainer's first rollout id is 0; it resumed after 60 rollouts, so its ids are shown as id + 60"]
+    assert s.status()["eval"][0]["latestRollout"] == 60
+    # a trainer that continues by itself (first id >= offset) keeps its ids
+    t = reporter.Summary(100, offset=60, attempt=2, clock=Clock())
+    t.apply(reporter.Event("rollout", 60, {"rollout/raw_reward": 0.1}))
+    t.apply(reporter.Event("step", 60, {"train/loss": 0.1}))
+    assert t.status()["progress"]["rollout"] == 61 and t.status()["metrics"]["step"] == 60
+    assert "continued" in t.notes[0]
+    u = reporter.Summary(100, offset=60, attempt=2, clock=Clock())
+    u.apply(reporter.Event("not_resumed", 0, {}, "/s/iter_0000059/adapter"))
+    assert u.notes[0].startswith("WARNING: the trainer could not load /s/iter_0000059/adapter")

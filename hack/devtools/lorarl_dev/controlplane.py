@@ -882,10 +882,12 @@ class ControlPlane:
         from kubernetes import client
 
         api = client.CoreV1Api(self._shared_client())
-        body = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=list(audiences or []) or None,
-                                           expiration_seconds=expiration_seconds)
-        )
+        # a plain body: the typed V1TokenRequestSpec of the kubernetes 30 client insists on audiences,
+        # which the API server defaults (to its own) when they are left out
+        spec: dict = {"expirationSeconds": expiration_seconds}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         resp = api.create_namespaced_service_account_token(name, namespace, body)
         return resp.status.token
 

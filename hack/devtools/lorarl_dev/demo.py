@@ -20,7 +20,7 @@ from typing import Optional
 import click
 import yaml
 
-from lorarl import command, render
+from lorarl import artifact, command, render
 from lorarl.kube import Api
 from lorarl.validation import parse_job
 from . import controlplane, mileslog
@@ -29,13 +29,13 @@ from .kuberay_sim import FakeKubeRay
 NAMESPACE = "default"
 EXAMPLE = "manifests/qwen3-4b-lora-amd.yaml"
 
-# Prints the lines of argv[1] with a pause of argv[2] seconds after each step line.
+# Prints the lines of argv[1] with a pause of argv[2] seconds after each optimizer step.
 PACED_PRINTER = r"""
 import sys, time
 pause = float(sys.argv[2])
 for line in open(sys.argv[1], encoding="utf-8"):
     sys.stdout.write(line); sys.stdout.flush()
-    if " - step " in line:
+    if "log_utils.py:542 - step " in line:  # each step is printed twice; pause once per step
         time.sleep(pause)
 """
 
@@ -140,14 +140,17 @@ def run(base: Optional[str], pace: float) -> None:
     ray.running()
     with tempfile.TemporaryDirectory() as tmp:
         log_file = pathlib.Path(tmp) / "miles.log"
-        log = mileslog.lines(rollouts, job.spec.eval.interval, job.spec.checkpoint.save_interval, command.save_dir(job))
+        eval_interval = job.spec.eval.interval if job.spec.eval.enabled else None
+        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval, command.save_dir(job))
         log_file.write_text("\n".join(log) + "\n")
+        shipped = pathlib.Path(tmp) / command.REPORTER_FILE  # the zipapp the job's ConfigMap carries
+        shipped.write_bytes(artifact.reporter_zipapp())
         token = pathlib.Path(tmp) / "token"
         token.write_text(cp.service_account_token(NAMESPACE, render.reporter_account_name(job)))
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")},
                "LORARL_API_SERVER": cp.server, "LORARL_TOKEN_FILE": str(token), "LORARL_CA_FILE": str(cp.ca_file)}
         reporter = subprocess.Popen(
-            [sys.executable, str(render.asset_path("reporter.py")), "--namespace", NAMESPACE, "--name", name,
+            [sys.executable, "-I", "-S", str(shipped), "--namespace", NAMESPACE, "--name", name,
              "--total-rollouts", str(rollouts), "--interval", "1", "--", sys.executable, "-c", PACED_PRINTER, str(log_file), str(pace)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import typing
 from typing import Any
 
@@ -15,23 +16,40 @@ from lorarl import api
 from lorarl.crdgen import model_in
 
 
-def _type_name(annotation: Any) -> str:
+def _anchor(path: str) -> str:
+    """The GitHub anchor of a section heading ``### `spec.model` `` (punctuation dropped)."""
+    return "#" + re.sub(r"[^a-z0-9_-]", "", path.lower())
+
+
+def _type_name(annotation: Any, metadata: list[Any] = (), section: str | None = None) -> str:
+    """A field's type as a user reads it: integer, string (quantity), list[string],
+    map[string]string, "A" | "B", or object (linked to its section)."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # e.g. list[Annotated[str, StringConstraints(...)]]
+        return _type_name(args[0], [*args[1:], *metadata], section)
     if origin is typing.Union:
         inner = [a for a in args if a is not type(None)]
-        return " | ".join(_type_name(a) for a in inner)
+        return " \\| ".join(_type_name(a, metadata, section) for a in inner)
     if origin is typing.Literal:
-        return " \\| ".join(f"`{a}`" for a in args)
-    if origin in (list,):
-        return f"list of {_type_name(args[0])}"
-    if origin in (dict,):
-        return "map of string" if args and args[1] is str else "object"
+        return " \\| ".join(json.dumps(a) for a in args)
+    if origin is list:
+        return f"list[{_type_name(args[0], (), section)}]"
+    if origin is dict:
+        if args and args[0] is str and args[1] is str:
+            return "map[string]string"
+        return "object"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return " \\| ".join(f"`{m.value}`" for m in annotation)
+        return " \\| ".join(json.dumps(m.value) for m in annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation.__name__
-    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(annotation, str(annotation))
+        return f"[object]({_anchor(section)})" if section else "object"
+    if annotation is str:
+        patterns = {getattr(m, "pattern", None) for m in metadata}
+        return "string (quantity)" if api.QUANTITY in patterns else "string"
+    names = {int: "integer", float: "number", bool: "boolean"}
+    if annotation in names:
+        return names[annotation]
+    raise TypeError(f"docsgen: no reader-friendly name for the type {annotation!r}")
 
 
 def _default(field: FieldInfo) -> str:
@@ -60,10 +78,11 @@ def _section(model: type[BaseModel], path: str, out: list[str], seen: set[str]) 
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         flag = extra.get("flag", "")
         desc = " ".join((field.description or "").split()).replace("|", "\\|")
-        out.append(
-            f"| `{alias}` | {_type_name(field.annotation)} | {_default(field)} | {desc} | {f'`{flag}`' if flag else ''} |"
-        )
         sub = model_in(field.annotation)
+        type_name = _type_name(field.annotation, field.metadata, f"{path}.{alias}" if sub is not None else None)
+        if extra.get("format") == "date-time":
+            type_name += " (date-time)"
+        out.append(f"| `{alias}` | {type_name} | {_default(field)} | {desc} | {f'`{flag}`' if flag else ''} |")
         if sub is not None and f"{path}.{alias}" not in seen:
             nested.append((sub, f"{path}.{alias}"))
     out.append("")

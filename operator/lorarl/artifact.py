@@ -1,0 +1,46 @@
+"""The reporter as one artifact: a zipapp of the ``lorarl.reporter`` modules, byte-identical
+for identical sources (fixed entry order, timestamps and permissions), shipped in the job's
+ConfigMap as ``binaryData`` and run as ``python3 /opt/lorarl/reporter.pyz ...``.
+
+Inside, the modules form the package ``lorarl_reporter`` (they import each other relatively),
+so nothing of the lorarl package is needed in the training image.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import io
+import zipfile
+
+PACKAGE = "lorarl_reporter"
+ENTRY = f"import sys\n\nfrom {PACKAGE}.cli import main\n\nsys.exit(main())\n"
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
+
+
+def module_sources() -> dict[str, str]:
+    """File name -> source of every reporter module (``__main__.py`` excluded: the zip has its own)."""
+    root = importlib.resources.files("lorarl").joinpath("reporter")
+    return {
+        entry.name: entry.read_text(encoding="utf-8")
+        for entry in sorted(root.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".py") and entry.name != "__main__.py"
+    }
+
+
+def _add(archive: zipfile.ZipFile, name: str, text: str) -> None:
+    info = zipfile.ZipInfo(name, date_time=_EPOCH)
+    info.compress_type = zipfile.ZIP_STORED  # no zlib: the same bytes wherever it is built
+    info.external_attr = 0o644 << 16
+    archive.writestr(info, text.encode("utf-8"))
+
+
+@functools.cache
+def reporter_zipapp() -> bytes:
+    buf = io.BytesIO()
+    buf.write(b"#!/usr/bin/env python3\n")  # as zipapp does: the archive follows the shebang line
+    with zipfile.ZipFile(buf, "w") as archive:
+        _add(archive, "__main__.py", ENTRY)
+        for name, text in module_sources().items():
+            _add(archive, f"{PACKAGE}/{name}", text)
+    return buf.getvalue()

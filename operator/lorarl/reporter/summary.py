@@ -1,0 +1,325 @@
+"""Events, checkpoint scans and the attempt ledger -> the status fields the reporter owns.
+
+Pure apart from the injected clock; not thread-safe (the caller holds a lock).
+
+Ids: miles restarts every attempt at rollout 0 (see launcher.py), so an attempt that resumed
+after ``offset`` rollouts prints local ids; every rollout, eval and checkpoint id is shown as
+``local + offset`` (step numbers as ``local + offset * steps_per_rollout``). If the trainer
+turns out to continue at the resumed iteration itself (its first rollout id is >= offset), its
+ids are taken as they are; either way the first id is logged once (``notes``).
+
+When a rollout counts as finished (``progress.rollout`` = highest finished id + 1):
+* a ``step`` line while it is the rollout being trained (the latest ``rollout`` line; without
+  one, ``step n`` finishes rollout n // steps_per_rollout);
+* its train-timings ``perf`` line (no 'rollout/' keys), printed after its training;
+* ``rollout r+1`` (printed when r+1 starts) finishes r;
+* a complete checkpoint of iteration N finishes N (this makes a resumed run right at once).
+
+Metrics are rounded to 4 significant digits (``rounding``); NaN/inf are never sent.
+
+Across attempts (the ledger, see attempts.py): GPU time and trained rollouts add up; evals and
+logprob diffs of earlier attempts count for the rollouts this attempt builds on (those before
+its offset), so ``best`` and the diff mean cover the whole lineage of the adapter.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from datetime import datetime, timezone
+from typing import Callable, Optional
+
+from . import attempts, checkpoints
+from .logparse import Event, eval_scores
+from .rounding import significant
+
+# status key -> source metric key ('latest value' metrics)
+METRIC_SOURCES = (
+    ("rawReward", "rollout/raw_reward"),
+    ("trainRolloutLogprobAbsDiff", "train/train_rollout_logprob_abs_diff"),
+    ("kl", "train/ppo_kl"),
+    ("loss", "train/loss"),
+    ("responseLengthMean", "rollout/response_len/mean"),
+    ("truncatedRatio", "rollout/truncated_ratio"),
+)
+DIFF_KEY = "train/train_rollout_logprob_abs_diff"
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class Summary:
+    def __init__(self, total_rollouts: int, *, offset: int = 0, attempt: int = 1, steps_per_rollout: int = 1,
+                 gpus: int = 0, history: Optional[list] = None, started_at: Optional[float] = None,
+                 clock: Callable[[], float] = time.time):
+        self.total = max(0, int(total_rollouts))
+        self.offset = max(0, int(offset))
+        self.attempt = max(1, int(attempt))
+        self.steps_per_rollout = max(1, int(steps_per_rollout))
+        self.gpus = max(0, int(gpus))
+        self._clock = clock
+        self.started_at = clock() if started_at is None else started_at
+        # earlier attempts (ledger records): their GPU time and the rollouts they trained
+        earlier = [r for r in (history or []) if r.get("attempt", 0) < self.attempt]
+        self._earlier_gpu_seconds = sum(attempts.ran_seconds(r) * int(r.get("gpus") or 0) for r in earlier)
+        self._earlier_trained = sum(attempts.trained(r) for r in earlier)
+        self._eval_history: list = []  # (rollout, {name: score}) of this attempt, for the ledger
+        self.notes: list = []  # one-off messages for the job log
+        self._id_offset = self.offset  # added to the trainer's rollout ids
+        self._first_id_seen = False
+        self._finished = self.offset - 1  # highest finished rollout (global)
+        self._first: Optional[tuple] = None  # (time, rollout) of the first finish in this attempt
+        self._last: Optional[tuple] = None
+        self._training: Optional[int] = None  # global id of the latest 'rollout' line
+        self._step: Optional[int] = None
+        self._metrics: dict = {}
+        self._diffs: dict = {}  # global step -> finite train_rollout_logprob_abs_diff
+        self._evals: dict = {}
+        self._logged_saves: dict = {}  # local iteration -> path (this attempt's 'Saving LoRA' lines)
+        self._megatron_saves: dict = {}  # local iteration -> path (Megatron's 'successfully saved')
+        self._log_done_local = -1  # highest local iteration the log proves finished
+        self._saves: Optional[list] = None  # the last scan
+        self._save_dir: Optional[str] = None
+        self.wandb_url: Optional[str] = None
+        self._seed_from(earlier)
+        self.version = 1
+        self._updated = clock()
+        self._core = self._compute()
+
+    def _seed_from(self, earlier: list) -> None:
+        """Evals and logprob diffs of earlier attempts, for the rollouts this attempt builds on:
+        an entry of attempt j at rollout r counts when every later attempt resumed after r."""
+        later_offsets = [self.offset]
+        for record in sorted(earlier, key=lambda r: r["attempt"], reverse=True):
+            limit = min(later_offsets)
+            for rollout, scores in _pairs(record.get("evals")):
+                if rollout < limit and isinstance(scores, dict):
+                    self._fold_eval(int(rollout), {f"eval/{k}": v for k, v in scores.items() if _finite(v)}, keep=False)
+            for step, value in _pairs(record.get("diffs")):
+                if step < limit * self.steps_per_rollout and _finite(value):
+                    self._diffs.setdefault(int(step), float(value))
+            later_offsets.append(int(record.get("offset") or 0))
+
+    def ledger_fields(self) -> dict:
+        """What later attempts need from this one (kept in its ledger record)."""
+        first_step = self.offset * self.steps_per_rollout
+        return {"finished": self.done(),
+                "evals": [[r, scores] for r, scores in self._eval_history],
+                "diffs": [[step, significant(v, 6)] for step, v in sorted(self._diffs.items()) if step >= first_step]}
+
+    # ------------------------------------------------------------------ folding
+    def apply(self, event: Event) -> bool:
+        """Fold one event; True when the status changed."""
+        kind = event.kind
+        if kind in ("perf", "rollout", "eval") or (kind == "step" and self._training is None):
+            self._first_id(event.id if kind != "step" else event.id // self.steps_per_rollout)
+        if kind == "saving":
+            self._logged_saves.setdefault(event.id, event.path)
+        elif kind == "checkpoint":
+            self._megatron_saves[event.id] = event.path
+        elif kind == "resumed":
+            self.notes.append(f"the trainer restored the adapter and optimizer of iteration {event.id}")
+        elif kind == "not_resumed":
+            self.notes.append(f"WARNING: the trainer could not load {event.path} and trains a fresh adapter: "
+                              f"the {self.offset} rollouts counted as done are not in this attempt's adapter")
+        elif kind == "wandb":
+            self.wandb_url = event.path
+        elif kind == "eval":
+            if event.id > 0:  # eval N (N > 0) runs after rollout N and its save (train.py:121-137)
+                self._log_done_local = max(self._log_done_local, event.id)
+            self._fold_eval(event.id + self._id_offset, event.values)
+        else:
+            for field, source in METRIC_SOURCES:
+                if source in event.values:
+                    self._metrics[field] = event.values[source]
+            if kind in ("perf", "rollout"):
+                self._log_done_local = max(self._log_done_local, event.id - 1)
+            rollout = event.id + self._id_offset
+            if kind == "rollout":
+                self._training = rollout
+                self._finish(rollout - 1)
+            elif kind == "step":
+                step = event.id + self._id_offset * self.steps_per_rollout
+                self._step = step
+                diff = event.values.get(DIFF_KEY)
+                if _finite(diff):
+                    self._diffs[step] = diff
+                self._finish(self._training if self._training is not None
+                             else event.id // self.steps_per_rollout + self._id_offset)
+            elif kind == "perf" and not any(k.startswith("rollout/") for k in event.values):
+                self._finish(rollout)
+        return self._refresh()
+
+    def _first_id(self, local: int) -> None:
+        if self._first_id_seen:
+            return
+        self._first_id_seen = True
+        if self.offset == 0:
+            return
+        if local >= self.offset:
+            self._id_offset = 0
+            self.notes.append(f"attempt {self.attempt}: the trainer's first rollout id is {local}: it continued "
+                              f"after the {self.offset} rollouts done before; its ids are used as they are")
+        else:
+            self.notes.append(f"attempt {self.attempt}: the trainer's first rollout id is {local}; it resumed "
+                              f"after {self.offset} rollouts, so its ids are shown as id + {self.offset}")
+
+    def apply_scan(self, saves: Optional[list], save_dir: Optional[str] = None) -> bool:
+        if saves is None:  # keep the last good scan over a transient error
+            return False
+        self._saves = saves
+        self._save_dir = save_dir
+        return self._refresh()
+
+    def _finish(self, rollout: Optional[int]) -> None:
+        if rollout is None or rollout < 0 or rollout <= self._finished:
+            return
+        self._finished = rollout
+        now = self._clock()
+        if self._first is None:
+            self._first = (now, rollout)
+        self._last = (now, rollout)
+
+    def _fold_eval(self, rollout: int, values: dict, keep: bool = True) -> None:
+        scores = {n: v for n, v in eval_scores(values).items() if _finite(v)}
+        if keep and scores:
+            self._eval_history.append((rollout, scores))
+        for name, score in scores.items():
+            if not _finite(score):
+                continue
+            entry = self._evals.get(name)
+            if entry is None:
+                self._evals[name] = {"name": name, "latest": score, "latestRollout": rollout,
+                                     "best": score, "bestRollout": rollout}
+                continue
+            if rollout >= entry["latestRollout"]:
+                entry["latest"], entry["latestRollout"] = score, rollout
+            if score > entry["best"] or (score == entry["best"] and rollout < entry["bestRollout"]):
+                entry["best"], entry["bestRollout"] = score, rollout
+
+    def _refresh(self) -> bool:
+        core = self._compute()
+        if core == self._core:
+            return False
+        self._core = core
+        self.version += 1
+        self._updated = self._clock()
+        return True
+
+    # ------------------------------------------------------------------ status
+    def _all_saves(self) -> list:
+        """Scanned saves, plus this attempt's saves the log announced that the scan has not seen."""
+        saves = list(self._saves or [])
+        seen = {(s.attempt, s.local) for s in saves}
+        base = self._save_dir
+        for local, path in sorted(self._logged_saves.items()):
+            if (self.attempt, local) not in seen:
+                saves.append(checkpoints.Save(self.attempt, local, local + self._id_offset,
+                                              _adapter_path(path, base, local), False))
+        for local, path in sorted(self._megatron_saves.items()):
+            if (self.attempt, local) not in seen:
+                saves.append(checkpoints.Save(self.attempt, local, local + self._id_offset,
+                                              _adapter_path(path, base, local), True))
+        return saves
+
+    def _checkpoints(self) -> Optional[dict]:
+        verdict = checkpoints.judge(self._all_saves(), self.attempt, self._log_done_local)
+        out = {}
+        if verdict.complete:
+            latest = verdict.complete[-1]
+            out = {"latestIteration": latest.rollout, "latestPath": latest.adapter,
+                   "count": len({s.rollout for s in verdict.complete})}
+        if verdict.saving is not None:
+            out["saving"] = verdict.saving.rollout
+        return out or None
+
+    @property
+    def saw_rollouts(self) -> bool:
+        """Whether the trainer printed any rollout, step or eval line in this attempt."""
+        return self._first_id_seen
+
+    def done(self) -> int:
+        return self._core["progress"]["rollout"]
+
+    def _compute(self) -> dict:
+        ckpt = self._checkpoints()
+        done = max(self._finished + 1, self.offset)
+        if ckpt and "latestIteration" in ckpt:
+            done = max(done, ckpt["latestIteration"] + 1)
+        if self.total > 0:
+            done = min(done, self.total)
+        progress = {"rollout": done, "total": self.total,
+                    "percent": min(100, done * 100 // self.total) if self.total > 0 else 0,
+                    "attempts": self.attempt,
+                    "trainedRollouts": self._earlier_trained + max(0, done - self.offset)}
+        eta = self._eta(done)
+        if eta is not None:
+            progress["etaSeconds"] = eta
+        metrics = {}
+        if self._step is not None:
+            metrics["step"] = self._step
+        for field, _ in METRIC_SOURCES:
+            value = self._metrics.get(field)
+            if _finite(value):
+                metrics[field] = significant(float(value))
+        if self._diffs:
+            metrics["trainRolloutLogprobAbsDiffMean"] = significant(math.fsum(self._diffs.values()) / len(self._diffs))
+        status = {"progress": progress, "metrics": metrics}
+        if self._evals:
+            status["eval"] = [{**e, "latest": significant(e["latest"]), "best": significant(e["best"])}
+                              for _, e in sorted(self._evals.items())]
+        if ckpt:
+            status["checkpoints"] = ckpt
+        if self.wandb_url:
+            status["tracking"] = {"wandbRunURL": self.wandb_url}
+        return status
+
+    def _eta(self, done: int) -> Optional[int]:
+        if self.total > 0 and done >= self.total:
+            return 0
+        if self._first is None or self._last is None or self._last[1] <= self._first[1]:
+            return None
+        per_rollout = (self._last[0] - self._first[0]) / (self._last[1] - self._first[1])
+        return max(0, int(round(per_rollout * max(0, self.total - done))))
+
+    def gpu_hours(self, now: Optional[float] = None) -> float:
+        now = self._clock() if now is None else now
+        seconds = self._earlier_gpu_seconds + max(0.0, now - self.started_at) * self.gpus
+        return significant(seconds / 3600.0)
+
+    def status(self) -> dict:
+        """The owned status fields, without unknown or non-finite values."""
+        status = copy.deepcopy(self._core)
+        status["progress"]["lastUpdateTime"] = rfc3339(self._updated)
+        if self.gpus:
+            status["progress"]["gpuHours"] = self.gpu_hours()
+        return status
+
+
+def _pairs(value) -> list:
+    """[[number, value], ...] from a ledger record; anything malformed is skipped."""
+    out = []
+    for item in value if isinstance(value, list) else []:
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], int) and not isinstance(item[0], bool):
+            out.append((item[0], item[1]))
+    return out
+
+
+def _adapter_path(logged: Optional[str], save_dir: Optional[str], local: int) -> str:
+    """The adapter directory of a logged save: the logged path (already .../iter_N/adapter for
+    LoRA saves; a Megatron save logs its save directory), else <save_dir>/iter_N/adapter."""
+    if logged:
+        stripped = logged.rstrip("/")
+        if stripped.endswith("/" + checkpoints.ADAPTER):
+            return stripped
+        if stripped.rsplit("/", 1)[-1].startswith("iter_"):
+            return f"{stripped}/{checkpoints.ADAPTER}"
+        return f"{stripped}/{checkpoints.iter_name(local)}/{checkpoints.ADAPTER}"
+    base = save_dir or "."
+    return f"{base.rstrip('/')}/{checkpoints.iter_name(local)}/{checkpoints.ADAPTER}"

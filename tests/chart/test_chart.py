@@ -1,0 +1,282 @@
+"""The chart, offline: one CRD source, lint, what it renders for default and non-default values,
+and what its values.schema.json refuses (helm's own error output is the oracle)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.chart.helm import CHART, kinds, pick
+from tests.helpers import REPO, seed_doc
+
+FULLNAME = "lorarl-lorarl-operator"
+needs_helm = pytest.mark.controlplane  # the helm binary comes from hack/controlplane/build.sh
+
+
+def rules_of(role: dict) -> list[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) triples of a Role/ClusterRole."""
+    return sorted((g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+                  for r in rule["resources"] for v in rule["verbs"])
+
+
+# -- one source -------------------------------------------------------------------------------
+
+def test_chart_crd_is_the_generated_crd():
+    """helm installs crds/ verbatim: it must be the CRD generated from api.py (`make generate`)."""
+    assert (CHART / "crds" / "lorarl.dev_lorarljobs.yaml").read_bytes() == (REPO / "crds" / "lorarl.dev_lorarljobs.yaml").read_bytes()
+
+
+def test_artifacthub_annotations_match_the_crd_and_the_seed_example():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    notes = chart["annotations"]
+    crd = yaml.safe_load((REPO / "crds" / "lorarl.dev_lorarljobs.yaml").read_text())
+    [card] = yaml.safe_load(notes["artifacthub.io/crds"])
+    assert (card["kind"], card["name"]) == (crd["spec"]["names"]["kind"], crd["metadata"]["name"])
+    assert card["version"] in [v["name"] for v in crd["spec"]["versions"] if v["served"]]
+    assert yaml.safe_load(notes["artifacthub.io/crdsExamples"]) == [seed_doc()]
+    assert notes["artifacthub.io/operator"] == "true"
+    assert notes["artifacthub.io/operatorCapabilities"] in {"Basic Install", "Seamless Upgrades", "Full Lifecycle", "Deep Insights", "Auto Pilot"}
+    assert chart["appVersion"] == chart["version"] == "0.1.0"
+
+
+def test_every_value_is_documented():
+    """Each key the chart owns (schema objects with additionalProperties: false) has a comment
+    right above it in values.yaml, and every key of values.yaml is in the schema."""
+    import json
+    import re
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, str]] = []  # (indent, key) of the enclosing keys
+    undocumented, unknown = [], []
+    for i, line in enumerate(lines):
+        m = re.match(r"^( *)([A-Za-z][\w.-]*):", line)
+        if not m:
+            continue
+        indent, key = len(m.group(1)), m.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        node = schema
+        for _, parent in stack:
+            node = (node.get("properties") or {}).get(parent, {})
+        stack.append((indent, key))
+        if node.get("additionalProperties") is not False:
+            continue  # inside a Kubernetes type (resources, securityContext, ...): the value itself
+        if key not in node["properties"]:
+            unknown.append(".".join(k for _, k in stack))
+        if not lines[i - 1].lstrip().startswith("#"):
+            undocumented.append(".".join(k for _, k in stack))
+    assert (undocumented, unknown) == ([], [])
+
+
+# -- helm lint and the default render ------------------------------------------------------------
+
+@needs_helm
+def test_lint_strict(helm):
+    out = helm("lint", "--strict", CHART)
+    assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout, out.stdout
+    # and with the non-default values of the other tests
+    helm("lint", "--strict", CHART, "--set", "watch.allNamespaces=false,watch.namespaces={a,b},replicaCount=2,podDisruptionBudget.enabled=true,metrics.serviceMonitor.enabled=true")
+
+
+@needs_helm
+def test_default_render(helm):
+    docs = helm.render()
+    assert kinds(docs) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Pod", "Role",
+                           "RoleBinding", "Service", "ServiceAccount"]
+    for d in docs:
+        labels = d["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "lorarl-operator"
+        assert labels["app.kubernetes.io/instance"] == "lorarl"
+        assert labels["app.kubernetes.io/version"] == "0.1.0"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["helm.sh/chart"] == "lorarl-operator-0.1.0"
+        assert labels["app.kubernetes.io/component"] in ("operator", "test")
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert d["metadata"]["namespace"] == "lorarl-system"
+
+    deploy = pick(docs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["image"] == "ghcr.io/lorarl/lorarl-operator:0.1.0"
+    assert "command" not in container  # the image's entrypoint is `lorarl`
+    assert container["args"] == [
+        "run", "--all-namespaces", "--liveness", "http://0.0.0.0:8080/healthz", "--metrics-port", "9090",
+        "--log-format", "json", "--leader-elect", "--leader-election-namespace", "$(POD_NAMESPACE)",
+        "--leader-election-id", FULLNAME,
+    ]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8080, "metrics": 9090}
+    assert deploy["spec"]["replicas"] == 1
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == FULLNAME
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+
+    assert pick(docs, "ServiceAccount")["automountServiceAccountToken"] is False
+    service = pick(docs, "Service")
+    assert service["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
+
+    cluster_rules = rules_of(pick(docs, "ClusterRole"))
+    assert ("lorarl.dev", "lorarljobs/finalizers", "update") in cluster_rules
+    assert ("apiextensions.k8s.io", "customresourcedefinitions", "watch") in cluster_rules
+    assert not any(r == "namespaces" for _, r, _ in cluster_rules)  # kopf lists namespaces only when namespaced
+    lease_role = pick(docs, "Role", f"{FULLNAME}-leader-election")
+    assert rules_of(lease_role) == [("coordination.k8s.io", "leases", v) for v in ("create", "get", "update")]
+    assert pick(docs, "ClusterRoleBinding")["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": "lorarl-system"}]
+
+
+@needs_helm
+@pytest.mark.parametrize("values", [{}, {"watch": {"allNamespaces": False, "namespaces": ["a", "b"]}}], ids=["cluster", "namespaced"])
+def test_no_rule_reaches_secrets_or_wildcards(helm, values):
+    for d in helm.render(values=values):
+        for rule in d.get("rules", []):
+            assert "secrets" not in rule["resources"] and "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"], rule
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+
+
+@needs_helm
+def test_helm_test_pod_is_restricted_and_validates_the_seed(helm, tmp_path):
+    docs = helm.render()
+    pod = pick(docs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["containers"][0]["args"] == ["validate", "-f", "/examples/example.yaml"]
+    example = pick(docs, "ConfigMap")
+    assert yaml.safe_load(example["data"]["example.yaml"]) == seed_doc()
+    # the Pod's command, run here on the mounted file's content, passes
+    (tmp_path / "example.yaml").write_text(example["data"]["example.yaml"])
+    out = subprocess.run([sys.executable, "-m", "lorarl.cli", *pod["spec"]["containers"][0]["args"][:-1], tmp_path / "example.yaml"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "valid" in out.stdout, out.stderr
+    assert "Pod" not in kinds(helm.render("--set", "tests.enabled=false"))
+
+
+# -- non-default values ---------------------------------------------------------------------------
+
+NAMESPACED_HA = {
+    "watch": {"allNamespaces": False, "namespaces": ["team-a", "team-b"]},
+    "replicaCount": 2,
+    "podDisruptionBudget": {"enabled": True},
+    "metrics": {"serviceMonitor": {"enabled": False}},
+    "extraArgs": ["--resync-seconds", "60"],
+    "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "priorityClassName": "system-cluster-critical",
+    "podLabels": {"team": "ml"},
+    "image": {"repository": "registry.example/lorarl", "digest": "sha256:" + "a" * 64},
+}
+
+
+@needs_helm
+def test_namespaced_ha_render(helm):
+    docs = helm.render(values=NAMESPACED_HA)
+    assert "ServiceMonitor" not in kinds(docs)
+    [container] = pick(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[:5] == ["run", "--namespace", "team-a", "--namespace", "team-b"]
+    assert "--all-namespaces" not in args and args[-2:] == ["--resync-seconds", "60"]
+    assert container["image"] == "registry.example/lorarl@sha256:" + "a" * 64
+    assert pick(docs, "Deployment")["spec"]["replicas"] == 2
+    assert pick(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+    # namespaced rules in a Role per watched namespace, only kopf's cluster reads in the ClusterRole
+    for ns in ("team-a", "team-b"):
+        role = pick(docs, "Role", FULLNAME, ns)
+        assert ("ray.io", "rayjobs", "create") in rules_of(role)
+        binding = pick(docs, "RoleBinding", FULLNAME, ns)
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": "lorarl-system"}]
+    assert rules_of(pick(docs, "ClusterRole")) == [
+        ("", "namespaces", "list"), ("", "namespaces", "watch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    ]
+
+
+@needs_helm
+def test_servicemonitor_render(helm):
+    assert "ServiceMonitor" not in kinds(helm.render())
+    docs = helm.render(values={"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus"}, "interval": "15s"}}})
+    monitor, service = pick(docs, "ServiceMonitor"), pick(docs, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    # it selects the metrics Service by its labels and port name
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["lorarl-system"]}
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "15s"}]
+    assert service["spec"]["ports"][0]["name"] == "metrics"
+    out = helm("template", "x", CHART, "--set", "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false", check=False)
+    assert out.returncode != 0 and "metrics.serviceMonitor.enabled needs metrics.service.enabled" in out.stderr
+
+
+# -- values.schema.json -------------------------------------------------------------------------------
+
+@needs_helm
+@pytest.mark.parametrize("values, expected", [
+    ({"replicaCount": "2"}, "at '/replicaCount': got string, want integer"),
+    ({"watch": {"allNamespaces": False, "namespaces": ["Team_A"]}}, "at '/watch/namespaces/0': 'Team_A' does not match pattern"),
+    ({"watch": {"allNamespaces": False, "namespaces": []}}, "at '/watch/namespaces': minItems: got 0, want 1"),
+    ({"watch": {"allNamespaces": True, "namespaces": ["a"]}}, "at '/watch/namespaces': maxItems: got 1, want 0"),
+    ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "at '/replicaCount': maximum: got 2, want 1"),
+    ({"replicas": 2}, "additional properties 'replicas' not allowed"),
+    ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
+    ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'json', 'plain', 'full'"),
+], ids=["replicas-string", "namespace-not-dns-label", "namespaced-without-namespaces", "both-scopes",
+        "ha-without-leader-election", "unknown-key", "pull-policy", "log-format"])
+def test_schema_rejects_bad_values(helm, values, expected):
+    out = helm("template", "x", CHART, "--values", "-", input=yaml.safe_dump(values), check=False)
+    assert out.returncode != 0
+    assert "values don't meet the specifications of the schema" in out.stderr, out.stderr
+    assert expected in out.stderr, out.stderr
+
+
+def owned_leaves(values: dict, schema: dict, prefix: str = "") -> list[str]:
+    """Dotted paths of the values the chart owns, down to Kubernetes-typed or scalar values."""
+    out = []
+    for key, value in values.items():
+        node = schema["properties"][key]
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and node.get("additionalProperties") is False:
+            out += owned_leaves(value, node, path + ".")
+        else:
+            out.append(path)
+    return out
+
+
+def test_readme_documents_every_value():
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    missing = [p for p in owned_leaves(values, schema) if f"| `{p}` |" not in readme]
+    assert missing == []
+
+
+@needs_helm
+def test_long_release_names_keep_dns_label_names(helm):
+    release = "a-release-name-of-the-maximum-length-helm-allows-53c"  # 52 characters
+    docs = helm.render(release=release)
+    for d in docs:
+        if d["kind"] in ("Service", "Pod", "Deployment", "ServiceAccount", "ConfigMap"):
+            assert len(d["metadata"]["name"]) <= 63, d["metadata"]["name"]
+    assert pick(docs, "Service")["metadata"]["name"].endswith("-metrics")
+    assert pick(docs, "Pod")["metadata"]["name"].endswith("-test")
+
+
+@needs_helm
+def test_kubernetes_older_than_1_30_is_refused(helm):
+    out = helm("template", "x", CHART, "--kube-version", "1.29.9", check=False)
+    assert out.returncode != 0 and "kubeVersion: >=1.30.0-0" in out.stderr, out.stderr
+    helm("template", "x", CHART, "--kube-version", "1.30.0")
