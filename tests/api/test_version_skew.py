@@ -36,6 +36,25 @@ def apply_crd(control_plane, crd: dict) -> None:
                           input=yaml.safe_dump(crd))
 
 
+def install_crd_with_accelerator(request, accelerator: str) -> None:
+    """For the rest of one test: a newer CRD that knows one more accelerator profile (which this
+    operator cannot render). Today's CRD is put back when the test ends."""
+    control_plane, kube_api, namespace = (request.getfixturevalue(f) for f in ("control_plane", "kube_api", "namespace"))
+    crd = copy.deepcopy(crdgen.crd())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["hardware"]["properties"]["accelerator"]["enum"].append(accelerator)
+    probe = seed_doc()
+    probe["spec"]["hardware"]["accelerator"] = accelerator
+
+    def restore():
+        apply_crd(control_plane, crdgen.crd())
+        wait_for(lambda: not dry_run_create(kube_api, namespace, probe).accepted, what="today's CRD to be served again")
+
+    request.addfinalizer(restore)
+    apply_crd(control_plane, crd)
+    wait_for(lambda: dry_run_create(kube_api, namespace, probe).accepted, what="the newer CRD to be served")
+
+
 @pytest.fixture
 def newer_crd_installed(control_plane, kube_api, namespace):
     apply_crd(control_plane, newer_crd())
