@@ -41,7 +41,19 @@ HF_REPO_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
-RESOURCE_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+# Kubernetes name syntaxes (k8s.io/apimachinery/pkg/util/validation): a DNS-1123 subdomain, a
+# label value, and a qualified name ([DNS subdomain prefix/]name, the name at most 63 characters).
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+_QUALIFIED_NAME_BODY = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+QUALIFIED_NAME = f"^{_QUALIFIED_NAME_BODY}$"
+MAX_QUALIFIED_NAME = 317  # 253 (prefix) + "/" + 63 (name)
+# An extended resource is a qualified name with a domain prefix (e.g. amd.com/gpu).
+RESOURCE_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+# A container image reference: no whitespace or shell characters (the kubelet refuses those late).
+IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
+# A file inside a dataset repository: relative, no "..": --prompt-data stays under /root/datasets.
+REPO_FILE = r"^[A-Za-z0-9_@%+=:,.-][A-Za-z0-9_@%+=:,./-]*$"
 
 ModuleName = Annotated[str, StringConstraints(pattern=IDENTIFIER, max_length=64)]
 CommandWord = Annotated[str, StringConstraints(pattern=SHELL_SAFE, min_length=1, max_length=256)]
@@ -194,15 +206,41 @@ class AcceleratorProfile(str, Enum):
 
 
 class Toleration(ApiModel):
-    """A core/v1 Toleration, passed to every Ray pod."""
+    """A core/v1 Toleration, passed to every Ray pod (checked here with the rules the API server
+    applies to a pod's tolerations, so a bad one is refused at admission, not when KubeRay
+    creates the pods)."""
 
-    key: Optional[str] = Field(None, max_length=317, description="Taint key to tolerate.")
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("has(self.key) || (has(self.operator) && self.operator == 'Exists')",
+                    "a toleration without a key must use operator Exists", field_path=".operator"),
+                cel("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                    "a toleration with operator Exists must not have a value", field_path=".value"),
+                cel("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                    "tolerationSeconds needs effect NoExecute", field_path=".tolerationSeconds"),
+            ]
+        }
+    )
+
+    key: Optional[str] = Field(None, max_length=MAX_QUALIFIED_NAME, pattern=QUALIFIED_NAME, description="Taint key to tolerate (a qualified name).")
     operator: Optional[Literal["Exists", "Equal"]] = Field(None, description="Exists or Equal (default Equal).")
-    value: Optional[str] = Field(None, max_length=63, description="Taint value for operator Equal.")
+    value: Optional[str] = Field(None, max_length=63, pattern=LABEL_VALUE, description="Taint value for operator Equal (label value syntax).")
     effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
         None, description="Taint effect to tolerate; empty means all."
     )
     toleration_seconds: Optional[int] = Field(None, description="For NoExecute: how long the pod stays bound.")
+
+
+LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)]
+MAX_NODE_SELECTOR = 32
+# Map keys have no schema of their own: their syntax is a CEL rule on the map.
+NODE_SELECTOR_KEYS_RULE = cel(
+    f"self.all(k, k.size() <= {MAX_QUALIFIED_NAME} && k.matches('{QUALIFIED_NAME.replace(chr(92), chr(92) * 2)}')"
+    " && (!k.contains('/') || k.matches('^[^/]{1,253}/')))",
+    "hardware.nodeSelector keys must be qualified names (an optional DNS subdomain prefix and '/', then a name of "
+    "at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+)
 
 
 class HardwareSpec(ApiModel):
@@ -246,8 +284,10 @@ class HardwareSpec(ApiModel):
     shm_size: str = Field(
         "64Gi", pattern=QUANTITY, max_length=32, description="Size of the memory-backed /dev/shm of each Ray pod."
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Extra node labels every Ray pod requires (added to the profile's)."
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=MAX_NODE_SELECTOR,
+        description="Extra node labels every Ray pod requires (added to the profile's).",
+        json_schema_extra={"x-kubernetes-validations": [NODE_SELECTOR_KEYS_RULE]},
     )
     profile_node_selector: bool = Field(
         True,
@@ -258,7 +298,9 @@ class HardwareSpec(ApiModel):
         default_factory=list, max_length=32, description="Tolerations for every Ray pod."
     )
     affinity: Optional[dict[str, Any]] = Field(
-        None, description="A core/v1 Affinity for every Ray pod (passed through unchanged)."
+        None, description="A core/v1 Affinity for every Ray pod (passed through unchanged).",
+        # the CRD embeds the real core/v1 Affinity schema here (lorarl/schemas, see crdgen)
+        json_schema_extra={"x-lorarl-core-schema": "core_v1_affinity"},
     )
 
 
@@ -287,13 +329,22 @@ class LoraSpec(ApiModel):
 # ------------------------------------------------------------------------------------- rollout
 
 
+NO_PARENT_DIR_RULE = cel(
+    "!has(self.file) || !self.file.matches('(^|/)[.][.]?(/|$)')",
+    "file must name a file inside the dataset repository: no '.' or '..' path segment",
+    field_path=".file",
+)
+
+
 class DatasetRef(ApiModel):
     """A JSONL file in a Hugging Face dataset repository, downloaded to /root/datasets/<repo name>/."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE]})
+
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id, e.g. zhuzilin/dapo-math-17k.")
     file: Optional[str] = Field(
-        None, max_length=128, pattern=SHELL_SAFE,
-        description="File inside the repository; default: <repo name>.jsonl.",
+        None, max_length=128, pattern=REPO_FILE,
+        description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.",
     )
     revision: Optional[str] = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
 
@@ -331,9 +382,11 @@ class RolloutSpec(ApiModel):
 class EvalDataset(ApiModel):
     """A named evaluation set."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE]})
+
     name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).")
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id.")
-    file: Optional[str] = Field(None, max_length=128, pattern=SHELL_SAFE, description="File inside the repository; default: <repo name>.jsonl.")
+    file: Optional[str] = Field(None, max_length=128, pattern=REPO_FILE, description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.")
     revision: Optional[str] = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
 
 
@@ -442,9 +495,12 @@ class StorageSpec(ApiModel):
         }
     )
 
-    existing_claim: Optional[str] = Field(None, max_length=253, pattern=K8S_NAME, description="Name of an existing PVC in the job's namespace.")
+    existing_claim: Optional[str] = Field(None, max_length=253, pattern=DNS1123_SUBDOMAIN, description="Name of an existing PVC in the job's namespace.")
     size: Optional[str] = Field(None, max_length=32, pattern=QUANTITY, description="Size of the owned PVC; default 200Gi.")
-    storage_class_name: Optional[str] = Field(None, max_length=253, description="StorageClass of the owned PVC; default: the cluster default.")
+    storage_class_name: Optional[str] = Field(
+        None, max_length=253, pattern=DNS1123_SUBDOMAIN.replace("^", "^(", 1).replace("$", ")?$"),
+        description="StorageClass of the owned PVC (a DNS subdomain); default (also when \"\"): the cluster default.",
+    )
     access_modes: Optional[list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]]] = Field(
         None, max_length=3,
         description="Access modes of the owned PVC; default ReadWriteOnce for one node, ReadWriteMany for more.",
@@ -498,7 +554,7 @@ class DataPrepSpec(ApiModel):
         None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$",
         description="Hugging Face endpoint or mirror (HF_ENDPOINT), e.g. https://hf-mirror.com.",
     )
-    image: Optional[str] = Field(None, max_length=512, description="Image of the init container; default: the training image (it ships huggingface_hub).")
+    image: Optional[str] = Field(None, max_length=512, pattern=IMAGE, description="Image of the init container; default: the training image (it ships huggingface_hub).")
     skip: bool = Field(False, description="Inputs are already on the volume: run no download.")
 
 
@@ -508,7 +564,7 @@ class DataPrepSpec(ApiModel):
 class RunPolicy(ApiModel):
     """How the RayJob runs: image, deadlines, retries, cleanup."""
 
-    image: Optional[str] = Field(None, max_length=512, description="Training image override; default: the profile's miles image.")
+    image: Optional[str] = Field(None, max_length=512, pattern=IMAGE, description="Training image override; default: the profile's miles image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Image pull policy of the Ray containers.")
     active_deadline_seconds: int = Field(
         172800, ge=60, le=2147483647,
@@ -612,11 +668,69 @@ SPEC_RULES = [
 ]
 
 
+# Credentials never go on the command line (it is stored in etcd, shown by Ray and in logs): any
+# flag with a credential word (key, token, secret, password...) is refused; the few miles flags
+# that name a JSONL key (--metadata-key, ...) are data, not credentials.
+CREDENTIAL_FLAG = r"(?i)^--?([a-z0-9]+[-_.])*(key|keys|token|secret|secrets|password|passwd|pwd|credential|credentials|apikey|auth)([-_.][a-z0-9]+)*(=.*)?$"
+DATA_KEY_FLAG = r"^--(input|label|metadata|tool|multimodal|system-prompt|reward)-key(=.*)?$"
+
+# Model parallelism given in extraArgs as "--<flag>", "<n>": the data-parallel size is
+# GPUs / (tensor x pipeline x context), and Megatron refuses a globalBatchSize it cannot split.
+MODEL_PARALLEL_FLAGS = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size"]
+_GPUS = "(self.hardware.nodes * (has(self.hardware.gpusPerNode) ? self.hardware.gpusPerNode : 8))"
+_SIZE_VALUE = "^[1-9][0-9]{0,3}$"
+
+
+def _parallel_size(flag_name: str) -> str:
+    at = f"self.extraArgs.indexOf('{flag_name}')"
+    return (
+        f"({at} >= 0 && {at} + 1 < size(self.extraArgs) && "
+        f"self.extraArgs[{at} + 1].matches('{_SIZE_VALUE}') ? int(self.extraArgs[{at} + 1]) : 1)"
+    )
+
+
+_MODEL_PARALLEL = "(!has(self.extraArgs) ? 1 : " + " * ".join(_parallel_size(f) for f in MODEL_PARALLEL_FLAGS) + ")"
+
+EXTRA_ARGS_RULES = [
+    cel(
+        f"self.all(a, !a.matches('{CREDENTIAL_FLAG}') || a.matches('{DATA_KEY_FLAG}'))",
+        "a credential-like flag (key, token, secret, password) would put a secret on the command line; "
+        "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef",
+    ),
+    *[
+        cel(
+            f"self.indexOf('{f}') < 0 || (self.indexOf('{f}') + 1 < size(self) && self[self.indexOf('{f}') + 1].matches('{_SIZE_VALUE}'))",
+            f"{f} needs a positive integer as the next item",
+        )
+        for f in MODEL_PARALLEL_FLAGS
+    ],
+    cel(
+        "!self.exists(a, " + " || ".join(f"a.startsWith('{f}=')" for f in MODEL_PARALLEL_FLAGS) + ")",
+        "give a model-parallel size as two items (\"--tensor-model-parallel-size\", \"2\"), not with '='",
+    ),
+]
+
+MODEL_PARALLEL_RULES = [
+    cel(
+        f"{_GPUS} % ({_MODEL_PARALLEL}) == 0",
+        "the job's GPUs (hardware.nodes x hardware.gpusPerNode) cannot be split into model-parallel groups "
+        "of tensor x pipeline x context parallel size (from extraArgs)",
+        field_path=".hardware",
+    ),
+    cel(
+        f"{_GPUS} % ({_MODEL_PARALLEL}) != 0 || self.rollout.globalBatchSize % ({_GPUS} / ({_MODEL_PARALLEL})) == 0",
+        "rollout.globalBatchSize must be divisible by the data-parallel size (hardware.nodes x hardware.gpusPerNode "
+        "/ model parallel size); Megatron would refuse it at start-up",
+        field_path=".rollout.globalBatchSize",
+    ),
+]
+
+
 class LoraRLJobSpec(ApiModel):
     """What to train. Only model and hardware are required; everything else defaults to the
     validated Qwen3-4B GRPO LoRA recipe."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": SPEC_RULES + _immutable_rules()})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": SPEC_RULES + MODEL_PARALLEL_RULES + _immutable_rules()})
 
     model: ModelSpec = Field(..., description="Base model.")
     hardware: HardwareSpec = Field(..., description="Accelerators, node count and placement.")
@@ -637,7 +751,9 @@ class LoraRLJobSpec(ApiModel):
         None,
         max_length=256,
         description="Extra train.py arguments appended after the recipe's, one token per item "
-        f"(e.g. [\"--tensor-model-parallel-size\", \"2\"]); each item may hold only {SHELL_SAFE_HELP}.",
+        f"(e.g. [\"--tensor-model-parallel-size\", \"2\"]); each item may hold only {SHELL_SAFE_HELP}. "
+        "Credential flags and flags the spec sets are refused.",
+        json_schema_extra={"x-kubernetes-validations": EXTRA_ARGS_RULES},
     )
 
 

@@ -52,8 +52,8 @@ def render(file: TextIO, namespace: str | None) -> None:
     objects: list[dict] = []
     failed = False
     for where, doc in _jobs(file, file.name):
-        if namespace and isinstance(doc, dict):
-            doc.setdefault("metadata", {}).setdefault("namespace", namespace)
+        if namespace and isinstance(doc, dict) and isinstance(doc.setdefault("metadata", {}), dict):
+            doc["metadata"].setdefault("namespace", namespace)
         job, problems = validate(doc)
         if problems:
             failed = True
@@ -75,7 +75,8 @@ def validate(file: TextIO) -> None:
     failed = False
     for where, doc in _jobs(file, file.name):
         _, problems = validate_doc(doc)
-        name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc, dict) else "?"
+        metadata = doc.get("metadata") if isinstance(doc, dict) else None
+        name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         if problems:
             failed = True
             for p in problems:

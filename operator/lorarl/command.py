@@ -65,7 +65,13 @@ def dataset_dir(ref: DatasetRef | EvalDataset) -> str:
 
 
 def dataset_file(ref: DatasetRef | EvalDataset) -> str:
-    return posixpath.join(dataset_dir(ref), ref.file or f"{repo_basename(ref.repo)}.jsonl")
+    """The file's path under /root/datasets/<repo name>/; the API refuses absolute paths and '..',
+    and this re-checks that the path stays inside the repository's directory."""
+    directory = dataset_dir(ref)
+    path = posixpath.join(directory, ref.file or f"{repo_basename(ref.repo)}.jsonl")
+    if not posixpath.normpath(path).startswith(directory + "/"):
+        raise UnsafeTokenError(f"dataset file {ref.file!r} of {ref.repo} leaves {directory}")
+    return path
 
 
 def run_dir(job: LoraRLJob) -> str:
@@ -327,7 +333,7 @@ def entrypoint_argv(job: LoraRLJob) -> list[str]:
 
 def check_tokens(argv: list[str]) -> None:
     for i, word in enumerate(argv):
-        if not _SAFE.match(word):
+        if not isinstance(word, str) or not _SAFE.fullmatch(word):
             raise UnsafeTokenError(
                 f"command word {i} ({word!r}) may hold only {SHELL_SAFE_HELP}: it passes through "
                 "KubeRay's submitter shell and Ray's job shell"

@@ -20,6 +20,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from . import api, metrics, reconcile, render, status
+from .diffbase import DigestDiffBaseStorage
 from .kube import Api, ApiError
 from .reconcile import Reconciler, timed
 
@@ -87,7 +88,7 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_chil
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="lorarl.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="lorarl.dev", key="last-handled-configuration")
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix="lorarl.dev", key="last-handled-configuration")
     settings.persistence.finalizer = "lorarl.dev/finalizer"
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

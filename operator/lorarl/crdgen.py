@@ -8,6 +8,9 @@ pydantic's JSON Schema is turned into a Kubernetes structural schema: ``$ref``s 
 from __future__ import annotations
 
 import copy
+import functools
+import json
+from importlib import resources
 from typing import Any
 
 import yaml
@@ -22,6 +25,8 @@ _DOC_ONLY_KEYS = {"title", "flag"}
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """Inline $refs, unwrap Optional, and merge our extension keys. Returns a new dict."""
     schema = dict(schema)
+    if "x-lorarl-core-schema" in schema:
+        return _embedded_core_schema(schema)
     all_of = schema.get("allOf")
     if isinstance(all_of, list) and len(all_of) == 1 and set(all_of[0]) == {"$ref"}:
         # pydantic < 2.9 wraps a $ref that has sibling keys (description, default) in allOf
@@ -73,6 +78,8 @@ def _structural(schema: dict[str, Any]) -> dict[str, Any]:
             # JSON Schema 2020 (pydantic) -> OpenAPI v3.0 (Kubernetes): a bound plus a boolean
             schema[bound] = schema.pop(exclusive)
             schema[exclusive] = True
+    # map keys have no schema in a structural schema: their syntax is a CEL rule on the map
+    schema.pop("propertyNames", None)
     if schema.get("type") == "number":
         # a number's bounds as numbers: pydantic writes gt=0 as 0 or 0.0 depending on its version
         for bound in ("minimum", "maximum"):
@@ -93,11 +100,140 @@ def _structural(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+# Bounds added to an embedded core/v1 schema (it has none): they keep every object the API server
+# admits small enough for etcd, for the children that copy it, and for CEL cost estimates.
+CORE_MAX_STRING = 317  # the longest core name syntax: a qualified name (253 + "/" + 63)
+CORE_MAX_ITEMS = 32
+CORE_MAX_PROPERTIES = 32
+
+
+@functools.cache
+def _vendored(name: str) -> dict[str, Any]:
+    text = resources.files("lorarl").joinpath("schemas", f"{name}.json").read_text()
+    return json.loads(text)["schema"]
+
+
+def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
+    out = dict(schema)
+    kind = out.get("type")
+    if kind == "string" and "enum" not in out:
+        out.setdefault("maxLength", CORE_MAX_STRING)
+    if kind == "array":
+        out.setdefault("maxItems", CORE_MAX_ITEMS)
+    if kind == "object" and isinstance(out.get("additionalProperties"), dict):
+        out.setdefault("maxProperties", CORE_MAX_PROPERTIES)
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = _bounded(out[key])
+    if "properties" in out:
+        out["properties"] = {k: _bounded(v) for k, v in out["properties"].items()}
+    return out
+
+
+def _embedded_core_schema(field: dict[str, Any]) -> dict[str, Any]:
+    """A field typed as a free-form dict in the model but checked by the API server against the
+    real core/v1 schema (vendored by hack/schemas/vendor_core_v1.py from KubeRay's CRD), plus
+    the rules pod validation applies to it, so a bad one is refused at admission instead of when
+    KubeRay creates the pods."""
+    out = _bounded(copy.deepcopy(_vendored(field["x-lorarl-core-schema"])))
+    _pod_validation_rules(out, node=False)
+    out["description"] = " ".join(field.get("description", "").split())
+    return out
+
+
+# What k8s.io/kubernetes pkg/apis/core/validation checks in an Affinity (validateNodeSelectorRequirement,
+# validateNodeFieldSelectorRequirement, validatePodAffinityTerm, validateWeightedPodAffinityTerms)
+# and apimachinery's ValidateLabelSelectorRequirement / ValidateLabels.
+_NODE_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+_LABEL_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist"]
+_VALUES_RULE = api.cel(
+    "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : "
+    "(self.operator in ['Gt', 'Lt'] ? (has(self.values) && size(self.values) == 1) : (!has(self.values) || size(self.values) == 0))",
+    "values must be non-empty for In and NotIn, hold exactly one integer for Gt and Lt, and be empty for Exists and DoesNotExist",
+    field_path=".values",
+)
+_LABEL_KEYS_RULE = api.cel(
+    f"self.all(k, k.size() <= {api.MAX_QUALIFIED_NAME} && k.matches('{api.QUALIFIED_NAME.replace(chr(92), chr(92) * 2)}'))",
+    "matchLabels keys must be qualified names (an optional DNS subdomain prefix and '/', then a name of at most 63 characters)",
+)
+
+
+def _pod_validation_rules(schema: dict[str, Any], node: bool, name: str = "") -> None:
+    props = schema.get("properties", {})
+    if {"key", "operator"} <= set(props) and schema.get("type") == "object":
+        props["operator"]["enum"] = list(_NODE_OPERATORS if node else _LABEL_OPERATORS)
+        if name == "matchFields":
+            props["key"]["enum"] = ["metadata.name"]  # the only node field a selector may use
+        else:
+            props["key"].update(pattern=api.QUALIFIED_NAME, maxLength=api.MAX_QUALIFIED_NAME)
+        schema.setdefault("x-kubernetes-validations", []).append(dict(_VALUES_RULE))
+    if "weight" in props:
+        props["weight"].update(minimum=1, maximum=100)
+    if "topologyKey" in props:
+        props["topologyKey"].update(pattern=api.QUALIFIED_NAME, maxLength=api.MAX_QUALIFIED_NAME)
+    if "matchLabels" in props:
+        labels = props["matchLabels"]
+        labels["additionalProperties"].update(pattern=api.LABEL_VALUE, maxLength=63)
+        labels["x-kubernetes-validations"] = [dict(_LABEL_KEYS_RULE)]
+    for child, sub in props.items():
+        _pod_validation_rules(sub, node or child == "nodeAffinity", child)
+    if isinstance(schema.get("items"), dict):
+        _pod_validation_rules(schema["items"], node, name)
+
+
+def owned_flags() -> list[str]:
+    """Every train.py flag the renderer derives from the spec, over jobs that switch each optional
+    block on (W&B, an explicit architecture, eval, NVIDIA and AMD profiles): extraArgs must not
+    override them (a duplicate flag would silently fight the spec's value)."""
+    from . import command
+
+    base = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"}}
+    shapes = [
+        {"model": {"name": "Qwen/Qwen3-4B"}, "hardware": {"accelerator": "MI355X"},
+         "tracking": {"wandb": {"apiKeySecretRef": {"name": "w", "key": "k"}, "team": "t", "group": "g", "host": "http://w"}},
+         "sglang": {"loraBackend": "triton", "attentionBackend": "triton"}},
+        {"model": {"name": "acme/m", "architecture": {"numLayers": 1, "hiddenSize": 8, "ffnHiddenSize": 8, "numAttentionHeads": 1,
+                                                     "numQueryGroups": 1, "untieEmbeddingsAndOutputWeights": True, "qkLayernorm": False}},
+         "hardware": {"accelerator": "H100"}, "eval": {"enabled": False}, "checkpoint": {"resume": False},
+         "rollout": {"applyChatTemplate": False, "shuffle": False, "balanceData": False}, "lora": {"baseCpuBackup": False}},
+    ]
+    flags: set[str] = set()
+    for spec in shapes:
+        job = api.LoraRLJob.model_validate({**base, "spec": spec})
+        flags |= {w for _, block in command.train_blocks(job) for w in block if w.startswith("--")}
+    for model in _models(api.LoraRLJobSpec):
+        for field in model.model_fields.values():
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            for name in str(extra.get("flag", "")).split("/"):
+                if name.strip().startswith("--"):
+                    flags.add(name.strip())
+    return sorted(flags)
+
+
+def _models(model: type) -> list[type]:
+    found = [model]
+    for field in model.model_fields.values():
+        sub = model_in(field.annotation)
+        if sub is not None and sub not in found:
+            found += [m for m in _models(sub) if m not in found]
+    return found
+
+
+def owned_flags_rule() -> dict[str, Any]:
+    names = "|".join(f.replace(".", "[.]") for f in owned_flags())
+    return api.cel(
+        f"self.all(a, !a.matches('^({names})(=.*)?$'))",
+        "a flag the spec sets (e.g. --lora-rank, --rollout-batch-size) is set from the spec; change the spec "
+        "field instead of overriding it in extraArgs (lorarl crd lists them in this rule)",
+    )
+
+
 def spec_schema() -> dict[str, Any]:
     raw = api.LoraRLJobSpec.model_json_schema(by_alias=True, mode="validation")
     defs = raw.pop("$defs", {})
     schema = _resolve(raw, defs)
     _default_nested_objects(schema, api.LoraRLJobSpec)
+    schema["properties"]["extraArgs"]["x-kubernetes-validations"].insert(1, owned_flags_rule())
     return schema
 
 

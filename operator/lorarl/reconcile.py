@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 from . import api, health, render, status
 from .kube import Api, ApiError
-from .validation import InvalidJob, parse_job
+from .validation import InvalidJob, parse_stored
 
 log = logging.getLogger("lorarl.reconcile")
 
@@ -32,10 +32,38 @@ def rfc3339(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_time(text: Optional[str]) -> Optional[datetime.datetime]:
-    if not text:
+def parse_time(text: Any) -> Optional[datetime.datetime]:
+    """An RFC 3339 time as the API server and KubeRay write it (``Z`` or an offset, with or
+    without fractional seconds), in UTC; None for anything else (never raises)."""
+    if not isinstance(text, str) or not text:
         return None
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().upper())
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return None  # RFC 3339 requires an offset: a local time is ambiguous
+    return moment.astimezone(datetime.timezone.utc)
+
+
+# Fields of stored jobs this operator does not know (a newer CRD) are reported once per job.
+_reported_unknown: dict[str, tuple[str, ...]] = {}
+_MAX_REPORTED = 10000
+
+
+def _report_unknown(body: dict[str, Any], unknown: list[str]) -> None:
+    meta = body.get("metadata") or {}
+    uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+    fields = tuple(sorted(unknown))
+    if not fields or _reported_unknown.get(uid) == fields:
+        return
+    if len(_reported_unknown) >= _MAX_REPORTED:
+        _reported_unknown.clear()
+    _reported_unknown[uid] = fields
+    log.warning(
+        "LoraRLJob %s/%s has fields this operator does not know (a newer CRD?); ignoring them: %s",
+        meta.get("namespace"), meta.get("name"), ", ".join(fields),
+    )
 
 
 def desired_suspend(job: api.LoraRLJob, live_rayjob: Optional[dict[str, Any]], verdict: health.Verdict) -> bool:
@@ -83,9 +111,11 @@ class Reconciler:
         generation = body["metadata"].get("generation", 1)
         now = self.clock()
         try:
-            job = parse_job(body)
+            # lenient: the API server admitted this object; never re-judge it by this version's rules
+            job, unknown = parse_stored(body)
         except InvalidJob as err:
             return self._write_invalid(body, previous, generation, now, str(err))
+        _report_unknown(body, unknown)
 
         verdict = health.evaluate(job.spec.health, previous)
         rayjob = self.kube.get(render.RAYJOB_API_VERSION, "RayJob", namespace, render.rayjob_name(job))

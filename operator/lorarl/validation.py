@@ -1,22 +1,36 @@
-"""Offline validation of a LoraRLJob: the same answer the API server would give, and more.
+"""Validation of a LoraRLJob: the API server's answer offline (strict), and a lenient read for
+the controller.
 
-Three layers, each reporting ``field.path: message``:
-1. schema: the pydantic model (types, ranges, patterns, enums, unknown fields);
-2. CEL: the ``x-kubernetes-validations`` rules of the generated CRD, evaluated with a CEL
-   interpreter on the defaulted object (transition rules need an old object and are skipped);
-3. semantics the CRD cannot see (data-parallel shape, flags that belong to the spec, secrets).
+``validate`` (``lorarl validate``, ``lorarl render``) gives the answer the API server gives, in
+three layers, each reporting ``field.path: message``:
+1. structure: the generated CRD's structural schema, checked as the API server checks it (strict
+   types, no coercion, unknown fields refused as with kubectl's strict field validation, list-map
+   keys unique, int64 range, RE2 pattern semantics); nulls are dropped first, as the server
+   prunes them before defaulting;
+2. CEL: the CRD's ``x-kubernetes-validations`` rules on the defaulted object, through cel-python
+   plus the Kubernetes CEL library functions the rules use (``indexOf``) and RE2 ``matches``;
+3. a last defence in depth: every word of the rendered command is shell-inert.
+
+``parse_stored`` is the controller's read of an object the API server already admitted: unknown
+fields (a newer CRD) are dropped and reported, and the CRD's rules are not re-run, so a
+different CRD version or CEL implementation never turns an admitted job into InvalidSpec.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import celpy
+import jsonschema
 from pydantic import ValidationError
 
 from . import api, command, crdgen
+
+INT64 = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,138 @@ def schema_problems(obj: dict[str, Any]) -> tuple[api.LoraRLJob | None, list[Pro
         return None, problems
 
 
+# ------------------------------------------------------------------------------------ structure
+
+
+def go_regex(pattern: str) -> re.Pattern[str]:
+    """A CRD pattern (Go RE2) as a Python regex with RE2's meaning of ``$``: the end of the text
+    (Python's ``$`` also matches before a final newline)."""
+    return _go_regex(pattern)
+
+
+@functools.cache
+def _go_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+
+
+def drop_nulls(value: Any) -> Any:
+    """The API server prunes null fields of a structural schema before defaulting."""
+    if isinstance(value, dict):
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [drop_nulls(v) for v in value]
+    return value
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """The CRD schema as the API server applies it to a create/update with strict field
+    validation: known properties only (where the schema does not preserve unknown fields)."""
+    out = dict(schema)
+    if "properties" in out and not out.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    if "properties" in out:
+        out["properties"] = {k: _strict(v) for k, v in out["properties"].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = _strict(out[key])
+    out.pop("x-kubernetes-validations", None)  # CEL: layer 2
+    out.pop("default", None)
+    if out.get("type") == "integer":
+        out.setdefault("minimum", INT64[0])
+        out.setdefault("maximum", INT64[1])
+    return out
+
+
+def _pattern(validator, pattern, instance, schema):
+    if isinstance(instance, str) and not go_regex(pattern).search(instance):
+        yield jsonschema.ValidationError(f"should match pattern {pattern!r}")
+
+
+def _list_type(validator, list_type, instance, schema):
+    if not isinstance(instance, list):
+        return
+    if list_type == "map":
+        keys = schema.get("x-kubernetes-list-map-keys", [])
+        seen: set[tuple] = set()
+        for i, item in enumerate(instance):
+            key = tuple(repr(item.get(k)) if isinstance(item, dict) else None for k in keys)
+            if key in seen:
+                yield jsonschema.ValidationError(f"Duplicate value: {dict(zip(keys, (item.get(k) for k in keys)))}", path=[i])
+            seen.add(key)
+    elif list_type == "set":
+        seen_items: list[Any] = []
+        for i, item in enumerate(instance):
+            if item in seen_items:
+                yield jsonschema.ValidationError(f"Duplicate value: {item!r}", path=[i])
+            seen_items.append(item)
+
+
+def _not_bool_number(checker, instance):  # JSON numbers; a bool is not one
+    return isinstance(instance, (int, float)) and not isinstance(instance, bool)
+
+
+_TYPES = jsonschema.Draft4Validator.TYPE_CHECKER.redefine("number", _not_bool_number)
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft4Validator,
+    validators={"pattern": _pattern, "x-kubernetes-list-type": _list_type},
+    type_checker=_TYPES,
+)
+
+
+@functools.cache
+def _structure_validator() -> jsonschema.protocols.Validator:
+    root = copy.deepcopy(_crd_schema())
+    root["properties"]["metadata"] = {"type": "object"}
+    root["properties"].pop("status")  # the status subresource ignores status on create/update
+    root["properties"]["status"] = {}
+    return _Validator(_strict(root))
+
+
+def _json_path(path: Any) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def structure_problems(obj: dict[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    for err in _structure_validator().iter_errors(obj):
+        at = _json_path(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            known = err.schema.get("properties", {})
+            for name in sorted(set(err.instance) - set(known)):
+                problems.append(Problem(f"{at}.{name}" if at else name, "unknown field"))
+            continue
+        if err.validator == "required":
+            name = err.message.split("'")[1] if "'" in err.message else ""
+            problems.append(Problem(f"{at}.{name}" if at else name, "Required value"))
+            continue
+        problems.append(Problem(at or "(root)", _message(err)))
+    return sorted(set(problems), key=lambda p: (p.field, p.message))
+
+
+def _message(err: jsonschema.ValidationError) -> str:
+    v, s = err.validator, err.validator_value
+    if v == "type":
+        return f"must be of type {s}"
+    if v == "enum":
+        return "Unsupported value: " + repr(err.instance) + "; supported values: " + ", ".join(map(str, s))
+    if v == "maxLength":
+        return f"Too long: may not be more than {s} bytes"
+    if v in ("maxItems", "maxProperties"):
+        return f"Too many: {len(err.instance)}: must have at most {s} items"
+    if v == "minLength":
+        return f"Too short: may not be less than {s} bytes"
+    if v in ("minItems", "minProperties"):
+        return f"Too few: {len(err.instance)}: must have at least {s} items"
+    if v == "minimum":
+        return f"should be greater than {'' if err.schema.get('exclusiveMinimum') else 'or equal to '}{s}"
+    if v == "maximum":
+        return f"should be less than {'' if err.schema.get('exclusiveMaximum') else 'or equal to '}{s}"
+    return err.message
+
+
 # ------------------------------------------------------------------------------------------ CEL
 
 
@@ -60,10 +206,26 @@ def _cel_env() -> celpy.Environment:
     return celpy.Environment()
 
 
+def _cel_matches(text: Any, pattern: Any) -> celpy.celtypes.BoolType:
+    """CEL ``matches`` with RE2 semantics (unanchored search; ``$`` is the end of the text)."""
+    return celpy.celtypes.BoolType(go_regex(str(pattern)).search(str(text)) is not None)
+
+
+def _cel_index_of(items: Any, wanted: Any) -> celpy.celtypes.IntType:
+    """``<list>.indexOf(x)`` of the Kubernetes CEL list library (k8s.io/apiserver pkg/cel/library/lists.go)."""
+    for i, item in enumerate(items):
+        if item == wanted:
+            return celpy.celtypes.IntType(i)
+    return celpy.celtypes.IntType(-1)
+
+
+CEL_FUNCTIONS = {"matches": _cel_matches, "indexOf": _cel_index_of}
+
+
 @functools.cache
 def _program(rule: str):
     env = _cel_env()
-    return env.program(env.compile(rule))
+    return env.program(env.compile(rule), functions=CEL_FUNCTIONS)
 
 
 def _rules_with_values(schema: dict[str, Any], value: Any, path: str) -> Iterator[tuple[str, dict, Any]]:
@@ -104,94 +266,94 @@ def cel_problems(job: api.LoraRLJob) -> list[Problem]:
     return problems
 
 
-# ------------------------------------------------------------------------------------ semantics
-
-# Flags the spec owns: passing them in extraArgs would silently fight the spec's value.
-_PARALLEL_FLAGS = {
-    "--tensor-model-parallel-size": 1,
-    "--pipeline-model-parallel-size": 1,
-    "--context-parallel-size": 1,
-}
-_SECRET_FLAGS = {"--wandb-key", "--hf-token"}
+# -------------------------------------------------------------------------------------- command
 
 
-def _flag_value(args: list[str], name: str) -> str | None:
-    for i, word in enumerate(args):
-        if word == name and i + 1 < len(args):
-            return args[i + 1]
-        if word.startswith(name + "="):
-            return word.split("=", 1)[1]
-    return None
-
-
-def _owned_flags(job: api.LoraRLJob) -> set[str]:
-    spec_only = job.model_copy(update={"spec": job.spec.model_copy(update={"extra_args": None})})
-    return {w for _, block in command.train_blocks(spec_only) for w in block if w.startswith("--")}
-
-
-def semantic_problems(job: api.LoraRLJob) -> list[Problem]:
-    problems: list[Problem] = []
-    extra = list(job.spec.extra_args or [])
-    owned = _owned_flags(job)
-    for i, word in enumerate(extra):
-        flag_name = word.split("=", 1)[0]
-        if flag_name in _SECRET_FLAGS:
-            problems.append(
-                Problem(f"spec.extraArgs[{i}]", f"{flag_name} would put a secret on the command line; use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef")
-            )
-        elif flag_name in owned:
-            problems.append(Problem(f"spec.extraArgs[{i}]", f"{flag_name} is set from the spec; change the spec field instead of overriding it"))
-
-    sizes = {}
-    for name, default in _PARALLEL_FLAGS.items():
-        raw = _flag_value(extra, name)
-        try:
-            sizes[name] = int(raw) if raw is not None else default
-        except ValueError:
-            problems.append(Problem("spec.extraArgs", f"{name} needs an integer, got {raw!r}"))
-            sizes[name] = default
-    gpus = job.spec.hardware.nodes * command.gpus_per_node(job)
-    model_parallel = 1
-    for size in sizes.values():
-        model_parallel *= max(size, 1)
-    if gpus % model_parallel:
-        problems.append(Problem("spec.hardware", f"{gpus} GPUs cannot be split into model-parallel groups of {model_parallel}"))
-    else:
-        data_parallel = gpus // model_parallel
-        gbs = job.spec.rollout.global_batch_size
-        if gbs % data_parallel:
-            problems.append(
-                Problem(
-                    "spec.rollout.globalBatchSize",
-                    f"{gbs} is not divisible by the data-parallel size {data_parallel} "
-                    f"({gpus} GPUs / model parallel {model_parallel}); Megatron would refuse it at start-up",
-                )
-            )
+def command_problems(job: api.LoraRLJob) -> list[Problem]:
+    """Defence in depth: the schema already keeps every word shell-inert and every path inside
+    its directory; the renderer checks again."""
     try:
         command.entrypoint(job)
     except (command.UnsafeTokenError, ValueError) as err:
-        problems.append(Problem("spec", str(err)))
-    return problems
+        return [Problem("spec", str(err))]
+    return []
 
 
-def validate(obj: dict[str, Any]) -> tuple[api.LoraRLJob | None, list[Problem]]:
-    """All problems of one LoraRLJob document; the parsed job when it has none."""
+def validate(obj: Any) -> tuple[api.LoraRLJob | None, list[Problem]]:
+    """All problems of one LoraRLJob document, as the API server would report them; the parsed
+    (defaulted) job when it has none. Never raises on any YAML/JSON value."""
     if not isinstance(obj, dict):
-        return None, [Problem("", "expected a YAML mapping (a LoraRLJob object)")]
+        return None, [Problem("(root)", "expected a YAML mapping (a LoraRLJob object)")]
     if obj.get("kind") != api.KIND or obj.get("apiVersion") != api.API_VERSION:
         return None, [Problem("kind", f"expected apiVersion {api.API_VERSION} and kind {api.KIND}, got {obj.get('apiVersion')!r} {obj.get('kind')!r}")]
+    if not isinstance(obj.get("metadata"), dict):
+        return None, [Problem("metadata", "must be of type object")]
+    obj = drop_nulls(obj)
+    obj["metadata"].setdefault("name", "")
+    problems = structure_problems(obj)
+    if problems:
+        return None, problems
     job, problems = schema_problems(obj)
     if job is None:
         return None, problems
-    # semantic checks assume the cross-field rules hold (e.g. a resolvable architecture)
-    problems = cel_problems(job) or semantic_problems(job)
+    # the renderer's check assumes the cross-field rules hold (e.g. a resolvable architecture)
+    problems = cel_problems(job) or command_problems(job)
     return (job if not problems else None), problems
 
 
 def parse_job(obj: dict[str, Any]) -> api.LoraRLJob:
-    """The validated job, or InvalidJob listing every problem."""
+    """The validated job, or InvalidJob listing every problem (strict: ``lorarl validate``)."""
     job, problems = validate(obj)
     if problems or job is None:
         raise InvalidJob(problems)
     return job
 
+
+# ----------------------------------------------------------------------------- lenient reading
+
+
+def drop_unknown(schema: dict[str, Any], value: Any, path: str = "") -> tuple[Any, list[str]]:
+    """``value`` without the fields ``schema`` does not declare (as the API server prunes them),
+    and their paths."""
+    if isinstance(value, dict) and "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        known = schema["properties"]
+        kept: dict[str, Any] = {}
+        dropped: list[str] = []
+        for name, sub in value.items():
+            where = f"{path}.{name}" if path else name
+            if name not in known:
+                dropped.append(where)
+                continue
+            kept[name], more = drop_unknown(known[name], sub, where)
+            dropped += more
+        return kept, dropped
+    if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
+        out, dropped = {}, []
+        for name, sub in value.items():
+            out[name], more = drop_unknown(schema["additionalProperties"], sub, f"{path}.{name}")
+            dropped += more
+        return out, dropped
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        out_list, dropped = [], []
+        for i, item in enumerate(value):
+            kept_item, more = drop_unknown(schema["items"], item, f"{path}[{i}]")
+            out_list.append(kept_item)
+            dropped += more
+        return out_list, dropped
+    return value, []
+
+
+def parse_stored(obj: dict[str, Any]) -> tuple[api.LoraRLJob, list[str]]:
+    """The controller's read of a stored LoraRLJob: the API server admitted it under some CRD
+    version, so only what this operator needs to render is checked. Fields this version does not
+    know are dropped (returned, for a one-time report); the CRD's rules are not re-run (the API
+    server ran them at admission). Raises InvalidJob only when the spec cannot be rendered."""
+    spec_schema = _crd_schema()["properties"]["spec"]
+    spec, unknown = drop_unknown(spec_schema, drop_nulls(obj.get("spec") or {}), "spec")
+    job, problems = schema_problems({**obj, "spec": spec})
+    if job is None:
+        raise InvalidJob(problems)
+    problems = command_problems(job)
+    if problems:
+        raise InvalidJob(problems)
+    return job, unknown

@@ -58,3 +58,22 @@ def test_render_refuses_invalid_job_without_output():
 
 def test_crd_command_prints_generated_crd():
     assert run("crd").stdout == crdgen.crd_yaml()
+
+
+def test_validate_never_prints_a_traceback():
+    """Hostile documents get a field-named message and exit 1, never a Python traceback."""
+    seed = SEED.read_text()
+    hostile = [
+        seed.replace("name: qwen3-4b-lora-amd", "name: x", 1).replace("metadata:\n  name: x", "metadata: just-a-string"),
+        seed + "\n---\n" + seed.replace("accelerator: MI355X", "accelerator: MI355X\n    nodes: 99999999999999999999999"),
+        seed.replace("accelerator: MI355X", "accelerator: [MI355X]"),
+        "apiVersion: lorarl.dev/v1alpha1\nkind: LoraRLJob\nmetadata: {name: x}\nspec: 5\n",
+        "apiVersion: lorarl.dev/v1alpha1\nkind: LoraRLJob\nmetadata: {name: x}\nspec: {model: null, hardware: {accelerator: MI355X}}\n",
+        "- a list\n- not a job\n",
+    ]
+    for text in hostile:
+        out = run("validate", "-f", "-", stdin=text)
+        assert out.returncode == 1, (text, out.stdout, out.stderr)
+        assert "Traceback" not in out.stderr and out.stderr.strip(), out.stderr
+    assert "metadata: must be of type object" in run("validate", "-f", "-", stdin=hostile[0]).stderr
+    assert "spec.hardware.nodes" in run("validate", "-f", "-", stdin=hostile[1]).stderr

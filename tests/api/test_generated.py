@@ -18,12 +18,43 @@ def test_api_doc_has_not_drifted():
     assert API_DOC.read_text() == docsgen.api_markdown(), "docs/api.md is stale: run `lorarl-dev docs -o docs/api.md`"
 
 
-def walk(schema, path=""):
+# the vendored core/v1 schema (KubeRay's CRD, which carries no descriptions) is embedded as is
+EMBEDDED = ("spec.hardware.affinity",)
+
+
+def walk(schema, path="", into_embedded=False):
     yield path, schema
+    if not into_embedded and path in EMBEDDED:
+        return
     for name, sub in schema.get("properties", {}).items():
-        yield from walk(sub, f"{path}.{name}")
+        yield from walk(sub, f"{path}.{name}", into_embedded)
     if isinstance(schema.get("items"), dict):
-        yield from walk(schema["items"], f"{path}[]")
+        yield from walk(schema["items"], f"{path}[]", into_embedded)
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from walk(schema["additionalProperties"], f"{path}{{}}", into_embedded)
+
+
+def test_every_spec_string_list_and_map_is_bounded():
+    """What the API server admits must fit etcd, the children that copy it and kopf's bookkeeping,
+    and keep the CEL cost estimate within the server's budget."""
+    spec = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    unbounded = []
+    for path, schema in walk(spec, "spec", into_embedded=True):
+        kind = schema.get("type")
+        if kind == "string" and "enum" not in schema and "maxLength" not in schema:
+            unbounded.append(path)
+        if kind == "array" and "maxItems" not in schema:
+            unbounded.append(path)
+        if kind == "object" and "properties" not in schema and "maxProperties" not in schema:
+            unbounded.append(path)
+    assert unbounded == []
+
+
+def test_affinity_is_the_vendored_core_v1_schema():
+    spec = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    affinity = spec["properties"]["hardware"]["properties"]["affinity"]
+    assert set(affinity["properties"]) == {"nodeAffinity", "podAffinity", "podAntiAffinity"}
+    assert "x-kubernetes-preserve-unknown-fields" not in affinity
 
 
 def test_every_spec_and_status_field_is_described_and_typed():
@@ -31,7 +62,7 @@ def test_every_spec_and_status_field_is_described_and_typed():
     for part in ("spec", "status"):
         for path, schema in walk(root["properties"][part], part):
             assert schema.get("type") or schema.get("x-kubernetes-preserve-unknown-fields"), path
-            if not path.endswith("[]"):
+            if not path.endswith(("[]", "{}")):
                 assert schema.get("description"), f"{path} has no description"
             assert "$ref" not in schema and "anyOf" not in schema and "title" not in schema, path
 
@@ -107,3 +138,21 @@ def test_documented_flags_are_what_the_renderer_emits():
     words = set(command.train_argv(job_from(doc)))
     # --lora-adapter-path is appended at run time by the reporter (resume), not rendered
     assert _documented_flags(api.LoraRLJobSpec) - words == {"--lora-adapter-path"}
+
+
+def test_vendored_core_schema_is_kuberays():
+    """operator/lorarl/schemas/core_v1_affinity.json is what hack/schemas/vendor_core_v1.py
+    extracts from the KubeRay CRD the tests run against."""
+    import json
+    import subprocess
+    import sys
+
+    vendored = (REPO / "operator" / "lorarl" / "schemas" / "core_v1_affinity.json").read_text()
+    fresh = subprocess.run([sys.executable, str(REPO / "hack" / "schemas" / "vendor_core_v1.py"), "--stdout"],
+                           check=True, capture_output=True, text=True).stdout
+    assert fresh == vendored, "stale: run hack/schemas/vendor_core_v1.py"
+    assert "ray-operator@" in json.loads(vendored)["source"]
+
+
+def test_crd_yaml_has_no_aliases():
+    assert "&id0" not in crdgen.crd_yaml()  # shared Python objects would become YAML anchors

@@ -28,12 +28,14 @@ CASES = [
     ({"eval": {"interval": 500}}, "spec.eval.interval", "larger than rollout.numRollouts"),
     ({"algorithm": {"epsClip": 0.3, "epsClipHigh": 0.2}}, "spec.algorithm.epsClipHigh", ">= algorithm.epsClip"),
     ({"hardware": {"accelerator": "H200", "resourceName": "amd.com/gpu"}}, "spec.hardware.resourceName", "amd.com/"),
-    ({"extraArgs": ["--wandb-key", "abc"]}, "spec.extraArgs[0]", "secret on the command line"),
-    ({"extraArgs": ["--lora-rank", "8"]}, "spec.extraArgs[0]", "set from the spec"),
-    ({"hardware": {"accelerator": "MI355X", "gpusPerNode": 3}, "sglang": {"gpusPerEngine": 1}}, "spec.rollout.globalBatchSize", "data-parallel size 3"),
+    ({"extraArgs": ["--wandb-key", "abc"]}, "spec.extraArgs", "secret on the command line"),
+    ({"extraArgs": ["--wandb-api-key", "abc"]}, "spec.extraArgs", "secret on the command line"),
+    ({"extraArgs": ["--lora-rank", "8"]}, "spec.extraArgs", "set from the spec"),
+    ({"hardware": {"accelerator": "MI355X", "gpusPerNode": 3}, "sglang": {"gpusPerEngine": 1}}, "spec.rollout.globalBatchSize", "data-parallel size"),
+    ({"extraArgs": ["--tensor-model-parallel-size", "3"]}, "spec.hardware", "model-parallel groups"),
     ({"lora": {"rank": 0}}, "spec.lora.rank", "greater than or equal to 1"),
     ({"hardware": {"accelerator": "MI999X"}}, "spec.hardware.accelerator", "MI355X"),
-    ({"lora": {"rnak": 8}}, "spec.lora.rnak", "Extra inputs are not permitted"),
+    ({"lora": {"rnak": 8}}, "spec.lora.rnak", "unknown field"),
     ({"rollout": {"inputKey": "a b"}}, "spec.rollout.inputKey", "should match pattern"),
 ]
 

@@ -87,8 +87,11 @@ def drive(state, control_plane, kube, namespace, request):
         doc["spec"]["scheduling"] = {"queueName": "rl-team"}
     if state == "running-unhealthy":
         doc["spec"]["health"] = {"stopOnUnhealthy": "Never"}
-    if state == "invalid-spec":  # admitted by the CRD, refused by the operator's semantic checks
-        doc["spec"]["extraArgs"] = ["--lora-rank", "8"]
+    if state == "invalid-spec":  # admitted by a newer CRD, but this operator cannot render it
+        from tests.api.test_version_skew import install_crd_with_accelerator
+
+        install_crd_with_accelerator(request, "MI400X")
+        doc["spec"]["hardware"]["accelerator"] = "MI400X"
     apply_job(control_plane, namespace, doc)
 
     if state == "pending":

@@ -36,7 +36,7 @@ def _type_name(annotation: Any, metadata: list[Any] = (), section: str | None = 
     if origin is list:
         return f"list[{_type_name(args[0], (), section)}]"
     if origin is dict:
-        if args and args[0] is str and args[1] is str:
+        if args and args[0] is str and (args[1] is str or typing.get_args(args[1])[:1] == (str,)):  # or Annotated[str, ...]
             return "map[string]string"
         return "object"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
