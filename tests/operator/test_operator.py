@@ -210,6 +210,16 @@ def test_deleted_rayjob_is_recreated(control_plane, namespace, kube, operator):
     assert "--resume" in rayjob(kube, namespace)["spec"]["entrypoint"]
 
 
+def await_reconciles(operator, namespace: str, outcome: str, count: int) -> None:
+    """Wait until the operator's log shows ``count`` more reconciles of the job ending in ``outcome``
+    (e.g. "(resync): phase Failed"): evidence that it looked again, before asserting it did nothing."""
+    line = f"[{namespace}/{NAME}] reconcile "
+    def matching() -> int:
+        return sum(1 for text in operator.output().splitlines() if line in text and outcome in text)
+    seen = matching()
+    wait_for(lambda: matching() >= seen + count, timeout=60, what=f"{count} more reconciles with {outcome}")
+
+
 def test_finished_job_is_not_rerun_when_its_rayjob_goes(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, seed_doc())
     ray = started(kube, namespace)
@@ -218,8 +228,8 @@ def test_finished_job_is_not_rerun_when_its_rayjob_goes(control_plane, namespace
     wait_for(phase_is(kube, namespace, "Succeeded"))
     kube.delete("ray.io/v1", "RayJob", namespace, NAME)
     wait_for(lambda: rayjob(kube, namespace) is None, what="RayJob gone")
-    import time
-    time.sleep(3)
+    # first observe the operator handle it (the RayJob's deletion event, then resyncs), then assert
+    await_reconciles(operator, namespace, "(resync): phase Succeeded", 2)
     assert rayjob(kube, namespace) is None and job(kube, namespace)["status"]["phase"] == "Succeeded"
 
 
@@ -288,8 +298,8 @@ def test_unhealthy_training_stops_the_run(control_plane, namespace, kube, operat
     st = wait_for(phase_is(kube, namespace, "Failed"), what="stopped as unhealthy")
     assert conditions(st)["Failed"] == ("True", "StoppedUnhealthy")
     wait_for(lambda: rayjob(kube, namespace) is None, timeout=60, what="the RayJob deleted")
-    got = events(kube, namespace)
-    assert ("Warning", "StoppingUnhealthy") in got and ("Warning", "Failed") in got
-    import time
-    time.sleep(3)  # a few resyncs: a stopped job is not re-created
+    # the Events are posted after the status write: wait for them, do not read them once
+    wait_for(lambda: {("Warning", "StoppingUnhealthy"), ("Warning", "Failed")} <= set(events(kube, namespace)), what="the Warning Events")
+    # a stopped job is not re-created: observe two resync reconciles of it after the stop first
+    await_reconciles(operator, namespace, "(resync): phase Failed", 2)
     assert rayjob(kube, namespace) is None and job(kube, namespace)["status"]["phase"] == "Failed"
