@@ -283,6 +283,10 @@ def status_schema() -> dict[str, Any]:
     schema = _resolve(raw, defs)
     schema.pop("additionalProperties", None)
     _drop_defaults(schema)  # status defaults would be written by the API server: keep it honest
+    # ...with one exception: a job the operator has not handled yet reads observedGeneration 0, so
+    # kstatus (Flux, kpt) reports it InProgress, not Current (a status without observedGeneration
+    # skips the generation check: cli-utils v0.37.2 pkg/kstatus/status/generic.go:73-98)
+    schema["default"] = {"observedGeneration": 0}
     return schema
 
 

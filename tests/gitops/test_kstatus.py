@@ -41,7 +41,8 @@ def test_recorded_objects_as_kstatus_sees_them():
     assert {s: g["status"] for s, g in zip(states, got)} == {s: live.EXPECTED[s][0] for s in states}
     by_state = dict(zip(states, got))
     assert by_state["stale-generation"]["message"] == "LoraRLJob generation is 2, but latest observed generation is 1"
-    assert by_state["new"]["message"] == "Resource is current"  # kstatus's blind spot, documented
+    # the CRD defaults status.observedGeneration to 0: a job no operator has handled is not Current
+    assert by_state["new"]["message"] == "LoraRLJob generation is 1, but latest observed generation is 0"
 
 
 def test_stale_generation_wins_over_conditions():

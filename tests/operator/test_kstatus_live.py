@@ -33,7 +33,7 @@ RECORDED_TIME = "2026-11-30T10:00:00Z"
 # all -> Current (status.go:130-138). And whether `kubectl wait --for=condition=Ready` passes.
 EXPECTED = {
     # state: (kstatus status, kubectl wait Ready)
-    "new": ("Current", False),  # before the operator wrote anything: kstatus cannot know better
+    "new": ("InProgress", False),  # before the operator wrote anything: the CRD defaults observedGeneration to 0
     "stale-generation": ("InProgress", False),
     "pending": ("InProgress", False),
     "queued": ("InProgress", False),
