@@ -39,6 +39,7 @@ SERVICE_ACCOUNT = "lorarl-operator"
 CHART = REPO / "charts" / "lorarl-operator"
 CHILD_RESOURCES = {("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings"),
                    ("", "configmaps"), ("", "persistentvolumeclaims"), ("ray.io", "rayjobs")}
+LAST_HANDLED = "lorarl.dev/last-handled-configuration"  # kopf's record (a digest, operator/lorarl/diffbase.py)
 FINALIZERS_REFUSAL = "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"
 
 
@@ -205,16 +206,17 @@ def every_api_path(control_plane, kube, namespace) -> None:
     wait_for(phase_is(kube, namespace, "Running"), what="Running")
 
     # a spec update: a new generation, all children applied again
+    handled = job(kube, namespace)["metadata"]["annotations"].get(LAST_HANDLED)
     control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p",
                           '{"spec":{"runPolicy":{"ttlSecondsAfterFinished":900}}}')
     wait_for(lambda: rayjob(kube, namespace)["spec"]["ttlSecondsAfterFinished"] == 900, what="the update applied")
     wait_for(lambda: job(kube, namespace)["status"]["observedGeneration"] == job(kube, namespace)["metadata"]["generation"],
              what="observedGeneration")
     # kopf's update handler re-applies every child after the event handler already did; it is done
-    # when kopf records the handled spec. Deleting the RayJob before that races its apply, which then
-    # re-creates the RayJob without the RayJobRecreated event (seen in this test's audit log).
-    wait_for(lambda: '"ttlSecondsAfterFinished":900' in job(kube, namespace)["metadata"]["annotations"].get(
-        "lorarl.dev/last-handled-configuration", ""), what="kopf's update handler done")
+    # when kopf records the digest of the handled spec. Deleting the RayJob before that races its
+    # apply, which then re-creates the RayJob without the RayJobRecreated event (seen in the audit log).
+    wait_for(lambda: job(kube, namespace)["metadata"]["annotations"].get(LAST_HANDLED) not in (None, handled),
+             what="kopf's update handler done")
 
     # a deleted RayJob is re-created
     old_uid = rayjob(kube, namespace)["metadata"]["uid"]
