@@ -36,6 +36,9 @@ def apply_crd(control_plane, crd: dict) -> None:
                           input=yaml.safe_dump(crd))
 
 
+PROBE_NAME = "crd-version-probe"  # no test job has this name
+
+
 def install_crd_with_accelerator(request, accelerator: str) -> None:
     """For the rest of one test: a newer CRD that knows one more accelerator profile (which this
     operator cannot render). Today's CRD is put back when the test ends."""
@@ -44,6 +47,7 @@ def install_crd_with_accelerator(request, accelerator: str) -> None:
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     spec["properties"]["hardware"]["properties"]["accelerator"]["enum"].append(accelerator)
     probe = seed_doc()
+    probe["metadata"]["name"] = PROBE_NAME  # a dry run still answers 409 for a name that exists
     probe["spec"]["hardware"]["accelerator"] = accelerator
 
     def restore():
@@ -59,6 +63,7 @@ def install_crd_with_accelerator(request, accelerator: str) -> None:
 def newer_crd_installed(control_plane, kube_api, namespace):
     apply_crd(control_plane, newer_crd())
     probe = seed_doc()
+    probe["metadata"]["name"] = PROBE_NAME
     probe["spec"]["hardware"][NEW_FIELD] = False
     wait_for(lambda: dry_run_create(kube_api, namespace, probe).accepted, what="the newer CRD to be served")
     try:
