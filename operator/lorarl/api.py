@@ -178,8 +178,8 @@ class ModelSpec(ApiModel):
         min_length=3,
         max_length=96,
         pattern=HF_REPO_ID,
-        description="Hugging Face repository id of the base model, e.g. Qwen/Qwen3-4B. Downloaded to "
-        "/root/models/<repo name> by the init container.",
+        description="Hugging Face repository id of the base model, e.g. Qwen/Qwen3-4B. Downloaded by the init "
+        "container to /root/models/<org>/<name>/<revision, default main>: one directory per repository and revision.",
         json_schema_extra=flag("--hf-checkpoint"),
     )
     revision: Optional[str] = Field(
@@ -337,7 +337,7 @@ NO_PARENT_DIR_RULE = cel(
 
 
 class DatasetRef(ApiModel):
-    """A JSONL file in a Hugging Face dataset repository, downloaded to /root/datasets/<repo name>/."""
+    """A JSONL file in a Hugging Face dataset repository, downloaded to /root/datasets/<org>/<name>/<revision, default main>/."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE]})
 
@@ -554,7 +554,7 @@ class DataPrepSpec(ApiModel):
         None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$",
         description="Hugging Face endpoint or mirror (HF_ENDPOINT), e.g. https://hf-mirror.com.",
     )
-    image: Optional[str] = Field(None, max_length=512, pattern=IMAGE, description="Image of the init container; default: the training image (it ships huggingface_hub).")
+    image: Optional[str] = Field(None, max_length=512, pattern=IMAGE, description="Image of the init container; it must provide hf (huggingface_hub) and flock (util-linux). Default: the training image.")
     skip: bool = Field(False, description="Inputs are already on the volume: run no download.")
 
 

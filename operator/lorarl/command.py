@@ -20,6 +20,7 @@ import posixpath
 import re
 import shlex
 import subprocess
+import urllib.parse
 
 from .api import QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, DatasetRef, EvalDataset, LoraRLJob
 from .profiles import MODEL_PRESETS, PROFILES, HardwareProfile, ModelShape
@@ -29,6 +30,8 @@ MEGATRON_ROOT = "/root/Megatron-LM"
 MODELS_DIR = "/root/models"
 DATASETS_DIR = "/root/datasets"
 SHARED_DIR = "/root/shared_data"
+# what `hf download` fetches without --revision (huggingface_hub constants.DEFAULT_REVISION)
+DEFAULT_REVISION = "main"
 REPORTER_DIR = "/opt/lorarl"
 REPORTER_FILE = "reporter.pyz"
 REPORTER_PATH = f"{REPORTER_DIR}/{REPORTER_FILE}"
@@ -56,17 +59,33 @@ def repo_basename(repo: str) -> str:
     return repo.rsplit("/", 1)[-1]
 
 
+def input_dir(root: str, repo: str, revision: str | None) -> str:
+    """Where one (repository, revision) lives on the shared volume: ``<root>/<org>/<name>/<rev>``.
+
+    Unique per (repository, revision), so jobs sharing a volume never share or overwrite each
+    other's inputs. ``org`` and ``name`` (HF_REPO_ID: start with a letter or digit, no '/' or
+    '@') are one path segment each and never '.' or '..'. The revision is percent-encoded with
+    ``quote(safe="")`` ('/', '%', '@' ... become %XX): one segment, never containing '@',
+    decodable, so the mapping is injective; at most 3 x 64 characters, within NAME_MAX. No
+    revision means "main", as for ``hf download`` (huggingface_hub DEFAULT_REVISION).
+    prepare.sh keeps its lock and in-progress download beside it as ``<dir>@lock`` and
+    ``<dir>@partial``: names no input directory can have.
+    """
+    org, name = repo.split("/", 1)
+    return posixpath.join(root, org, name, urllib.parse.quote(revision or DEFAULT_REVISION, safe=""))
+
+
 def model_dir(job: LoraRLJob) -> str:
-    return posixpath.join(MODELS_DIR, repo_basename(job.spec.model.name))
+    return input_dir(MODELS_DIR, job.spec.model.name, job.spec.model.revision)
 
 
 def dataset_dir(ref: DatasetRef | EvalDataset) -> str:
-    return posixpath.join(DATASETS_DIR, repo_basename(ref.repo))
+    return input_dir(DATASETS_DIR, ref.repo, ref.revision)
 
 
 def dataset_file(ref: DatasetRef | EvalDataset) -> str:
-    """The file's path under /root/datasets/<repo name>/; the API refuses absolute paths and '..',
-    and this re-checks that the path stays inside the repository's directory."""
+    """The file's path in the dataset's directory (see input_dir); the API refuses absolute
+    paths and '..', and this re-checks that the path stays inside the repository's directory."""
     directory = dataset_dir(ref)
     path = posixpath.join(directory, ref.file or f"{repo_basename(ref.repo)}.jsonl")
     if not posixpath.normpath(path).startswith(directory + "/"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+import urllib.parse
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -206,4 +207,6 @@ def test_revisions_reach_the_downloader_intact_or_are_rejected(value):
     if problems:
         assert [p.field for p in problems] == ["spec.model.revision"], problems
         return
-    assert render.downloads(job)[:4] == ["model", "Qwen/Qwen3-4B", "/root/models/Qwen3-4B", value]
+    # the revision keys the directory percent-encoded (one path segment; tests/prepare)
+    directory = "/root/models/Qwen/Qwen3-4B/" + urllib.parse.quote(value, safe="")
+    assert render.downloads(job)[:4] == ["model", "Qwen/Qwen3-4B", directory, value]

@@ -51,6 +51,29 @@ def assert_block_equal(ours: list[str], recorded: list[str], name: str) -> None:
 RECORDED_BLOCKS = parse_blocks(RECORDED.read_text())
 SEED_NAME = seed_doc()["metadata"]["name"]
 
+# The recipe runs on one user's machine and names input directories by the repository's last
+# path part. The operator's volumes may be shared by many jobs, so it keys them by repository
+# and revision (lorarl.command.input_dir; tests/prepare). These are the seed's directories and
+# the recipe's, written out: the comparison maps ours to the recipe's and nothing else, and
+# test_only_input_directories_and_number_spelling_differ pins that this is the whole difference.
+KEYED_TO_RECIPE = (
+    ("/root/models/Qwen/Qwen3-4B/main", "/root/models/Qwen3-4B"),
+    ("/root/datasets/zhuzilin/dapo-math-17k/main", "/root/datasets/dapo-math-17k"),
+    ("/root/datasets/zhuzilin/aime-2024/main", "/root/datasets/aime-2024"),
+)
+
+
+def as_recipe_path(token: str) -> str:
+    for ours, recipe in KEYED_TO_RECIPE:
+        if token == ours or token.startswith(ours + "/"):
+            return recipe + token[len(ours) :]
+    return token
+
+
+def seed_blocks() -> dict[str, list[str]]:
+    """The seed's train.py blocks with input directories written as the recipe writes them."""
+    return {name: [as_recipe_path(t) for t in block] for name, block in command.train_blocks(job_from(seed_doc()))}
+
 
 def test_recorded_copy_matches_reference():
     if not REFERENCE.exists():
@@ -69,17 +92,25 @@ def test_block_order_is_the_recipes():
 
 @pytest.mark.parametrize("name", [n for n in RECORDED_BLOCKS if n != "wandb"])
 def test_seed_block_matches_recording(name):
-    ours = dict(command.train_blocks(job_from(seed_doc())))[name]
+    ours = seed_blocks()[name]
     recorded = [t.replace("<run_id>", SEED_NAME) for t in RECORDED_BLOCKS[name]]
     assert_block_equal(ours, recorded, name)
 
 
-def test_numbers_that_differ_only_in_spelling():
-    """The only textual differences from the recording: numbers the YAML cannot keep apart."""
+def test_only_input_directories_and_number_spelling_differ():
+    """The only textual differences from the recording: the keyed input directories (mapped
+    above) and numbers the YAML cannot keep apart."""
     ours = [t for _, b in command.train_blocks(job_from(seed_doc())) for t in b]
     recorded = [t.replace("<run_id>", SEED_NAME) for n, b in RECORDED_BLOCKS.items() if n != "wandb" for t in b]
+    assert len(ours) == len(recorded)
     differing = {(a, b) for a, b in zip(ours, recorded) if a != b}
-    assert differing == {("1.0", "1"), ("0.0", "0.00")}
+    assert differing == {
+        ("1.0", "1"),
+        ("0.0", "0.00"),
+        ("/root/models/Qwen/Qwen3-4B/main", "/root/models/Qwen3-4B"),
+        ("/root/datasets/zhuzilin/dapo-math-17k/main/dapo-math-17k.jsonl", "/root/datasets/dapo-math-17k/dapo-math-17k.jsonl"),
+        ("/root/datasets/zhuzilin/aime-2024/main/aime-2024.jsonl", "/root/datasets/aime-2024/aime-2024.jsonl"),
+    }
 
 
 def test_wandb_block_is_the_recording_without_the_key():

@@ -1,13 +1,26 @@
 #!/bin/sh
 # lorarl prepare: download the model and datasets of a LoraRLJob onto the job volume.
-# Arguments come in fours: KIND (model|dataset) REPO LOCAL_DIR REVISION ("" = default branch).
-# Idempotent: a download whose marker file names the same repo@revision is skipped; an
-# interrupted one is resumed by `hf download` (it keeps partial files in LOCAL_DIR/.cache).
+# Arguments come in fours: KIND (model|dataset) REPO DIR REVISION ("" = main, as for hf).
+#
+# DIR is unique per (repository, revision) (lorarl.command.input_dir), and may live on a volume
+# that other jobs share and read while this runs. So a DIR is never written in place:
+# - it is complete iff it exists: the download goes to DIR@partial and is renamed to DIR in
+#   one rename(2) after its marker file (.lorarl-complete) is written; a complete DIR is skipped
+#   and never modified;
+# - preparers of one DIR (two jobs, or a retry beside a stuck pod) take turns on an flock(1)
+#   of DIR@lock; the kernel (or the NFS lock manager) drops the lock when its holder dies, and
+#   the next holder resumes the download left in DIR@partial (`hf download` keeps its partial
+#   files in DIR@partial/.cache).
+# No input directory ends in @lock or @partial (input_dir percent-encodes '@' in revisions).
 # HF_TOKEN and HF_ENDPOINT are read from the environment by huggingface_hub; never echoed.
 set -eu
 
 if [ $(( $# % 4 )) -ne 0 ]; then
   echo "prepare.sh: expected KIND REPO DIR REVISION quadruples, got $# arguments" >&2
+  exit 2
+fi
+if ! command -v flock >/dev/null 2>&1; then
+  echo "prepare.sh: flock (util-linux) is missing from the prepare image; spec.dataPrep.image must provide it" >&2
   exit 2
 fi
 
@@ -19,27 +32,41 @@ mkdir -p "${LORARL_RUN_DIR:-/root/shared_data}"
 while [ $# -gt 0 ]; do
   kind=$1 repo=$2 dir=$3 rev=$4
   shift 4
-  want="$repo@${rev:-default}"
-  marker="$dir/.lorarl-complete"
-  if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ]; then
+  want="$repo@${rev:-main}"
+  partial="$dir@partial"
+  mkdir -p "$(dirname "$dir")"
+  # fd 9 holds the lock until it is closed below (or this process and its children die)
+  exec 9>>"$dir@lock"
+  if ! flock -n 9; then
+    echo "prepare: waiting for another preparer of $kind $want"
+    flock 9
+  fi
+  if [ -f "$dir/.lorarl-complete" ]; then
     echo "prepare: $kind $want already complete in $dir, skipping"
-    continue
-  fi
-  mkdir -p "$dir"
-  echo "prepare: downloading $kind $want into $dir"
-  if [ "$kind" = dataset ]; then
-    if [ -n "$rev" ]; then
-      "$HF" download --repo-type dataset "$repo" --revision "$rev" --local-dir "$dir"
-    else
-      "$HF" download --repo-type dataset "$repo" --local-dir "$dir"
-    fi
+  elif [ -e "$dir" ]; then
+    echo "prepare.sh: $dir exists but is not a complete download (no .lorarl-complete); it is left as it is: remove it, or set spec.dataPrep.skip if it holds the inputs" >&2
+    exit 3
   else
-    if [ -n "$rev" ]; then
-      "$HF" download "$repo" --revision "$rev" --local-dir "$dir"
+    mkdir -p "$partial"
+    echo "prepare: downloading $kind $want into $partial"
+    if [ "$kind" = dataset ]; then
+      if [ -n "$rev" ]; then
+        "$HF" download --repo-type dataset "$repo" --revision "$rev" --local-dir "$partial"
+      else
+        "$HF" download --repo-type dataset "$repo" --local-dir "$partial"
+      fi
     else
-      "$HF" download "$repo" --local-dir "$dir"
+      if [ -n "$rev" ]; then
+        "$HF" download "$repo" --revision "$rev" --local-dir "$partial"
+      else
+        "$HF" download "$repo" --local-dir "$partial"
+      fi
     fi
+    printf '%s\n' "$want" > "$partial/.lorarl-complete"
+    # -T: rename onto DIR itself (fails rather than nesting if DIR appeared); one rename(2)
+    mv -T "$partial" "$dir"
+    echo "prepare: $kind $want complete in $dir"
   fi
-  printf '%s\n' "$want" > "$marker.tmp" && mv "$marker.tmp" "$marker"
+  exec 9>&-
 done
 echo "prepare: all inputs present"
