@@ -126,7 +126,7 @@ def test_forbidden_configmap_stalls_and_recovers_when_granted(control_plane, nam
         apply_job(control_plane, namespace, seed_doc())
         cond = wait_for(stalled(kube, namespace, "ApplyFailed"), timeout=60, what="Stalled=True ApplyFailed")
         assert cond["message"].startswith(f"applying ConfigMap {namespace}/{NAME}-lorarl: 403 ")
-        assert "forbidden" in cond["message"] and '"configmaps"' in cond["message"]
+        assert "forbidden" in cond["message"] and 'cannot create resource "configmaps"' in cond["message"]
         assert rayjob(kube, namespace) is None  # nothing after the refused child is applied
         wait_for(lambda: ("Warning", "ApplyFailed") in events(kube, namespace), what="the ApplyFailed Event")
 
