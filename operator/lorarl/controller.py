@@ -44,7 +44,10 @@ def object_log(memo: Any, namespace: str, name: str, body: Optional[dict[str, An
     return kopf.LocalObjectLogger(body=ref, settings=memo.settings)  # type: ignore[arg-type]
 
 
-def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_children: bool) -> Optional[str]:
+def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_children: bool, retry: Optional[int] = None) -> Optional[str]:
+    """One reconcile under the job's lock, with metrics, a log line and its Events. ``retry`` is
+    kopf's retry count in a change handler: a refused child then raises kopf.TemporaryError with
+    a growing delay (other triggers just report it; the next resync tries again)."""
     reconcile_id = uuid.uuid4().hex[:8]
     with _lock(memo, namespace, name):
         if memo.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
@@ -59,7 +62,7 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_chil
             )
             # 5xx/429/connection errors retry soon; others (403, 422) wait for a fix
             raise kopf.TemporaryError(f"reconcile {namespace}/{name}: {err}", delay=5 if err.transient else 30) from None
-    metrics.RECONCILES.labels(trigger, "ok").inc()
+    metrics.RECONCILES.labels(trigger, "error" if outcome.apply_failed else "ok").inc()
     metrics.RECONCILE_SECONDS.labels(trigger).observe(seconds)
     metrics.CHILDREN_APPLIED.inc(outcome.applied)
     if outcome.status_written:
@@ -82,6 +85,11 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_chil
                 )
             except ApiError as err:
                 logger.warning("could not post event %s: %s", event.reason, err, extra={"reconcile_id": reconcile_id})
+    if outcome.apply_failed:
+        logger.warning("reconcile %s (%s): %s", reconcile_id, trigger, outcome.apply_failed,
+                       extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "apply-failed"})
+        if retry is not None:
+            raise kopf.TemporaryError(outcome.apply_failed, delay=status.apply_backoff(retry))
     return outcome.phase
 
 
@@ -159,8 +167,8 @@ def _resync_loop(memo: Any) -> None:
 @kopf.on.resume(**LORARLJOBS, id="reconcile-resume")
 @kopf.on.create(**LORARLJOBS, id="reconcile-create")
 @kopf.on.update(**LORARLJOBS, id="reconcile-update")
-def reconcile_job(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    run_reconcile(memo, namespace, name, "change", apply_children=True)
+def reconcile_job(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    run_reconcile(memo, namespace, name, "change", apply_children=True, retry=retry)
 
 
 @kopf.on.event(**LORARLJOBS, id="observe-job", when=lambda type, **_: type == "MODIFIED")

@@ -43,6 +43,13 @@ class ApiError(Exception):
     def transient(self) -> bool:
         return self.status in (0, 429, 500, 502, 503, 504)
 
+    @property
+    def needs_fix(self) -> bool:
+        """The server refused the request itself (invalid field 422, RBAC 403, a missing CRD 404,
+        an admission webhook or policy 400/403/422): retrying the same request cannot help until
+        someone changes the cluster or the spec. 409 (conflict) and 429 are worth a quick retry."""
+        return 400 <= self.status < 500 and self.status not in (409, 429)
+
 
 def path(api_version: str, kind: str, namespace: Optional[str], name: Optional[str] = None, subresource: Optional[str] = None) -> str:
     """REST path; namespace None lists across all namespaces."""

@@ -96,6 +96,7 @@ class Outcome:
     events: list[status.Event] = field(default_factory=list)
     applied: int = 0
     status_written: bool = False
+    apply_failed: Optional[str] = None  # the API server refused a child: the ApplyFailed message
 
 
 @dataclass
@@ -123,6 +124,7 @@ class Reconciler:
         notes: list[status.Event] = []
         stopped = False
         applied = 0
+        apply_failed: Optional[str] = None
 
         if not finished and verdict.status == "False" and job.spec.health.stop_on_unhealthy == "Stop":
             if rayjob is not None:
@@ -134,13 +136,21 @@ class Reconciler:
             or rayjob is None
             or generation != previous.get("observedGeneration")
             or bool((rayjob.get("spec") or {}).get("suspend")) != desired_suspend(job, rayjob, verdict)
+            or status.condition(previous, "Stalled", "reason") == status.APPLY_FAILED  # retry until it goes through
         ):
             if rayjob is None and (previous.get("rayJob") or {}).get("name"):
                 notes.append(status.Event("Warning", "RayJobRecreated", f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it" + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else "")))
             children = render.render(job)
             children[-1]["spec"]["suspend"] = desired_suspend(job, rayjob, verdict)
             for child in children:
-                result = self.kube.apply(child)
+                try:
+                    result = self.kube.apply(child)
+                except ApiError as err:
+                    if not err.needs_fix:
+                        raise  # transient: kopf retries soon
+                    meta = child["metadata"]
+                    apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
+                    break  # later children depend on earlier ones (the RayJob mounts the ConfigMap)
                 applied += 1
                 if child["kind"] == "RayJob":
                     rayjob = result
@@ -153,11 +163,12 @@ class Reconciler:
             verdict=verdict,
             startup_timed_out=startup_timed_out(job, rayjob, now),
             stopped_unhealthy=stopped,
+            apply_failed=apply_failed,
             notes=notes,
         )
         new_status, events = status.compute(previous, rayjob, facts)
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
-        return Outcome(body=body, phase=new_status["phase"], events=events, applied=applied, status_written=written)
+        return Outcome(body=body, phase=new_status["phase"], events=events, applied=applied, status_written=written, apply_failed=apply_failed)
 
     def _write_invalid(self, body: dict[str, Any], previous: dict[str, Any], generation: int, now: datetime.datetime, message: str) -> Outcome:
         meta = body["metadata"]

@@ -18,6 +18,8 @@ PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
 )
 PHASES = (PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
 TERMINAL = (SUCCEEDED, FAILED)
+APPLY_FAILED = "ApplyFailed"
+MAX_APPLY_MESSAGE = 1024  # an Event's message limit (kube.post_event); conditions keep the same text
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Facts:
     startup_timed_out: bool = False
     stopped_unhealthy: bool = False
     invalid_spec: Optional[str] = None  # message when the stored spec fails validation
+    apply_failed: Optional[str] = None  # message when the API server refused to write a child
     notes: list[Event] = field(default_factory=list)  # events the caller wants emitted
 
 
@@ -152,6 +155,10 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
         return Summary(False, False, True, obs.reason, obs.message)
     if phase == SUCCEEDED:
         return Summary(True, False, False, obs.reason, obs.message)
+    if facts.apply_failed:
+        # the API server refused a child (invalid field, RBAC, missing CRD, admission): the
+        # job cannot reach its spec until someone fixes that; the next reconcile clears it
+        return Summary(False, False, True, APPLY_FAILED, facts.apply_failed)
     if verdict.status == "False":
         # training runs but its numbers say the result cannot be trusted (with
         # stopOnUnhealthy: Suspend the RayJob is suspended for it): a human must look
@@ -218,9 +225,26 @@ def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: F
     if healthy.status == "False" and condition(previous, "TrainingHealthy", "status") != "False":
         events.append(Event("Warning", healthy.reason, healthy.message))
     stalled_now = summary.stalled and condition(previous, "Stalled", "status") != "True"
-    if stalled_now and phase != FAILED and not summary.from_health:
+    if summary.reason == APPLY_FAILED:
+        # once per distinct refusal (new, or another child/field): the retries post nothing
+        if stalled_now or (condition(previous, "Stalled", "reason"), condition(previous, "Stalled", "message")) != (APPLY_FAILED, summary.message[:32768]):
+            events.append(Event("Warning", APPLY_FAILED, summary.message[:1024]))
+    elif stalled_now and phase != FAILED and not summary.from_health:
         events.append(Event("Warning", summary.reason, summary.message[:1024]))
     return out, events
+
+
+def apply_failure(kind: str, namespace: str, name: str, server_message: str) -> str:
+    """The ApplyFailed message: which child, then the API server's own words (they name the
+    field, the RBAC verb or the admission policy), cut to what an Event can carry."""
+    text = f"applying {kind} {namespace}/{name}: {server_message}"
+    return text if len(text) <= MAX_APPLY_MESSAGE else text[: MAX_APPLY_MESSAGE - 3] + "..."
+
+
+def apply_backoff(retry: int) -> float:
+    """Seconds before kopf retries a change whose child was refused: 5, 10, 20 ... capped at
+    300 (the resync loop keeps retrying in between, so a fix is noticed within resync_seconds)."""
+    return float(min(300, 5 * 2 ** min(max(retry, 0), 6)))
 
 
 def condition(status: dict[str, Any], type_: str, key: str) -> Optional[str]:

@@ -15,13 +15,15 @@ from lorarl.kube import Api
 class OperatorProcess:
     """`lorarl run` against the test control plane, watching one namespace."""
 
-    def __init__(self, control_plane, namespace: str, tmp_path):
-        self.control_plane, self.namespace = control_plane, namespace
+    def __init__(self, control_plane, namespace: str, tmp_path, kubeconfig=None):
+        self.control_plane, self.namespace, self.kubeconfig = control_plane, namespace, kubeconfig
         self.log_path = tmp_path / "operator.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "OperatorProcess":
         env = {**os.environ, **self.control_plane.env()}
+        if self.kubeconfig:  # authenticate as someone else (e.g. the chart's ServiceAccount)
+            env["KUBECONFIG"] = str(self.kubeconfig)
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lorarl.cli", "run", "-n", self.namespace, "--liveness", "",

@@ -44,6 +44,7 @@ EXPECTED = {
     "succeeded": ("Current", True),
     "failed": ("Failed", False),
     "invalid-spec": ("Failed", False),
+    "apply-failed": ("Failed", False),
 }
 
 
@@ -82,6 +83,10 @@ def drive(state, control_plane, kube, namespace, request):
         apply_job(control_plane, namespace, doc)
         wait_for(lambda: job(kube, namespace), what="the LoraRLJob")
         return
+    if state == "apply-failed":  # admission refuses the RayJob before the operator starts
+        from tests.operator.test_apply_failed import refuse_rayjobs
+
+        refuse_rayjobs(control_plane, namespace, request)
     operator = request.getfixturevalue("operator")
     if state == "queued":
         doc["spec"]["scheduling"] = {"queueName": "rl-team"}
@@ -124,6 +129,8 @@ def drive(state, control_plane, kube, namespace, request):
         wait_for(has(kube, namespace, "Failed", "True", "AppFailed"), what="Failed")
     elif state == "invalid-spec":
         wait_for(has(kube, namespace, "Stalled", "True", "InvalidSpec"), what="InvalidSpec")
+    elif state == "apply-failed":
+        wait_for(has(kube, namespace, "Stalled", "True", "ApplyFailed"), what="ApplyFailed")
     elif state == "stale-generation":  # a spec change the (stopped) operator has not seen yet
         to_running(kube, namespace)
         operator.stop()

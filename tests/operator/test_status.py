@@ -29,6 +29,7 @@ def conds(st):
 
 BAD = Verdict("False", "LogprobDiffTooHigh", "mean 0.05 >= 0.03")
 T, F = "True", "False"
+REFUSED = 'applying RayJob ns/j: 422 Unprocessable Entity: RayJob.ray.io "j" is invalid: spec.rayClusterSpec.headGroupSpec.template.spec.affinity: Invalid value'
 
 # Written by hand from docs/status.md (KubeRay states) and kstatus's rules (sigs.k8s.io/cli-utils
 # v0.37.2 pkg/kstatus/status: Reconciling=True -> InProgress, else Stalled=True -> Failed, else
@@ -64,6 +65,9 @@ TABLE = {
     "invalid-spec": (None, {"invalid_spec": "spec.extraArgs[0]: --lora-rank is set from the spec"}, "Pending", F, "InvalidSpec", F, T, F, F, F, "Failed"),
     "stopped-unhealthy": (None, {"verdict": BAD, "stopped_unhealthy": True}, "Failed", F, "StoppedUnhealthy", F, T, F, T, F, "Failed"),
     "validation-failed": (("ValidationFailed", "", "ValidationFailed"), {}, "Failed", F, "ValidationFailed", F, T, F, T, F, "Failed"),
+    "apply-failed-new": (None, {"apply_failed": REFUSED}, "Pending", F, "ApplyFailed", F, T, F, F, F, "Failed"),
+    "apply-failed-running": (("Running", "RUNNING", ""), {"apply_failed": REFUSED, "verdict": OK}, "Running", F, "ApplyFailed", F, T, F, F, F, "Failed"),
+    "apply-failed-unhealthy": (("Running", "RUNNING", ""), {"apply_failed": REFUSED, "verdict": BAD}, "Running", F, "ApplyFailed", F, T, F, F, F, "Failed"),
     "unknown-state": (("SomethingNew", "", ""), {}, "Pending", F, "UnknownRayJobState", T, F, F, F, F, "InProgress"),
     **{
         f"failed-{reason}": (("Failed", "FAILED", reason), {}, "Failed", F, reason, F, T, F, T, F, "Failed")
@@ -200,3 +204,49 @@ def test_every_written_key_is_in_the_schema():
     out, _ = status.compute({}, rj, facts(verdict=OK))
     parsed = api.LoraRLJobStatus.model_validate(out)
     assert parsed.model_dump(by_alias=True, exclude_none=True, exclude_defaults=False) == {**out, "conditions": out["conditions"]}
+
+
+# --- a child the API server refuses (ApplyFailed) ---------------------------------------------
+
+# HTTP status -> does it need someone to fix the cluster or the spec? Written from the Kubernetes
+# API conventions (api-conventions.md "HTTP Status codes"): 409 Conflict and 429 TooManyRequests
+# say "try again", 5xx and 0 (no response) are the server's or the network's trouble.
+NEEDS_FIX = {400: True, 401: True, 403: True, 404: True, 405: True, 409: False, 410: True, 415: True,
+             422: True, 429: False, 0: False, 500: False, 502: False, 503: False, 504: False}
+
+
+@pytest.mark.parametrize("code", NEEDS_FIX)
+def test_which_refusals_need_a_fix(code):
+    from lorarl.kube import ApiError
+
+    err = ApiError(code, "Reason", "message")
+    assert err.needs_fix is NEEDS_FIX[code]
+    assert not (err.needs_fix and err.transient)
+
+
+def test_apply_failure_names_the_child_and_keeps_the_server_words():
+    server = 'configmaps "j-lorarl" is forbidden: User "system:serviceaccount:ns:op" cannot create resource "configmaps"'
+    assert status.apply_failure("ConfigMap", "ns", "j-lorarl", server) == f"applying ConfigMap ns/j-lorarl: {server}"
+    long = status.apply_failure("RayJob", "ns", "j", "x" * 5000)
+    assert len(long) == 1024 and long.startswith("applying RayJob ns/j: xxx") and long.endswith("...")
+
+
+def test_apply_backoff_grows_and_is_bounded():
+    assert [status.apply_backoff(r) for r in range(10)] == [5, 10, 20, 40, 80, 160, 300, 300, 300, 300]
+    assert status.apply_backoff(10_000) == 300
+
+
+def test_apply_failed_warns_once_per_refusal_and_clears_by_itself():
+    out, events = status.compute({}, None, facts(apply_failed=REFUSED))
+    assert conds(out)["Stalled"] == ("True", "ApplyFailed") and conds(out)["Ready"] == ("False", "ApplyFailed")
+    assert {c["type"]: c["message"] for c in out["conditions"]}["Stalled"] == REFUSED
+    assert [(e.type, e.reason, e.message) for e in events if e.reason == "ApplyFailed"] == [("Warning", "ApplyFailed", REFUSED)]
+    again, events = status.compute(out, None, facts(apply_failed=REFUSED, now="2026-11-30T10:05:00Z"))
+    assert events == [] and not status.changed(out, again)  # retries: no Event, no write
+    other = "applying ConfigMap ns/j-lorarl: 403 Forbidden: configmaps is forbidden"
+    third, events = status.compute(again, None, facts(apply_failed=other))
+    assert [(e.type, e.reason, e.message) for e in events] == [("Warning", "ApplyFailed", other)]
+    fixed, events = status.compute(third, rayjob(""), facts(now="2026-11-30T10:09:00Z"))
+    assert conds(fixed)["Stalled"] == ("False", "NoError") and conds(fixed)["Reconciling"] == ("True", "RayJobCreated")
+    assert {c["type"]: c["message"] for c in fixed["conditions"]}["Stalled"] == ""
+    assert [e.reason for e in events] == []

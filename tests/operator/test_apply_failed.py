@@ -1,0 +1,140 @@
+"""A child the API server refuses reaches the status (Stalled=True, ApplyFailed, the server's
+message naming the child), posts one Warning Event, and the job recovers by itself once the
+cause is fixed, without restarting the operator. The refusals are the real API server's: a
+ValidatingAdmissionPolicy (admission refused, as a webhook or a missing CRD would) and RBAC."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from lorarl import render
+from lorarl.validation import parse_job
+from tests.chart.helm import helm, operator_rbac  # noqa: F401  (helm: fixture)
+from tests.helpers import seed_doc, wait_for
+from tests.operator.conftest import OperatorProcess
+from tests.operator.test_operator import NAME, apply_job, conditions, events, job, rayjob
+
+pytestmark = pytest.mark.controlplane
+
+DENIAL = "RayJobs are refused in this namespace (lorarl test policy)"
+
+
+def stalled(kube, namespace, reason):
+    def check():
+        st = (job(kube, namespace) or {}).get("status") or {}
+        cond = next((c for c in st.get("conditions", []) if c["type"] == "Stalled"), None)
+        return cond if cond and cond["status"] == "True" and cond["reason"] == reason else None
+    return check
+
+
+def recovered(kube, namespace):
+    def check():
+        st = (job(kube, namespace) or {}).get("status") or {}
+        c = conditions(st)
+        return st if rayjob(kube, namespace) and c.get("Stalled") == ("False", "NoError") else None
+    return check
+
+
+def deny_rayjobs(namespace):
+    """A ValidatingAdmissionPolicy (CEL `false`) and its binding for this namespace only."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"deny-rayjobs-{namespace}"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["ray.io"], "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["rayjobs"]}]},
+            "validations": [{"expression": "false", "message": DENIAL}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": f"deny-rayjobs-{namespace}"},
+        "spec": {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
+    }
+    return policy, binding
+
+
+def probe_rayjob(namespace):
+    """The seed's RayJob under another name, for a server-side dry run."""
+    doc = copy.deepcopy(seed_doc())
+    doc["metadata"]["namespace"] = namespace
+    rj = render.rayjob(parse_job(doc))
+    rj["metadata"]["name"] = "admission-probe"
+    rj["metadata"].pop("ownerReferences", None)
+    return rj
+
+
+def refuse_rayjobs(control_plane, namespace, request):
+    """Install the policy for ``namespace`` and wait until the API server enforces it (a
+    server-side dry-run create is refused); removed when the test ends. Returns the binding's name."""
+    policy, binding = deny_rayjobs(namespace)
+    name = binding["metadata"]["name"]
+    request.addfinalizer(lambda: control_plane.kubectl(
+        "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found", check=False))
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([policy, binding]))
+    probe = yaml.safe_dump(probe_rayjob(namespace))
+    wait_for(lambda: DENIAL in control_plane.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).stderr,
+             timeout=60, what="the admission policy to be enforced")
+    return name
+
+
+def test_refused_rayjob_stalls_warns_once_and_recovers(control_plane, namespace, kube, operator, request):
+    binding = refuse_rayjobs(control_plane, namespace, request)
+    apply_job(control_plane, namespace, seed_doc())
+    cond = wait_for(stalled(kube, namespace, "ApplyFailed"), timeout=60, what="Stalled=True ApplyFailed")
+    assert cond["message"].startswith(f"applying RayJob {namespace}/{NAME}: ")
+    assert DENIAL in cond["message"] and binding in cond["message"]
+    st = job(kube, namespace)["status"]
+    c = conditions(st)
+    assert st["phase"] == "Pending" and c["Ready"] == ("False", "ApplyFailed") and c["Reconciling"][0] == "False"
+    assert st["observedGeneration"] == job(kube, namespace)["metadata"]["generation"]
+    assert rayjob(kube, namespace) is None
+    # the ConfigMap before the RayJob went through: only the refused child is missing
+    assert kube.get("v1", "ConfigMap", namespace, f"{NAME}-lorarl") is not None
+    wait_for(lambda: ("Warning", "ApplyFailed") in events(kube, namespace), what="the ApplyFailed Event")
+    # the resync loop retries (and is refused again) while the policy stands
+    wait_for(lambda: operator.output().count(f"(resync): applying RayJob {namespace}/{NAME}") >= 2, timeout=60, what="two refused resync retries")
+
+    control_plane.kubectl("delete", "validatingadmissionpolicybinding", binding)
+    st = wait_for(recovered(kube, namespace), timeout=120, what="the job to recover by itself")
+    c = conditions(st)
+    assert c["Ready"][1] != "ApplyFailed" and c["Reconciling"] == ("True", "RayJobCreated")
+    assert events(kube, namespace).count(("Warning", "ApplyFailed")) == 1  # retries post no Event
+    assert operator.proc.poll() is None  # the same operator process, never restarted
+
+
+def test_forbidden_configmap_stalls_and_recovers_when_granted(control_plane, namespace, kube, tmp_path, helm):
+    # release name = namespace: the ClusterRole/Binding names are unique to this test
+    docs = operator_rbac(helm, namespace, release=namespace, watch_namespaces=[namespace])
+    cluster_scoped = [d for d in docs if d["kind"].startswith("Cluster")]
+    sa_name = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    restricted = copy.deepcopy(docs)
+    role = next(d for d in restricted if d["kind"] == "Role" and any("configmaps" in r["resources"] for r in d["rules"]))
+    for rule in role["rules"]:
+        if "configmaps" in rule["resources"]:
+            rule["resources"].remove("configmaps")
+    role["rules"].append({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]})  # no create
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(restricted))
+    kubeconfig = control_plane.restricted_kubeconfig(namespace, sa_name)
+    assert control_plane.kubectl("auth", "can-i", "create", "configmaps", "-n", namespace, kubeconfig=kubeconfig, check=False).stdout.strip() == "no"
+    op = OperatorProcess(control_plane, namespace, tmp_path, kubeconfig=kubeconfig).start()
+    try:
+        apply_job(control_plane, namespace, seed_doc())
+        cond = wait_for(stalled(kube, namespace, "ApplyFailed"), timeout=60, what="Stalled=True ApplyFailed")
+        assert cond["message"].startswith(f"applying ConfigMap {namespace}/{NAME}-lorarl: 403 ")
+        assert "forbidden" in cond["message"] and 'cannot create resource "configmaps"' in cond["message"]
+        assert rayjob(kube, namespace) is None  # nothing after the refused child is applied
+        wait_for(lambda: ("Warning", "ApplyFailed") in events(kube, namespace), what="the ApplyFailed Event")
+
+        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))  # grant the chart's rules
+        wait_for(recovered(kube, namespace), timeout=120, what="the job to recover by itself")
+        assert kube.get("v1", "ConfigMap", namespace, f"{NAME}-lorarl") is not None
+        assert events(kube, namespace).count(("Warning", "ApplyFailed")) == 1
+        assert op.proc.poll() is None
+    finally:
+        op.stop()
+        control_plane.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(cluster_scoped), check=False)
