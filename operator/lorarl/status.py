@@ -65,7 +65,19 @@ def observe(rayjob: Optional[dict[str, Any]], user_suspended: bool, queue_name: 
     reason = st.get("reason") or ""
     message = st.get("message") or ""
     if deployment == "":
+        if st.get("startTime") or st.get("failed"):
+            # KubeRay passes through New ("") on every retry and resume and keeps startTime and
+            # the counters (rayjob_controller.go:368-391 in v1.5.0): the RayJob is restarting,
+            # not new, so the job stays Preparing instead of flapping back to Pending.
+            failed = st.get("failed") or 0
+            after = f" after {failed} failed attempt{'s' if failed != 1 else ''}" if failed else ""
+            return Observation(PREPARING, "RayClusterRestarting", f"KubeRay is starting a new Ray cluster{after}")
         return Observation(PENDING, "RayJobCreated", "waiting for KubeRay to pick up the RayJob")
+    queued = not user_suspended and bool(queue_name)
+    if deployment == "Initializing" and queued and (rayjob.get("spec") or {}).get("suspend"):
+        # a RayJob created suspended for Kueue passes through Initializing on its way to
+        # Suspending (rayjob_controller.go:166-180, 964-981 in v1.5.0) without creating a cluster
+        return Observation(PENDING, "Queued", f"waiting for Kueue to admit the job from queue {queue_name}", queued=True)
     if deployment == "Initializing":
         return Observation(PREPARING, "RayClusterInitializing", message or "creating the Ray cluster and downloading inputs")
     if deployment == "Waiting":
@@ -90,7 +102,7 @@ def observe(rayjob: Optional[dict[str, Any]], user_suspended: bool, queue_name: 
     if deployment == "ValidationFailed":
         return Observation(FAILED, "ValidationFailed", message or "KubeRay rejected the RayJob spec")
     if deployment in ("Suspending", "Suspended"):
-        if not user_suspended and queue_name:
+        if queued:
             return Observation(PENDING, "Queued", f"waiting for Kueue to admit the job from queue {queue_name}", queued=True)
         return Observation(SUSPENDED, deployment, "the Ray cluster is being deleted" if deployment == "Suspending" else "the run is suspended; its Ray cluster is deleted")
     return Observation(PENDING, "UnknownRayJobState", f"unrecognised RayJob jobDeploymentStatus {deployment!r}")

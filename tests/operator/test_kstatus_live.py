@@ -102,7 +102,10 @@ def drive(state, control_plane, kube, namespace, request):
     if state == "pending":
         wait_for(has(kube, namespace, "Reconciling", "True", "RayJobCreated"), what="Pending")
     elif state == "queued":
-        fake_kuberay(kube, namespace).suspended()  # Kueue keeps the RayJob suspended
+        ray = fake_kuberay(kube, namespace)  # KubeRay takes the RayJob created suspended to Suspended
+        ray.initializing()
+        ray.suspending()
+        ray.suspended()  # and Kueue keeps it suspended
         wait_for(has(kube, namespace, "Reconciling", "True", "Queued"), what="Queued")
     elif state == "preparing":
         fake_kuberay(kube, namespace).initializing()

@@ -137,20 +137,33 @@ def test_failure_sequences(control_plane, namespace, kube, operator, failure, re
     assert control_plane.kubectl("wait", "--for=condition=Failed", f"lorarljob/{NAME}", "-n", namespace, "--timeout=30s").returncode == 0
 
 
+def phase_events(kube, namespace):
+    return [r for t, r in events(kube, namespace) if r in ("Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended")]
+
+
 def test_retrying_then_failed(control_plane, namespace, kube, operator):
+    """KubeRay's retry (rayjob_controller.go v1.5.0: Running -> Retrying -> New "" -> Initializing):
+    the job goes Running -> Preparing -> Running -> Failed, never back to Pending, one Event each."""
     doc = seed_doc()
     doc["spec"]["runPolicy"] = {"backoffLimit": 1}
     apply_job(control_plane, namespace, doc)
-    ray = started(kube, namespace)
+    ray = running(kube, namespace)
     assert rayjob(kube, namespace)["spec"]["backoffLimit"] == 1
-    ray.initializing()
-    ray.retrying()
+    assert ray.app_failed()["jobDeploymentStatus"] == "Retrying"
     st = wait_for(lambda: (lambda s: s if conditions(s).get("Reconciling", ("", ""))[1] == "Retrying" else None)((job(kube, namespace) or {}).get("status") or {}), what="Retrying")
-    assert st["phase"] == "Preparing"
+    assert st["phase"] == "Preparing" and st["rayJob"]["failed"] == 1
+    ray.new_attempt()
+    st = wait_for(lambda: (lambda s: s if s.get("rayJob", {}).get("jobDeploymentStatus") is None and s.get("rayJob", {}).get("failed") == 1 else None)(job(kube, namespace)["status"]), what="the operator to see New")
+    assert st["phase"] == "Preparing" and conditions(st)["Reconciling"] == ("True", "RayClusterRestarting")
     ray.initializing()
+    ray.submitted()
+    ray.running()
+    wait_for(phase_is(kube, namespace, "Running"), what="Running again")
     ray.app_failed()
     st = wait_for(phase_is(kube, namespace, "Failed"))
-    assert st["rayJob"]["failed"] == 2
+    assert st["rayJob"]["failed"] == 2 and conditions(st)["Failed"] == ("True", "AppFailed")
+    got = wait_for(lambda: (lambda p: p if "Failed" in p else None)(phase_events(kube, namespace)), what="the Failed Event")
+    assert got == ["Pending", "Preparing", "Running", "Preparing", "Running", "Failed"]
 
 
 def test_validation_failed(control_plane, namespace, kube, operator):
@@ -162,6 +175,8 @@ def test_validation_failed(control_plane, namespace, kube, operator):
 
 
 def test_suspend_and_resume(control_plane, namespace, kube, operator):
+    """KubeRay's suspend and resume (v1.5.0: Running -> Suspending -> Suspended -> New "" ->
+    Initializing): Running -> Suspended -> Preparing -> Running, one Event each."""
     apply_job(control_plane, namespace, seed_doc())
     ray = running(kube, namespace)
     control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
@@ -174,10 +189,15 @@ def test_suspend_and_resume(control_plane, namespace, kube, operator):
     assert st["phase"] == "Suspended" and conditions(st)["Reconciling"][0] == "False"
     control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
     wait_for(lambda: rayjob(kube, namespace)["spec"]["suspend"] is False, what="RayJob resumed")
-    ray.initializing()
+    ray.resumed()
     st = wait_for(phase_is(kube, namespace, "Preparing"))
-    assert conditions(st)["Suspended"][0] == "False"
-    assert ("Normal", "Suspended") in events(kube, namespace)
+    assert conditions(st)["Suspended"][0] == "False" and conditions(st)["Reconciling"] == ("True", "RayClusterRestarting")
+    ray.initializing()
+    ray.submitted()
+    ray.running()
+    wait_for(phase_is(kube, namespace, "Running"), what="Running again")
+    got = wait_for(lambda: (lambda p: p if p.count("Running") == 2 else None)(phase_events(kube, namespace)), what="the second Running Event")
+    assert got == ["Pending", "Preparing", "Running", "Suspended", "Preparing", "Running"]
 
 
 def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
@@ -186,11 +206,15 @@ def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, doc)
     ray = started(kube, namespace)
     assert rayjob(kube, namespace)["spec"]["suspend"] is True
+    # KubeRay v1.5.0 takes a RayJob created suspended through Initializing to Suspended
+    ray.initializing()
+    ray.suspending()
     ray.suspended()
     st = wait_for(phase_is(kube, namespace, "Pending"))
     wait_for(lambda: conditions(job(kube, namespace)["status"]).get("Suspended") == ("True", "Queued"), what="Queued")
     # Kueue admits: it flips suspend; the operator must not flip it back
     control_plane.kubectl("patch", "rayjob", NAME, "-n", namespace, "--type=merge", "--field-manager=kueue", "-p", '{"spec":{"suspend":false}}')
+    ray.resumed()
     ray.initializing()
     wait_for(phase_is(kube, namespace, "Preparing"))
     control_plane.kubectl("annotate", "lorarljob", NAME, "-n", namespace, "poke=1")  # a spec-side change triggers a full apply

@@ -41,6 +41,10 @@ REFUSED = 'applying RayJob ns/j: 422 Unprocessable Entity: RayJob.ray.io "j" is 
 TABLE = {
     "no-rayjob": (None, {}, "Pending", F, "RayJobNotCreated", T, F, F, F, F, "InProgress"),
     "created": (("", "", ""), {}, "Pending", F, "RayJobCreated", T, F, F, F, F, "InProgress"),
+    # New ("") again on a retry or resume: KubeRay keeps startTime and the counters
+    "restarting-after-retry": (("", "", "", "", {"startTime": NOW, "failed": 1}), {}, "Preparing", F, "RayClusterRestarting", T, F, F, F, F, "InProgress"),
+    "restarting-after-resume": (("", "", "", "", {"startTime": NOW, "failed": 0}), {}, "Preparing", F, "RayClusterRestarting", T, F, F, F, F, "InProgress"),
+    "queued-initializing": (("Initializing", "", "", "", {}, {"suspend": True}), {"queue_name": "rl-team"}, "Pending", F, "Queued", T, F, F, F, T, "InProgress"),
     "initializing": (("Initializing", "", ""), {}, "Preparing", F, "RayClusterInitializing", T, F, F, F, F, "InProgress"),
     "waiting": (("Waiting", "", ""), {}, "Preparing", F, "WaitingForSubmission", T, F, F, F, F, "InProgress"),
     "submitted-pending": (("Running", "PENDING", ""), {}, "Preparing", F, "JobSubmitted", T, F, F, F, F, "InProgress"),
@@ -80,7 +84,9 @@ TABLE = {
 def computed(case):
     """The status lorarl.status computes for one TABLE row."""
     ray, overrides = TABLE[case][:2]
-    rj = None if ray is None else rayjob(*ray)
+    rj = None if ray is None else rayjob(*ray[:4], **(ray[4] if len(ray) > 4 else {}))
+    if ray is not None and len(ray) > 5:
+        rj["spec"] = ray[5]
     out, _ = status.compute({}, rj, facts(**overrides))
     return out
 
