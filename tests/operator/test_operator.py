@@ -219,8 +219,8 @@ def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
     wait_for(phase_is(kube, namespace, "Preparing"))
     control_plane.kubectl("annotate", "lorarljob", NAME, "-n", namespace, "poke=1")  # a spec-side change triggers a full apply
     wait_for(lambda: job(kube, namespace)["metadata"]["annotations"].get("poke"))
-    import time
-    time.sleep(3)  # give the operator a few resyncs to (wrongly) re-suspend
+    # first observe the operator look again (two resyncs after the poke), then assert it left suspend alone
+    await_reconciles(operator, namespace, "(resync): phase Preparing", 2)
     assert rayjob(kube, namespace)["spec"]["suspend"] is False
 
 
