@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import pathlib
 import time
+import urllib.error
+import urllib.request
 from typing import Any, Callable
 
 import yaml
@@ -46,3 +48,14 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: f
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+def http_get(port: int, path: str) -> tuple[int | None, str]:
+    """(status, body) of GET http://127.0.0.1:port/path; (None, "") when nothing listens there."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return None, ""

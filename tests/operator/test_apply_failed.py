@@ -12,7 +12,7 @@ import yaml
 
 from lorarl import render
 from lorarl.validation import parse_job
-from tests.chart.helm import helm, operator_rbac  # noqa: F401  (helm: fixture)
+from tests.chart.helm import operator_rbac
 from tests.helpers import seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
 from tests.operator.test_operator import NAME, apply_job, conditions, events, job, rayjob

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -32,8 +31,8 @@ from kubernetes import client as k8s
 from lorarl import leader
 from lorarl_dev.certs import TinyCA
 from lorarl_dev.kuberay_sim import FakeKubeRay
-from tests.chart.helm import helm, operator_rbac  # noqa: F401  (helm: fixture)
-from tests.helpers import REPO, seed_doc, wait_for
+from tests.chart.helm import operator_rbac
+from tests.helpers import http_get, seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
 from tests.operator.test_operator import NAME, apply_job, phase_is, rayjob
 from tests.operator.test_operator_rbac import free_port
@@ -201,13 +200,7 @@ class Replica(OperatorProcess):
         return next(float(line.split()[1]) for line in text.splitlines() if line.startswith("lorarl_leader "))
 
     def probe(self, path):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode()
-        except OSError:
-            return None, ""
+        return http_get(self.port, path)
 
 
 @pytest.fixture

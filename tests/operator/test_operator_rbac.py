@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.chart.helm import helm, operator_rbac  # noqa: F401  (helm: fixture)
+from tests.chart.helm import operator_rbac
 from tests.helpers import seed_doc
 from tests.helpers import wait_for
 from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import http.server
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
 from lorarl import probes, runner
+from tests.helpers import http_get as get
 from tests.operator.test_operator_rbac import free_port
-
-
-def get(port, path):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 @pytest.fixture

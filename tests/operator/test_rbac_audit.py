@@ -28,7 +28,7 @@ import yaml
 from kubernetes import client as k8s
 
 from lorarl_dev import audit
-from lorarl_dev.controlplane import ensure_binaries
+from tests.chart.helm import operator_rbac
 from lorarl_dev.kuberay_sim import FakeKubeRay
 from tests.helpers import REPO, seed_doc, wait_for
 from tests.operator.test_operator import NAME, apply_job, conditions, events, job, phase_is, rayjob
@@ -36,7 +36,6 @@ from tests.operator.test_operator import NAME, apply_job, conditions, events, jo
 pytestmark = pytest.mark.controlplane
 
 SERVICE_ACCOUNT = "lorarl-operator"
-CHART = REPO / "charts" / "lorarl-operator"
 CHILD_RESOURCES = {("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings"),
                    ("", "configmaps"), ("", "persistentvolumeclaims"), ("ray.io", "rayjobs")}
 LAST_HANDLED = "lorarl.dev/last-handled-configuration"  # kopf's record (a digest, operator/lorarl/diffbase.py)
@@ -55,17 +54,10 @@ def scope_args(mode: str, namespace: str) -> list[str]:
     return ["-n", namespace] if mode == "namespaced" else ["-A"]
 
 
-def chart_roles(namespace: str, mode: str) -> list[dict]:
+def granted_roles(helm, namespace: str, mode: str) -> list[dict]:
     """The ClusterRoles and Roles the chart renders for a release in ``namespace`` (the real helm)."""
-    helm = ensure_binaries(("helm",)) / "helm"
-    values = {"watch": {"allNamespaces": mode == "cluster-wide", "namespaces": [namespace] if mode == "namespaced" else []}}
-    out = subprocess.run([str(helm), "template", "lorarl", str(CHART), "--namespace", namespace, "--values", "-"],
-                         input=yaml.safe_dump(values), capture_output=True, text=True, check=True).stdout
-    return [d for d in yaml.safe_load_all(out) if d and d.get("kind") in ("ClusterRole", "Role")]
-
-
-def granted_roles(namespace: str, mode: str) -> list[dict]:
-    return chart_roles(namespace, mode)
+    docs = operator_rbac(helm, namespace, release="lorarl", watch_namespaces=[namespace] if mode == "namespaced" else None)
+    return [d for d in docs if d["kind"] in ("ClusterRole", "Role")]
 
 
 def bind(control_plane, namespace: str, roles: list[dict]) -> None:
@@ -360,8 +352,8 @@ def table(items) -> str:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_rbac_is_exactly_what_the_operator_uses(control_plane, namespace, kube, tmp_path, cleanup_cluster_roles, mode):
-    roles = granted_roles(namespace, mode)
+def test_rbac_is_exactly_what_the_operator_uses(control_plane, helm, namespace, kube, tmp_path, cleanup_cluster_roles, mode):
+    roles = granted_roles(helm, namespace, mode)
     bind(control_plane, namespace, roles)
     kubeconfig = control_plane.restricted_kubeconfig(namespace, SERVICE_ACCOUNT)
     user = operator_user(namespace)
@@ -411,8 +403,8 @@ IMPLIED_CHECKS = [
 
 
 @pytest.mark.parametrize("missing,refusal", IMPLIED_CHECKS)
-def test_without_an_implied_rule_the_apply_is_refused(control_plane, namespace, kube, tmp_path, cleanup_cluster_roles, missing, refusal):
-    roles = granted_roles(namespace, "namespaced")
+def test_without_an_implied_rule_the_apply_is_refused(control_plane, helm, namespace, kube, tmp_path, cleanup_cluster_roles, missing, refusal):
+    roles = granted_roles(helm, namespace, "namespaced")
     assert missing in grants(roles)
     bind(control_plane, namespace, without(roles, missing.verb, missing.group, missing.resource))
     kubeconfig = control_plane.restricted_kubeconfig(namespace, SERVICE_ACCOUNT)
