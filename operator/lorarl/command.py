@@ -22,7 +22,7 @@ import shlex
 import subprocess
 import urllib.parse
 
-from .api import QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, DatasetRef, EvalDataset, LoraRLJob
+from .api import CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, DatasetRef, EvalDataset, LoraRLJob
 from .profiles import MODEL_PRESETS, PROFILES, HardwareProfile, ModelShape
 
 MILES_ROOT = "/root/miles"
@@ -310,8 +310,19 @@ BLOCKS = (
 def train_blocks(job: LoraRLJob) -> list[Block]:
     """The train.py arguments as named blocks (empty blocks omitted)."""
     blocks = [(name, build(job)) for name, build in BLOCKS]
-    blocks.append(("extra", list(job.spec.extra_args or [])))
+    blocks.append(("extra", refuse_credentials(list(job.spec.extra_args or []))))
     return [(name, args) for name, args in blocks if args]
+
+
+def refuse_credentials(extra_args: list[str]) -> list[str]:
+    """The CRD refuses credential-like flags at admission; the renderer refuses them again, so a
+    job admitted under an older CRD (or with the rule disabled) never puts a secret on the
+    command line. Credentials reach the job only through Secret-backed environment variables."""
+    for i, word in enumerate(extra_args):
+        if re.search(CREDENTIAL_FLAG, word) and not re.search(DATA_KEY_FLAG, word):
+            raise ValueError(f"spec.extraArgs[{i}]: {word.split('=', 1)[0]!r} looks like a credential flag; "
+                             "pass credentials through spec.tracking / spec.dataPrep Secret references")
+    return extra_args
 
 
 def train_argv(job: LoraRLJob) -> list[str]:

@@ -76,3 +76,19 @@ def test_the_diffbase_annotation_stays_small_whatever_the_spec():
         storage.store(body=kopf.Body(doc), patch=patch, essence=storage.build(body=kopf.Body(doc)))
         stored = {k: v for k, v in patch["metadata"]["annotations"].items() if k.endswith("last-handled-configuration")}
         assert stored and all(len(v) < 100 and json.loads(v) == storage.build(body=kopf.Body(doc)) for v in stored.values())
+
+
+@pytest.mark.parametrize("args", [["--wandb-api-key", "abc123"], ["--hf-token=abc123"], ["--my_secret", "x"]])
+def test_the_controller_refuses_a_credential_flag_a_stored_job_carries(args):
+    """A job admitted under an older CRD (no credential rule) must not reach the command line."""
+    doc = seed_doc()
+    doc["spec"]["extraArgs"] = args
+    with pytest.raises(InvalidJob, match=r"spec.extraArgs\[0\].*credential"):
+        parse_stored(doc)
+
+
+def test_a_data_key_flag_is_not_a_credential():
+    doc = seed_doc()
+    doc["spec"]["extraArgs"] = ["--metadata-key", "answer"]
+    job, _ = parse_stored(doc)
+    assert "--metadata-key" in " ".join(job.spec.extra_args)
