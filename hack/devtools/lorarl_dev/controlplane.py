@@ -41,7 +41,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 import warnings
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -1068,5 +1067,3 @@ def env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
     return ControlPlane.attach(workdir).env()
 
 
-def _new_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"

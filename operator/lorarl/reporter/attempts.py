@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Optional
 
 LEDGER_DIR = "lorarl-attempts"
 _RECORD_RE = re.compile(r"(\d{3,})\.json")
@@ -102,6 +101,3 @@ def trained(record: dict) -> int:
     except (TypeError, ValueError):
         return 0
 
-
-def find(records: list, attempt: int) -> Optional[dict]:
-    return next((r for r in records if r["attempt"] == attempt), None)
