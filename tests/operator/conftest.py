@@ -2,52 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-
 import pytest
 
 from lorarl.kube import Api
-
-
-class OperatorProcess:
-    """`lorarl run` against the test control plane, watching one namespace."""
-
-    def __init__(self, control_plane, namespace: str, tmp_path, kubeconfig=None):
-        self.control_plane, self.namespace, self.kubeconfig = control_plane, namespace, kubeconfig
-        self.log_path = tmp_path / "operator.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "OperatorProcess":
-        env = {**os.environ, **self.control_plane.env()}
-        if self.kubeconfig:  # authenticate as someone else (e.g. the chart's ServiceAccount)
-            env["KUBECONFIG"] = str(self.kubeconfig)
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lorarl.cli", "run", "-n", self.namespace, "--liveness", "",
-             "--metrics-port", "0", "--resync-seconds", "1", "--log-format", "plain"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-        return self
-
-    def kill(self, sig=signal.SIGKILL) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
+from lorarl_dev.operatorproc import OperatorProcess  # noqa: F401 (re-exported for the tests)
 
 
 @pytest.fixture

@@ -425,6 +425,7 @@ class ControlPlane:
         self.pids: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen] = {}
         self._ports: dict[str, int] = {}
+        self._args: dict[str, list[str]] = {}  # each child's flags, to restart it the same way
         self._ssl: ssl.SSLContext | None = None
         self._api_client = None
 
@@ -535,6 +536,64 @@ class ControlPlane:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         self.pids = {}
 
+    # -- faults, for the chaos tests ------------------------------------
+
+    def _halt(self, name: str, sig: int, grace: float = 10.0) -> None:
+        """Signal child ``name``'s process group, SIGKILL it after ``grace`` seconds, and reap it
+        (its port is free again afterwards)."""
+        proc = self._procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    def _respawn(self, name: str) -> None:
+        self._spawn(name, self._args[name])
+        self._write_state()
+
+    def stop_apiserver(self, sig: int = signal.SIGKILL) -> None:
+        """Stop kube-apiserver (SIGKILL: a crash; SIGTERM: its graceful shutdown, which waits for
+        open requests, so SIGKILL follows after 10 s). etcd keeps the data."""
+        self._halt("kube-apiserver", sig)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port, with the same flags and certificates."""
+        self._respawn("kube-apiserver")
+        self._wait_ready()
+
+    def restart_apiserver(self, sig: int = signal.SIGKILL) -> None:
+        self.stop_apiserver(sig)
+        self.start_apiserver()
+
+    def stop_etcd(self) -> None:
+        """Kill etcd outright (SIGKILL); :meth:`start_etcd` brings it back on the same data dir."""
+        self._halt("etcd", signal.SIGKILL)
+
+    def start_etcd(self) -> None:
+        self._respawn("etcd")
+        self._wait_http("etcd", f"http://127.0.0.1:{self._ports['etcd']}/health", 30,
+                        lambda body: json.loads(body).get("health") == "true")
+        self._wait_ready()
+
+    def etcd_compact(self) -> int:
+        """Compact etcd's history up to its current revision (etcd's v3 JSON gateway, no etcdctl):
+        a watch from an older resourceVersion that reaches etcd then gets 410 Gone. Returns it."""
+        base = f"http://127.0.0.1:{self._ports['etcd']}/v3/kv"
+
+        def post(path: str, body: dict) -> dict:
+            req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())
+
+        revision = int(post("/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+        post("/compaction", {"revision": revision, "physical": True})
+        return revision
+
     # -- start steps ----------------------------------------------------
 
     def _write_certs(self) -> None:
@@ -593,6 +652,7 @@ class ControlPlane:
         finally:
             log.close()
         self._procs[name] = proc
+        self._args[name] = args
         self.pids[name] = proc.pid
         self._write_pids()
 
