@@ -13,6 +13,7 @@ import time
 
 import pytest
 import yaml
+from kubernetes import client as k8s
 
 from lorarl_dev import audit
 from lorarl_dev.chaosproxy import ChaosProxy
@@ -108,7 +109,8 @@ def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, iso
         proxy.blocked = True
         proxy.cut()
         connections, cut_at = proxy.connections, time.monotonic()
-        seen = kube._call("GET", f"/apis/lorarl.dev/v1alpha1/namespaces/{ns}/lorarljobs")["metadata"]["resourceVersion"]
+        seen = k8s.CustomObjectsApi(kube.client).list_namespaced_custom_object(
+            "lorarl.dev", "v1alpha1", ns, "lorarljobs")["metadata"]["resourceVersion"]
         drive(kube, ns, "watch-0", "running")
         delete_jobs(plane, ns, ["watch-1"])
         apply_jobs(plane, ns, ["watch-4"])

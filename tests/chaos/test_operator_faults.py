@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
@@ -82,7 +83,6 @@ def _reporter_token(control_plane, namespace: str, tmp_path) -> str:
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reporter", "namespace": namespace},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reporter"},
                "subjects": [{"kind": "ServiceAccount", "name": "reporter", "namespace": namespace}]}
-    import yaml
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
     control_plane.ensure_service_account(namespace, "reporter")
     path = tmp_path / "reporter-token"

@@ -17,8 +17,9 @@ KeyError: 'status'
 Traceback (most recent call last):
   File "/x/aiohttp/client.py", line 2, in _request
     conn = await self._connector.connect(req)
+ConnectionRefusedError: [Errno 111] Connection refused
 
-During handling of the above exception, another exception was happened:
+During handling of the above exception, another exception occurred:
 
 Traceback (most recent call last):
   File "/x/aiohttp/connector.py", line 3, in connect

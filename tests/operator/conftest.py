@@ -22,6 +22,7 @@ def operator(control_plane, namespace, tmp_path, request):
     op.stop()
     if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
         print(op.output()[-5000:])
+    op.assert_no_tracebacks()  # a traceback in the operator's log fails the test (as in tests/chaos)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -579,21 +579,6 @@ class ControlPlane:
                         lambda body: json.loads(body).get("health") == "true")
         self._wait_ready()
 
-    def etcd_compact(self) -> int:
-        """Compact etcd's history up to its current revision (etcd's v3 JSON gateway, no etcdctl):
-        a watch from an older resourceVersion that reaches etcd then gets 410 Gone. Returns it."""
-        base = f"http://127.0.0.1:{self._ports['etcd']}/v3/kv"
-
-        def post(path: str, body: dict) -> dict:
-            req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return json.loads(r.read())
-
-        revision = int(post("/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
-        post("/compaction", {"revision": revision, "physical": True})
-        return revision
-
     # -- start steps ----------------------------------------------------
 
     def _write_certs(self) -> None:

@@ -20,27 +20,37 @@ from typing import Optional
 __all__ = ["OperatorProcess", "tracebacks"]
 
 _TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
 def tracebacks(text: str) -> list[str]:
-    """Each Python traceback in a log: from its header to the exception line (the first line
-    after the header that is not indented)."""
+    """Each Python traceback in a log, from its header to its exception line (the first line
+    after the header that is not indented); a chained one ("During handling of the above
+    exception ...", "The above exception was the direct cause ...") stays one block."""
     found, lines, i = [], text.splitlines(), 0
     while i < len(lines):
         if _TRACEBACK not in lines[i]:
             i += 1
             continue
-        block = [lines[i]]
-        i += 1
-        while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()
-                                  or lines[i].startswith(("The above exception", "During handling"))
-                                  or _TRACEBACK in lines[i]):
-            block.append(lines[i])
+        start = i
+        while True:
             i += 1
-        if i < len(lines):
-            block.append(lines[i])  # "SomeError: message"
-            i += 1
-        found.append("\n".join(block))
+            while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
+                i += 1  # frames (indented) and blank lines
+            if i < len(lines) and lines[i].startswith(_CHAINED):
+                continue
+            if i < len(lines) and _TRACEBACK in lines[i]:
+                continue
+            end = min(i + 1, len(lines))  # the exception line
+            j = end
+            while j < len(lines) and not lines[j].strip():
+                j += 1
+            if j < len(lines) and lines[j].startswith(_CHAINED):
+                i = j
+                continue
+            i = end
+            break
+        found.append("\n".join(lines[start:i]).rstrip())
     return found
 
 
@@ -103,12 +113,6 @@ class OperatorProcess:
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the running process so far (from /proc)."""
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     # -- the log -------------------------------------------------------------
 
