@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import re
 import uuid
 
@@ -109,7 +108,3 @@ def isolated_kube(isolated_plane):
     client = isolated_plane.api_client()
     yield Api(client)
     client.close()
-
-
-def repo_path(*parts: str) -> pathlib.Path:
-    return pathlib.Path(__file__).resolve().parents[2].joinpath(*parts)

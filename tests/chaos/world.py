@@ -3,7 +3,6 @@ KubeRay's states by the stand-in, and one convergence check against the API serv
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Callable, Optional
 
