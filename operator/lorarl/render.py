@@ -30,9 +30,9 @@ SHM_VOLUME = "dshm"
 REPORTER_VOLUME = "lorarl"
 # The reporter's API credentials: a projected, short-lived token of the pod's ServiceAccount,
 # mounted only in the head's Ray container (where the entrypoint, and so the reporter, runs).
-TOKEN_VOLUME = "lorarl-api-access"
-TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # reporter/kubeapi.py SA_DIR
-TOKEN_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life; the reporter re-reads it
+API_ACCESS_VOLUME = "lorarl-api-access"
+API_ACCESS_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # reporter/kubeapi.py SA_DIR
+API_ACCESS_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life; the reporter re-reads it
 DEFAULT_STORAGE_SIZE = "200Gi"
 WORKER_GROUP = "gpu-workers"
 # Subdirectories of the job volume mounted at the paths the recipe uses.
@@ -128,7 +128,7 @@ def service_account(job: LoraRLJob) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": metadata(job, reporter_account_name(job), "reporter"),
-        # no token in every container: only the head's Ray container mounts one (token_volume)
+        # no token in every container: only the head's Ray container mounts one (api_access_volume)
         "automountServiceAccountToken": False,
     }
 
@@ -254,15 +254,15 @@ def volumes(job: LoraRLJob) -> list[dict[str, Any]]:
     ]
 
 
-def token_volume() -> dict[str, Any]:
+def api_access_volume() -> dict[str, Any]:
     """What the kubelet's automount would give (token, cluster CA, namespace), as an explicit
     volume so that it can be mounted into one container only."""
     return {
-        "name": TOKEN_VOLUME,
+        "name": API_ACCESS_VOLUME,
         "projected": {
             "defaultMode": 0o444,
             "sources": [
-                {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_EXPIRATION_SECONDS}},
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": API_ACCESS_EXPIRATION_SECONDS}},
                 {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
                 {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
             ],
@@ -319,8 +319,8 @@ def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, A
     mounts = ray_volume_mounts()
     pod_volumes = volumes(job)
     if head:  # the reporter runs in the head's Ray container (KubeRay runs the entrypoint there)
-        mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_PATH, "readOnly": True})
-        pod_volumes.append(token_volume())
+        mounts.append({"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True})
+        pod_volumes.append(api_access_volume())
     container = {
         "name": container_name,
         "image": image(job),

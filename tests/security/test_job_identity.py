@@ -56,14 +56,14 @@ def test_the_rendered_pods_mount_the_token_only_where_the_reporter_runs():
         assert pod["automountServiceAccountToken"] is False
     token_volumes = {v["name"] for pod in (head, worker) for v in pod["volumes"]
                      if any("serviceAccountToken" in s for s in (v.get("projected") or {}).get("sources", []))}
-    assert token_volumes == {render.TOKEN_VOLUME}
-    assert render.TOKEN_VOLUME not in {v["name"] for v in worker["volumes"]}
+    assert token_volumes == {render.API_ACCESS_VOLUME}
+    assert render.API_ACCESS_VOLUME not in {v["name"] for v in worker["volumes"]}
 
     def mounts(container):
         return {m["name"] for m in container.get("volumeMounts", [])}
 
-    assert render.TOKEN_VOLUME in mounts(head["containers"][0])
+    assert render.API_ACCESS_VOLUME in mounts(head["containers"][0])
     others = head["containers"][1:] + head.get("initContainers", []) + worker["containers"] + worker.get("initContainers", [])
-    assert others and not any(render.TOKEN_VOLUME in mounts(c) for c in others)
-    token = next(v for v in head["volumes"] if v["name"] == render.TOKEN_VOLUME)["projected"]["sources"][0]["serviceAccountToken"]
+    assert others and not any(render.API_ACCESS_VOLUME in mounts(c) for c in others)
+    token = next(v for v in head["volumes"] if v["name"] == render.API_ACCESS_VOLUME)["projected"]["sources"][0]["serviceAccountToken"]
     assert token["expirationSeconds"] <= 3600 and "audience" not in token
