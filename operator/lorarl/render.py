@@ -1,7 +1,8 @@
 """Pure renderer: a LoraRLJob in, its child manifests out (dicts, deterministic).
 
 Children, in apply order: the per-job ServiceAccount, Role and RoleBinding (the in-job reporter
-may update this job's status and nothing else), the ConfigMap with the reporter and the
+may update this job's status and nothing else; the chart's ValidatingAdmissionPolicy narrows
+that to the reporter's own status keys), the ConfigMap with the reporter and the
 prepare script, the owned PVC (unless an existing claim is used) and the RayJob.
 
 Nothing secret is rendered: Secrets are referenced through ``secretKeyRef`` only. Labels and
@@ -27,6 +28,11 @@ MANAGED_BY = "lorarl-operator"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
 REPORTER_VOLUME = "lorarl"
+# The reporter's API credentials: a projected, short-lived token of the pod's ServiceAccount,
+# mounted only in the head's Ray container (where the entrypoint, and so the reporter, runs).
+API_ACCESS_VOLUME = "lorarl-api-access"
+API_ACCESS_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # reporter/kubeapi.py SA_DIR
+API_ACCESS_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life; the reporter re-reads it
 DEFAULT_STORAGE_SIZE = "200Gi"
 WORKER_GROUP = "gpu-workers"
 # Subdirectories of the job volume mounted at the paths the recipe uses.
@@ -122,7 +128,8 @@ def service_account(job: LoraRLJob) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": metadata(job, reporter_account_name(job), "reporter"),
-        "automountServiceAccountToken": True,
+        # no token in every container: only the head's Ray container mounts one (api_access_volume)
+        "automountServiceAccountToken": False,
     }
 
 
@@ -247,6 +254,22 @@ def volumes(job: LoraRLJob) -> list[dict[str, Any]]:
     ]
 
 
+def api_access_volume() -> dict[str, Any]:
+    """What the kubelet's automount would give (token, cluster CA, namespace), as an explicit
+    volume so that it can be mounted into one container only."""
+    return {
+        "name": API_ACCESS_VOLUME,
+        "projected": {
+            "defaultMode": 0o444,
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": API_ACCESS_EXPIRATION_SECONDS}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ],
+        },
+    }
+
+
 def image(job: LoraRLJob) -> str:
     return job.spec.run_policy.image or command.profile_of(job).image
 
@@ -293,18 +316,26 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
 
 def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, Any]:
     hw = job.spec.hardware
+    mounts = ray_volume_mounts()
+    pod_volumes = volumes(job)
+    if head:  # the reporter runs in the head's Ray container (KubeRay runs the entrypoint there)
+        mounts.append({"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True})
+        pod_volumes.append(api_access_volume())
     container = {
         "name": container_name,
         "image": image(job),
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
         "env": ray_env(job),
         "resources": ray_resources(job),
-        "volumeMounts": ray_volume_mounts(),
+        "volumeMounts": mounts,
     }
     spec: dict[str, Any] = {
         "serviceAccountName": pod_service_account(job),
+        # also for a user-named ServiceAccount that automounts: workers and the prepare
+        # container get no API credentials
+        "automountServiceAccountToken": False,
         "containers": [container],  # the Ray container must be first
-        "volumes": volumes(job),
+        "volumes": pod_volumes,
     }
     if head and not job.spec.data_prep.skip:
         spec["initContainers"] = [prepare_container(job)]

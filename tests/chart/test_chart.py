@@ -86,7 +86,8 @@ def test_lint_strict(helm):
 def test_default_render(helm):
     docs = helm.render()
     assert kinds(docs) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Pod", "Role",
-                           "RoleBinding", "Service", "ServiceAccount"]
+                           "RoleBinding", "Service", "ServiceAccount", *["ValidatingAdmissionPolicy"] * 3,
+                           *["ValidatingAdmissionPolicyBinding"] * 3]
     for d in docs:
         labels = d["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == "lorarl-operator"
@@ -95,7 +96,7 @@ def test_default_render(helm):
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["helm.sh/chart"] == "lorarl-operator-0.1.0"
         assert labels["app.kubernetes.io/component"] in ("operator", "test")
-        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
             assert d["metadata"]["namespace"] == "lorarl-system"
 
     deploy = pick(docs, "Deployment")

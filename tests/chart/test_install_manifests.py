@@ -30,9 +30,11 @@ def test_install_manifests_contents():
     docs = [d for f in ("namespace.yaml", "crds.yaml", "operator.yaml") for d in yaml.safe_load_all((INSTALL / f).read_text()) if d]
     assert yaml.safe_load((INSTALL / "crds.yaml").read_text()) == yaml.safe_load((REPO / "crds" / "lorarl.dev_lorarljobs.yaml").read_text())
     assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
-                                              "Namespace", "Role", "RoleBinding", "Service", "ServiceAccount"]
+                                              "Namespace", "Role", "RoleBinding", "Service", "ServiceAccount", *["ValidatingAdmissionPolicy"] * 3,
+                                              *["ValidatingAdmissionPolicyBinding"] * 3]
     assert all(d["metadata"].get("namespace") == "lorarl-system" for d in docs
-               if d["kind"] not in ("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"))
+               if d["kind"] not in ("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                                    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"))
 
 
 @pytest.mark.parametrize("mode", [["--server-side", "--field-manager=lorarl-install-test"], []], ids=["server-side", "client-side"])
