@@ -587,6 +587,10 @@ class SchedulingSpec(ApiModel):
         None, max_length=63, pattern=K8S_NAME,
         description="Kueue LocalQueue; the RayJob is created suspended with the kueue.x-k8s.io/queue-name label and Kueue admits it.",
     )
+    workload_priority_class_name: Optional[str] = Field(
+        None, max_length=253, pattern=K8S_NAME,
+        description="Kueue WorkloadPriorityClass of the run (the kueue.x-k8s.io/priority-class label): its priority in the queue and for preemption.",
+    )
     service_account_name: Optional[str] = Field(
         None, max_length=253, pattern=K8S_NAME,
         description="ServiceAccount of the Ray pods; default: the per-job one the operator creates (it may only update this job's status).",
