@@ -851,7 +851,7 @@ class LoraRLJobStatus(ApiModel):
     phase: Optional[Phase] = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
     observed_generation: Optional[int] = Field(None, description="The .metadata.generation last reconciled.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy.",
+        default_factory=list, description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     ray_job: Optional[RayJobMirror] = Field(None, description="Mirror of the child RayJob's status.")

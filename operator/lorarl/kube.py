@@ -121,11 +121,11 @@ class Api:
             query=[("fieldManager", field_manager), ("force", "true" if force else "false")],
         )
 
-    def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """JSON merge patch of the object (only the keys given are touched)."""
         return self._call(
             "PATCH", path(api_version, kind, namespace, name), body=body,
-            content_type="application/merge-patch+json", query=[("fieldManager", FIELD_MANAGER)],
+            content_type="application/merge-patch+json", query=[("fieldManager", field_manager)],
         )
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
