@@ -122,7 +122,7 @@ estimate_for() {
 	helm) echo "cold build may take ~2 min" ;;
 	kwok) echo "cold build may take ~3 min" ;;
 	kuberay-operator) echo "cold build may take ~4 min" ;;
-	kueue) echo "cold build may take ~6 min" ;;
+	kueue) echo "cold build may take ~10 min on 2 busy cores" ;;
 	kstatus) echo "cold build may take ~1 min" ;;
 	esac
 }

@@ -276,14 +276,17 @@ def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Adm
     """``Admitted`` (queued jobs only): True while Kueue admits the Workload, with the
     ClusterQueue; False says why not (Queued, Preempted, Suspended, HealthSuspended,
     WorkloadDeactivated, or WorkloadNotCreated before Kueue made it)."""
-    if adm.admitted:
-        return setcondition(previous, "Admitted", "True", "Admitted", f"Kueue admitted Workload {adm.workload} in ClusterQueue {adm.cluster_queue}", now, generation)
     if adm.workload is None:
         return setcondition(previous, "Admitted", "False", "WorkloadNotCreated", f"waiting for Kueue to create the Workload of the RayJob (LocalQueue {queue_name})", now, generation)
+    # an evicted Workload keeps Admitted=True until its job has stopped: the eviction is the news
     if adm.deactivated_by is not None:
         return setcondition(previous, "Admitted", "False", adm.deactivated_by, f"the operator deactivated Workload {adm.workload} ({adm.deactivated_by})", now, generation)
     if obs.queued:
         return setcondition(previous, "Admitted", "False", obs.reason, obs.message, now, generation)
+    if adm.admitted and adm.evicted_reason is None:
+        return setcondition(previous, "Admitted", "True", "Admitted", f"Kueue admitted Workload {adm.workload} in ClusterQueue {adm.cluster_queue}", now, generation)
+    if adm.evicted_reason is not None:
+        return setcondition(previous, "Admitted", "False", adm.evicted_reason, f"Kueue is evicting Workload {adm.workload}: {adm.evicted_message}", now, generation)
     return setcondition(previous, "Admitted", "False", "Queued", f"Workload {adm.workload} is not admitted yet" + (f": {adm.pending_message}" if adm.pending_message else ""), now, generation)
 
 

@@ -113,7 +113,8 @@ def rayjob(kube: Api, ns: str, name: str) -> dict:
 
 
 def suspended(kube, ns, name, value: bool):
-    return lambda: ((rayjob(kube, ns, name).get("spec") or {}).get("suspend") is value) or None
+    # Kueue writes suspend: false by leaving it out (omitempty in KubeRay's RayJobSpec)
+    return lambda: (bool((rayjob(kube, ns, name).get("spec") or {}).get("suspend")) is value) or None
 
 
 def workload(kube: Api, ns: str, name: str) -> dict:
@@ -128,6 +129,15 @@ def workload_condition(kube, ns, name, type_) -> dict:
     return next((c for c in (workload(kube, ns, name).get("status") or {}).get("conditions", []) if c["type"] == type_), {})
 
 
+def workload_admitted(kube, ns, name):
+    """Kueue's own word (the Workload's Admitted condition), independent of the operator."""
+    return lambda: workload_condition(kube, ns, name, "Admitted").get("status") == "True"
+
+
+def workload_pending(kube, ns, name):
+    return lambda: workload_condition(kube, ns, name, "QuotaReserved").get("status") == "False"
+
+
 def events(kube: Api, ns: str, name: str) -> list[tuple[str, str]]:
     core = k8s.CoreV1Api(kube.client)
     items = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name},involvedObject.kind=LoraRLJob").items
@@ -138,22 +148,25 @@ def test_quota_for_one_job_the_second_runs_when_the_first_finishes(kueue_cluster
     cp, ns, q = kueue_cluster, kueue_queue.namespace, kueue_queue
     # the first run ends at KubeRay's deadline (nothing runs in kwok pods): a real finish
     apply(cp, job_doc("first", ns, q.local_queue, runPolicy={"activeDeadlineSeconds": 60}))
-    admitted = wait_for(has(kube, ns, "first", "Admitted", "True", "Admitted"), timeout=60, what="the first job admitted")
+    wait_for(workload_admitted(kube, ns, "first"), timeout=60, what="Kueue admits the first job")
+    admitted = wait_for(has(kube, ns, "first", "Admitted", "True", "Admitted"), timeout=30, what="the first job reported admitted")
     assert f"ClusterQueue {q.cluster_queue}" in admitted["message"]
     apply(cp, job_doc("second", ns, q.local_queue))
-    queued = wait_for(has(kube, ns, "second", "Reconciling", "True", "Queued"), timeout=60, what="the second job queued")
+    wait_for(workload_pending(kube, ns, "second"), timeout=60, what="Kueue keeps the second job pending")
+    queued = wait_for(has(kube, ns, "second", "Reconciling", "True", "Queued"), timeout=30, what="the second job reported queued")
     assert f"ClusterQueue {q.cluster_queue} (LocalQueue {q.local_queue})" in queued["message"]
     # Kueue's own reason is passed on (no quota left for 8 more GPUs)
     assert "amd.com/gpu" in queued["message"]
     assert condition(kube, ns, "second", "Suspended")["reason"] == "Queued"
     wait_for(has(kube, ns, "second", "Admitted", "False", "Queued"), what="second: Admitted=False (Queued)")
-    assert rayjob(kube, ns, "second")["spec"]["suspend"] is True
+    assert suspended(kube, ns, "second", True)()
     # the first finishes: Kueue marks its Workload Finished, frees the quota, admits the second
     wait_for(lambda: status(kube, ns, "first").get("phase") == "Failed", timeout=150, what="the first job's deadline")
     assert condition(kube, ns, "first", "Failed")["reason"] == "DeadlineExceeded"
     wait_for(lambda: workload_condition(kube, ns, "first", "Finished").get("status") == "True", timeout=30, what="the first Workload finished")
-    wait_for(has(kube, ns, "second", "Admitted", "True", "Admitted"), timeout=60, what="the second job admitted")
+    wait_for(workload_admitted(kube, ns, "second"), timeout=60, what="Kueue admits the second job")
     wait_for(suspended(kube, ns, "second", False), what="Kueue unsuspends the second RayJob")
+    wait_for(has(kube, ns, "second", "Admitted", "True", "Admitted"), timeout=30, what="the second job reported admitted")
     wait_for(lambda: status(kube, ns, "second").get("phase") == "Preparing", timeout=60, what="the second job preparing")
     assert ("Normal", "Admitted") in events(kube, ns, "second")
 
@@ -161,11 +174,13 @@ def test_quota_for_one_job_the_second_runs_when_the_first_finishes(kueue_cluster
 def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(kueue_cluster, kueue_queue, kube, operator):
     cp, ns, q = kueue_cluster, kueue_queue.namespace, kueue_queue
     apply(cp, job_doc("low", ns, q.local_queue, scheduling={"workloadPriorityClassName": "lorarl-low"}))
-    wait_for(has(kube, ns, "low", "Admitted", "True"), timeout=60, what="the low-priority job admitted")
+    wait_for(workload_admitted(kube, ns, "low"), timeout=60, what="Kueue admits the low-priority job")
     wait_for(suspended(kube, ns, "low", False), what="the low-priority RayJob started")
     assert workload(kube, ns, "low")["spec"]["priority"] == 100
     apply(cp, job_doc("high", ns, q.local_queue, scheduling={"workloadPriorityClassName": "lorarl-high"}))
     # Kueue evicts the low one (Workload Evicted=True, reason Preempted) and suspends its RayJob
+    wait_for(lambda: workload_condition(kube, ns, "low", "Evicted").get("reason") == "Preempted", timeout=60, what="Kueue preempts the low-priority job")
+    wait_for(suspended(kube, ns, "low", True), what="Kueue suspends the preempted RayJob")
     preempted = wait_for(has(kube, ns, "low", "Reconciling", "True", "Preempted"), timeout=60, what="the low-priority job preempted")
     evicted = workload_condition(kube, ns, "low", "Evicted")
     assert evicted["reason"] == "Preempted" and evicted["message"] in preempted["message"]
@@ -173,13 +188,13 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(kueue_clus
     assert condition(kube, ns, "low", "Suspended")["reason"] == "Preempted"
     assert condition(kube, ns, "low", "Admitted")["reason"] == "Preempted"
     wait_for(lambda: ("Warning", "Preempted") in events(kube, ns, "low"), what="the Preempted Warning")
-    wait_for(suspended(kube, ns, "low", True), what="Kueue suspends the preempted RayJob")
-    wait_for(has(kube, ns, "high", "Admitted", "True"), timeout=60, what="the high-priority job admitted")
+    wait_for(workload_admitted(kube, ns, "high"), timeout=60, what="Kueue admits the high-priority job")
     # the high one goes: the low one is admitted again and KubeRay resumes it (a new Ray
     # cluster, the same entrypoint, which continues from the newest checkpoint)
     cp.kubectl("delete", "lorarljob", "high", "-n", ns)
-    wait_for(has(kube, ns, "low", "Admitted", "True", "Admitted"), timeout=90, what="the low-priority job admitted again")
+    wait_for(workload_admitted(kube, ns, "low"), timeout=90, what="Kueue admits the low-priority job again")
     wait_for(suspended(kube, ns, "low", False), what="the preempted RayJob resumed")
+    wait_for(has(kube, ns, "low", "Admitted", "True", "Admitted"), timeout=30, what="the low-priority job reported admitted again")
     assert "--resume" in rayjob(kube, ns, "low")["spec"]["entrypoint"]
     wait_for(lambda: status(kube, ns, "low").get("phase") == "Preparing", timeout=60, what="the resumed job preparing")
 
@@ -187,7 +202,7 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(kueue_clus
 def test_health_gate_pauses_a_queued_job_through_its_workload(kueue_cluster, kueue_queue, kube, operator):
     cp, ns, q = kueue_cluster, kueue_queue.namespace, kueue_queue
     apply(cp, job_doc("guarded", ns, q.local_queue, health={"stopOnUnhealthy": "Suspend"}))
-    wait_for(has(kube, ns, "guarded", "Admitted", "True"), timeout=60, what="admitted")
+    wait_for(workload_admitted(kube, ns, "guarded"), timeout=60, what="Kueue admits it")
     wait_for(suspended(kube, ns, "guarded", False), what="started")
     kube.patch_status(LORARL, "LoraRLJob", ns, "guarded", {"metrics": {"trainRolloutLogprobAbsDiffMean": 0.051, "step": 9}})
     # the operator deactivates the Workload; Kueue evicts it and suspends the RayJob itself
@@ -202,7 +217,8 @@ def test_health_gate_pauses_a_queued_job_through_its_workload(kueue_cluster, kue
     assert status(kube, ns, "guarded")["phase"] == "Suspended"
     # healthy again: the operator re-activates the Workload it deactivated, Kueue re-admits it
     kube.patch_status(LORARL, "LoraRLJob", ns, "guarded", {"metrics": {"trainRolloutLogprobAbsDiffMean": 0.01, "step": 10}})
-    wait_for(has(kube, ns, "guarded", "Admitted", "True"), timeout=60, what="admitted again")
+    wait_for(workload_admitted(kube, ns, "guarded"), timeout=60, what="Kueue admits it again")
+    wait_for(has(kube, ns, "guarded", "Admitted", "True"), timeout=30, what="reported admitted again")
     assert DEACTIVATED_BY not in (workload(kube, ns, "guarded")["metadata"].get("annotations") or {})
     wait_for(suspended(kube, ns, "guarded", False), what="resumed")
 
@@ -213,22 +229,29 @@ def test_spec_suspend_flips_once_per_decision_over_a_minute(kueue_cluster, kueue
     cp, ns, q = kueue_cluster, kueue_queue.namespace, kueue_queue
     recorder = SuspendRecorder(kube.client, ns)
     start = time.monotonic()
+
+    def reconciles(name: str) -> int:
+        return operator.output().count(f"[{ns}/{name}] reconcile ")
+
     try:
         apply(cp, job_doc("a", ns, q.local_queue))
-        wait_for(has(kube, ns, "a", "Admitted", "True"), timeout=60, what="A admitted")
+        wait_for(workload_admitted(kube, ns, "a"), timeout=60, what="Kueue admits A")
         apply(cp, job_doc("b", ns, q.local_queue))
-        wait_for(has(kube, ns, "b", "Reconciling", "True", "Queued"), timeout=60, what="B queued")
+        wait_for(workload_pending(kube, ns, "b"), timeout=60, what="Kueue keeps B pending")
         cp.kubectl("patch", "lorarljob", "a", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}')
-        wait_for(has(kube, ns, "a", "Suspended", "True", "Suspended"), timeout=60, what="A suspended")
-        assert workload(kube, ns, "a")["metadata"]["annotations"][DEACTIVATED_BY] == "Suspended"
-        wait_for(has(kube, ns, "b", "Admitted", "True"), timeout=60, what="B admitted into the freed quota")
+        # the operator acts on the suspend (its next reconciles of A), whatever it does
+        mark = reconciles("a")
+        wait_for(lambda: reconciles("a") >= mark + 3, timeout=30, what="the operator reconciles A after the suspend")
         # keep watching for the rest of the minute while the operator keeps reconciling both jobs
         # (resync every second); then see each reconciled twice more before the verdict
-        def reconciles(name: str) -> int:
-            return operator.output().count(f"[{ns}/{name}] reconcile ")
         wait_for(lambda: time.monotonic() - start >= 60, timeout=90, interval=1, what="a minute of watching")
         mark = {name: reconciles(name) for name in ("a", "b")}
         wait_for(lambda: all(reconciles(name) >= mark[name] + 2 for name in mark), timeout=30, what="two more reconciles of each job")
     finally:
         values = recorder.stop()
     assert values == {"a": [True, False, True], "b": [True, False]}, values
+    # and what the decisions were, as Kueue and the operator report them
+    assert workload(kube, ns, "a")["metadata"]["annotations"][DEACTIVATED_BY] == "Suspended"
+    assert workload_condition(kube, ns, "a", "Evicted")["reason"] == "Deactivated"
+    assert condition(kube, ns, "a", "Suspended")["reason"] == "Suspended"
+    assert workload_admitted(kube, ns, "b")() and condition(kube, ns, "b", "Admitted")["status"] == "True"
