@@ -249,7 +249,8 @@ def test_spec_suspend_flips_once_per_decision_over_a_minute(kueue_cluster, kueue
         wait_for(lambda: all(reconciles(name) >= mark[name] + 2 for name in mark), timeout=30, what="two more reconciles of each job")
     finally:
         values = recorder.stop()
-    assert values == {"a": [True, False, True], "b": [True, False]}, values
+    flips = {name: len(seen) - 1 for name, seen in values.items()}
+    assert values == {"a": [True, False, True], "b": [True, False]}, f"changes of spec.suspend per RayJob: {flips}: {values}"
     # and what the decisions were, as Kueue and the operator report them
     assert workload(kube, ns, "a")["metadata"]["annotations"][DEACTIVATED_BY] == "Suspended"
     assert workload_condition(kube, ns, "a", "Evicted")["reason"] == "Deactivated"
