@@ -15,7 +15,7 @@ With ``spec.scheduling.queueName`` Kueue alone owns admission once the RayJob ex
   deactivated by someone else is left alone and reported.
 
 Kueue facts (sigs.k8s.io/kueue v0.17.0): the Workload of a job is controlled by it and labelled
-``kueue.x-k8s.io/job-uid: <job uid>`` (pkg/controller/jobframework/reconciler.go:1127-1132,
+``kueue.x-k8s.io/job-uid: <job uid>`` (pkg/controller/jobframework/reconciler.go:1375-1391,
 pkg/controller/constants/constants.go:32-34); ``spec.active: false`` evicts it with reason
 ``Deactivated`` and suspends the job (apis/kueue/v1beta2/workload_types.go:955,1042-1044).
 """
