@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the embedded control-plane binaries (etcd, kube-apiserver,
 # kube-controller-manager, optionally kube-scheduler, helm, kwok,
-# kuberay-operator and kstatus) from the Go module proxy into a per-version
+# kuberay-operator, kueue and kstatus) from the Go module proxy into a per-version
 # cache outside the repository.
 #
 # Idempotent: a binary that is already in the cache is not rebuilt. Each
@@ -10,7 +10,7 @@
 #
 # Usage: hack/controlplane/build.sh [--print-bin-dir] [BINARY...]
 #   BINARY is one of: etcd kube-apiserver kube-controller-manager
-#                     kube-scheduler helm kwok kuberay-operator kstatus
+#                     kube-scheduler helm kwok kuberay-operator kueue kstatus
 #   Default: etcd kube-apiserver kube-controller-manager
 #
 # Environment:
@@ -72,6 +72,7 @@ ldflags_for() {
 	case "$1" in
 	helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitTreeState=clean" ;;
 	kwok | kuberay-operator | kstatus) echo "-s -w" ;;
+	kueue) echo "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$(version_for kueue)" ;;
 	*) echo "$ldflags" ;;
 	esac
 }
@@ -80,6 +81,7 @@ version_for() {
 	helm) echo "$helm_version" ;;
 	kwok) awk '$1 == "require" && $2 == "sigs.k8s.io/kwok" {print $3; exit}' kwok/go.mod ;;
 	kuberay-operator) awk '$1 == "require" && $2 == "github.com/ray-project/kuberay/ray-operator" {print $3; exit}' kuberay/go.mod ;;
+	kueue) awk '$1 == "require" && $2 == "sigs.k8s.io/kueue" {print $3; exit}' "$here/kueue/go.mod" ;;
 	kstatus) awk '$1 == "sigs.k8s.io/cli-utils" {print $2; exit}' ../kstatus/go.mod ;;
 	etcd) awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' go.mod ;;
 	*) echo "$k8s_version" ;;
@@ -96,6 +98,7 @@ pkg_for() {
 	helm) echo "helm.sh/helm/v4/cmd/helm" ;;
 	kwok) echo "sigs.k8s.io/kwok/cmd/kwok" ;;
 	kuberay-operator) echo "github.com/ray-project/kuberay/ray-operator" ;;
+	kueue) echo "sigs.k8s.io/kueue/cmd/kueue" ;;
 	kstatus) echo "lorarl.dev/hack/kstatus" ;;
 	*) return 1 ;;
 	esac
@@ -105,6 +108,7 @@ dir_for() {
 	helm) echo "$here/helm" ;;
 	kwok) echo "$here/kwok" ;;
 	kuberay-operator) echo "$here/kuberay" ;;
+	kueue) echo "$here/kueue" ;;
 	kstatus) echo "$here/../kstatus" ;;
 	*) echo "$here" ;;
 	esac
@@ -118,6 +122,7 @@ estimate_for() {
 	helm) echo "cold build may take ~2 min" ;;
 	kwok) echo "cold build may take ~3 min" ;;
 	kuberay-operator) echo "cold build may take ~4 min" ;;
+	kueue) echo "cold build may take ~10 min on 2 busy cores" ;;
 	kstatus) echo "cold build may take ~1 min" ;;
 	esac
 }

@@ -587,6 +587,10 @@ class SchedulingSpec(ApiModel):
         None, max_length=63, pattern=K8S_NAME,
         description="Kueue LocalQueue; the RayJob is created suspended with the kueue.x-k8s.io/queue-name label and Kueue admits it.",
     )
+    workload_priority_class_name: Optional[str] = Field(
+        None, max_length=253, pattern=K8S_NAME,
+        description="Kueue WorkloadPriorityClass of the run (the kueue.x-k8s.io/priority-class label): its priority in the queue and for preemption.",
+    )
     service_account_name: Optional[str] = Field(
         None, max_length=253, pattern=K8S_NAME,
         description="ServiceAccount of the Ray pods; default: the per-job one the operator creates (it may only update this job's status).",
@@ -847,7 +851,7 @@ class LoraRLJobStatus(ApiModel):
     phase: Optional[Phase] = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
     observed_generation: Optional[int] = Field(None, description="The .metadata.generation last reconciled.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy.",
+        default_factory=list, description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     ray_job: Optional[RayJobMirror] = Field(None, description="Mirror of the child RayJob's status.")

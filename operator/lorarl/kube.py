@@ -28,6 +28,8 @@ PLURALS = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("ray.io/v1", "RayJob"): "rayjobs",
     ("lorarl.dev/v1alpha1", "LoraRLJob"): "lorarljobs",
+    ("kueue.x-k8s.io/v1beta2", "Workload"): "workloads",
+    ("kueue.x-k8s.io/v1beta2", "LocalQueue"): "localqueues",
 }
 
 
@@ -105,16 +107,25 @@ class Api:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, namespace: Optional[str] = None) -> list[dict[str, Any]]:
-        return self._call("GET", path(api_version, kind, namespace)).get("items", [])
+    def list(self, api_version: str, kind: str, namespace: Optional[str] = None, label_selector: Optional[str] = None) -> list[dict[str, Any]]:
+        query = [("labelSelector", label_selector)] if label_selector else None
+        return self._call("GET", path(api_version, kind, namespace), query=query).get("items", [])
 
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply with our field manager; idempotent, no resourceVersion, no 409."""
+    def apply(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
+        """Server-side apply (by default with our field manager and force: idempotent, no
+        resourceVersion, no 409)."""
         meta = obj["metadata"]
         url = path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         return self._call(
             "PATCH", url, body=obj, content_type="application/apply-patch+yaml",
-            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            query=[("fieldManager", field_manager), ("force", "true" if force else "false")],
+        )
+
+    def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """JSON merge patch of the object (only the keys given are touched)."""
+        return self._call(
+            "PATCH", path(api_version, kind, namespace, name), body=body,
+            content_type="application/merge-patch+json", query=[("fieldManager", field_manager)],
         )
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:

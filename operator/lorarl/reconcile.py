@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import api, health, render, status
+from . import api, health, queueing, render, status
+from .kube import FIELD_MANAGER as kube_field_manager
 from .kube import Api, ApiError
 from .validation import InvalidJob, parse_stored
 
@@ -66,16 +67,13 @@ def _report_unknown(body: dict[str, Any], unknown: list[str]) -> None:
     )
 
 
-def desired_suspend(job: api.LoraRLJob, live_rayjob: Optional[dict[str, Any]], verdict: health.Verdict) -> bool:
-    """The RayJob's spec.suspend. With a Kueue queue, Kueue owns admission: keep what is live
-    (a new RayJob starts suspended) unless the user or the health policy suspends."""
-    if job.spec.suspend:
-        return True
-    if job.spec.health.stop_on_unhealthy == "Suspend" and verdict.status == "False":
-        return True
-    if job.spec.scheduling.queue_name:
-        return bool(((live_rayjob or {}).get("spec") or {}).get("suspend", True))
-    return False
+def suspend_drifted(job: api.LoraRLJob, live_rayjob: Optional[dict[str, Any]], verdict: health.Verdict) -> bool:
+    """The operator's own spec.suspend decision differs from the live RayJob's (never for a
+    queued job: Kueue owns that field once the RayJob exists, see queueing.py)."""
+    if live_rayjob is None or queueing.queued(job):
+        return False
+    wanted = queueing.suspend_reason(job, verdict) is not None
+    return bool((live_rayjob.get("spec") or {}).get("suspend")) != wanted
 
 
 def startup_timed_out(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], now: datetime.datetime) -> bool:
@@ -135,16 +133,18 @@ class Reconciler:
             apply_children
             or rayjob is None
             or generation != previous.get("observedGeneration")
-            or bool((rayjob.get("spec") or {}).get("suspend")) != desired_suspend(job, rayjob, verdict)
+            or suspend_drifted(job, rayjob, verdict)
             or status.condition(previous, "Stalled", "reason") == status.APPLY_FAILED  # retry until it goes through
         ):
             if rayjob is None and (previous.get("rayJob") or {}).get("name"):
                 notes.append(status.Event("Warning", "RayJobRecreated", f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it" + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else "")))
             children = render.render(job)
-            children[-1]["spec"]["suspend"] = desired_suspend(job, rayjob, verdict)
+            children[-1], rayjob_manager = queueing.rayjob_apply(children[-1], job, rayjob, verdict)
+            if queueing.queued(job) and queueing.owns_suspend(rayjob):
+                self._hand_over_suspend(rayjob)
             for child in children:
                 try:
-                    result = self.kube.apply(child)
+                    result = self.kube.apply(child, field_manager=rayjob_manager if child["kind"] == "RayJob" else kube_field_manager)
                 except ApiError as err:
                     if not err.needs_fix:
                         raise  # transient: kopf retries soon
@@ -155,6 +155,9 @@ class Reconciler:
                 if child["kind"] == "RayJob":
                     rayjob = result
 
+        admission = None
+        if queueing.queued(job) and not finished and not stopped:
+            admission = self._follow_kueue(job, rayjob, queueing.suspend_reason(job, verdict))
         facts = status.Facts(
             generation=generation,
             now=rfc3339(now),
@@ -165,10 +168,46 @@ class Reconciler:
             stopped_unhealthy=stopped,
             apply_failed=apply_failed,
             notes=notes,
+            health_suspended=queueing.suspend_reason(job, verdict) == queueing.HEALTH_SUSPENDED,
+            admission=admission,
         )
         new_status, events = status.compute(previous, rayjob, facts)
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
         return Outcome(body=body, phase=new_status["phase"], events=events, applied=applied, status_written=written, apply_failed=apply_failed)
+
+    def _hand_over_suspend(self, rayjob: dict[str, Any]) -> None:
+        """A queued RayJob whose spec.suspend the operator's manager owns (made by an older
+        operator): co-own it by the create manager first, so that dropping it keeps it."""
+        try:
+            self.kube.apply(queueing.suspend_handoff(rayjob), field_manager=queueing.CREATE_MANAGER, force=False)
+        except ApiError as err:
+            if err.status != 409:  # 409: Kueue changed it meanwhile, so it owns it already
+                raise
+
+    def _follow_kueue(self, job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], suspend_reason: Optional[str]) -> queueing.Admission:
+        """Deactivate / re-activate the job's Workload as the operator decided, and read what
+        Kueue says about it. Without Kueue's CRDs (404) the job just stays queued."""
+        namespace, queue = job.metadata.namespace, job.spec.scheduling.queue_name
+        workload = None
+        if rayjob is not None:
+            try:
+                listed = self.kube.list(queueing.WORKLOAD_API_VERSION, "Workload", namespace, f"{queueing.JOB_UID_LABEL}={rayjob['metadata']['uid']}")
+            except ApiError as err:
+                if err.status not in (403, 404):  # no Kueue CRDs, or no RBAC (chart value kueue.enabled)
+                    raise
+                listed = []
+            workload = queueing.find_workload(listed, rayjob)
+        patch = queueing.workload_patch(workload, suspend_reason)
+        if patch is not None and workload is not None:
+            workload = self.kube.merge_patch(queueing.WORKLOAD_API_VERSION, "Workload", namespace, workload["metadata"]["name"], patch)
+        local_queue = None
+        try:
+            local_queue = self.kube.get(queueing.WORKLOAD_API_VERSION, "LocalQueue", namespace, queue)
+        except ApiError as err:
+            if err.status not in (403, 404):
+                raise
+        cluster_queue = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
+        return queueing.admission(workload, cluster_queue)
 
     def _write_invalid(self, body: dict[str, Any], previous: dict[str, Any], generation: int, now: datetime.datetime, message: str) -> Outcome:
         meta = body["metadata"]

@@ -23,6 +23,7 @@ from .api import API_VERSION, KIND, LoraRLJob
 
 RAYJOB_API_VERSION = "ray.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass (jobframework/interface.go:222-227 in Kueue v0.17.0)
 JOB_LABEL = "lorarl.dev/job"
 MANAGED_BY = "lorarl-operator"
 DATA_VOLUME = "data"
@@ -393,7 +394,9 @@ def runtime_env_yaml(job: LoraRLJob) -> str:
 def rayjob(job: LoraRLJob) -> dict[str, Any]:
     run = job.spec.run_policy
     queue = job.spec.scheduling.queue_name
-    extra_labels = {KUEUE_QUEUE_LABEL: queue} if queue else None
+    extra_labels = {KUEUE_QUEUE_LABEL: queue} if queue else {}
+    if job.spec.scheduling.workload_priority_class_name:
+        extra_labels[KUEUE_PRIORITY_LABEL] = job.spec.scheduling.workload_priority_class_name
     return {
         "apiVersion": RAYJOB_API_VERSION,
         "kind": "RayJob",
@@ -409,7 +412,8 @@ def rayjob(job: LoraRLJob) -> dict[str, Any]:
             "activeDeadlineSeconds": run.active_deadline_seconds,
             "backoffLimit": run.backoff_limit,
             "submitterConfig": {"backoffLimit": run.submitter_backoff_limit},
-            # Kueue admits a queued job by flipping suspend to false.
+            # Kueue admits a queued job by flipping suspend to false; the controller decides
+            # who writes this field (lorarl.queueing.rayjob_apply).
             "suspend": bool(job.spec.suspend or queue),
             "rayClusterSpec": ray_cluster_spec(job),
         },

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .health import Verdict
+from .queueing import HEALTH_SUSPENDED, Admission
 
 PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
     "Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended",
@@ -19,6 +20,7 @@ PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
 PHASES = (PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
 TERMINAL = (SUCCEEDED, FAILED)
 APPLY_FAILED = "ApplyFailed"
+PREEMPTED, WORKLOAD_DEACTIVATED = "Preempted", "WorkloadDeactivated"
 MAX_APPLY_MESSAGE = 1024  # an Event's message limit (kube.post_event); conditions keep the same text
 
 
@@ -53,9 +55,25 @@ class Facts:
     invalid_spec: Optional[str] = None  # message when the stored spec fails validation
     apply_failed: Optional[str] = None  # message when the API server refused to write a child
     notes: list[Event] = field(default_factory=list)  # events the caller wants emitted
+    health_suspended: bool = False  # stopOnUnhealthy: Suspend is holding the run
+    admission: Optional[Admission] = None  # what Kueue says (queued jobs only)
 
 
-def observe(rayjob: Optional[dict[str, Any]], user_suspended: bool, queue_name: Optional[str]) -> Observation:
+def queue_observation(queue_name: str, adm: Optional[Admission]) -> Observation:
+    """A queued job whose RayJob is suspended, in Kueue's words: waiting for admission,
+    preempted (and waiting to be re-admitted), or deactivated by someone else."""
+    adm = adm or Admission()
+    where = f"ClusterQueue {adm.cluster_queue} (LocalQueue {queue_name})" if adm.cluster_queue else f"LocalQueue {queue_name}"
+    if not adm.active and adm.deactivated_by is None:
+        return Observation(PENDING, WORKLOAD_DEACTIVATED, f"Kueue Workload {adm.workload} is deactivated (spec.active: false) by someone other than the operator" + (f": {adm.evicted_message}" if adm.evicted_message else ""), queued=True)
+    if adm.evicted_reason == "Preempted" or adm.preempted_reason:
+        why = adm.evicted_message or f"preempted ({adm.preempted_reason})"
+        return Observation(PENDING, PREEMPTED, f"{why}; waiting for {where} to admit it again (the run resumes from the newest checkpoint)", queued=True)
+    detail = f": {adm.pending_message}" if adm.pending_message else ""
+    return Observation(PENDING, "Queued", f"waiting for Kueue to admit the job in {where}{detail}", queued=True)
+
+
+def observe(rayjob: Optional[dict[str, Any]], user_suspended: bool, queue_name: Optional[str], admission: Optional[Admission] = None) -> Observation:
     """Map KubeRay's jobDeploymentStatus/jobStatus/reason to a phase (table in docs/status.md)."""
     if rayjob is None:
         return Observation(PENDING, "RayJobNotCreated", "the RayJob has not been created yet")
@@ -73,11 +91,11 @@ def observe(rayjob: Optional[dict[str, Any]], user_suspended: bool, queue_name: 
             after = f" after {failed} failed attempt{'s' if failed != 1 else ''}" if failed else ""
             return Observation(PREPARING, "RayClusterRestarting", f"KubeRay is starting a new Ray cluster{after}")
         return Observation(PENDING, "RayJobCreated", "waiting for KubeRay to pick up the RayJob")
-    queued = not user_suspended and bool(queue_name)
+    queued = not user_suspended and bool(queue_name) and (admission is None or admission.deactivated_by is None)
     if deployment == "Initializing" and queued and (rayjob.get("spec") or {}).get("suspend"):
         # a RayJob created suspended for Kueue passes through Initializing on its way to
         # Suspending (rayjob_controller.go:166-180, 964-981 in v1.5.0) without creating a cluster
-        return Observation(PENDING, "Queued", f"waiting for Kueue to admit the job from queue {queue_name}", queued=True)
+        return queue_observation(queue_name, admission)
     if deployment == "Initializing":
         return Observation(PREPARING, "RayClusterInitializing", message or "creating the Ray cluster and downloading inputs")
     if deployment == "Waiting":
@@ -103,7 +121,7 @@ def observe(rayjob: Optional[dict[str, Any]], user_suspended: bool, queue_name: 
         return Observation(FAILED, "ValidationFailed", message or "KubeRay rejected the RayJob spec")
     if deployment in ("Suspending", "Suspended"):
         if queued:
-            return Observation(PENDING, "Queued", f"waiting for Kueue to admit the job from queue {queue_name}", queued=True)
+            return queue_observation(queue_name, admission)
         return Observation(SUSPENDED, deployment, "the Ray cluster is being deleted" if deployment == "Suspending" else "the run is suspended; its Ray cluster is deleted")
     return Observation(PENDING, "UnknownRayJobState", f"unrecognised RayJob jobDeploymentStatus {deployment!r}")
 
@@ -175,6 +193,9 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
         # training runs but its numbers say the result cannot be trusted (with
         # stopOnUnhealthy: Suspend the RayJob is suspended for it): a human must look
         return Summary(False, False, True, verdict.reason, verdict.message, from_health=True)
+    if obs.reason == WORKLOAD_DEACTIVATED:
+        # Kueue will not admit it again until someone re-activates the Workload
+        return Summary(False, False, True, obs.reason, obs.message)
     if facts.startup_timed_out and phase in (PENDING, PREPARING) and not obs.queued:
         return Summary(False, False, True, "StartupTimeout", f"not running after the startup timeout: {obs.message}")
     if facts.user_suspended and phase != SUSPENDED:
@@ -191,7 +212,9 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
 def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: Facts) -> tuple[dict[str, Any], list[Event]]:
     """The operator's status fields and the Events for this observation."""
     prev_phase = previous.get("phase")
-    obs = observe(rayjob, facts.user_suspended, facts.queue_name)
+    obs = observe(rayjob, facts.user_suspended, facts.queue_name, facts.admission)
+    if obs.phase == SUSPENDED and facts.health_suspended and not facts.user_suspended:
+        obs = Observation(SUSPENDED, HEALTH_SUSPENDED, f"suspended by spec.health.stopOnUnhealthy: {facts.verdict.message}")
 
     if facts.stopped_unhealthy:
         obs = Observation(FAILED, "StoppedUnhealthy", f"stopped because training was unhealthy: {facts.verdict.message}")
@@ -214,6 +237,8 @@ def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: F
         setcondition(prev_conditions, "Suspended", _bool(suspended), obs.reason if suspended else "NotSuspended", obs.message if suspended else "", now, g),
         setcondition(prev_conditions, "TrainingHealthy", healthy.status, healthy.reason, healthy.message, now, g),
     ]
+    if facts.queue_name and facts.admission is not None:
+        conditions.append(admitted_condition(prev_conditions, facts.queue_name, facts.admission, obs, now, g))
 
     out: dict[str, Any] = {
         "phase": phase,
@@ -231,6 +256,7 @@ def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: F
         out["completionTime"] = previous.get("completionTime") or end or now
 
     events = list(facts.notes)
+    events += admission_events(prev_conditions, conditions)
     if phase != prev_phase:
         kind = "Warning" if phase == FAILED else "Normal"
         events.append(Event(kind, phase, f"{prev_phase or 'New'} -> {phase}: {obs.reason}: {obs.message}"[:1024]))
@@ -244,6 +270,37 @@ def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: F
     elif stalled_now and phase != FAILED and not summary.from_health:
         events.append(Event("Warning", summary.reason, summary.message[:1024]))
     return out, events
+
+
+def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Admission, obs: Observation, now: str, generation: int) -> dict[str, Any]:
+    """``Admitted`` (queued jobs only): True while Kueue admits the Workload, with the
+    ClusterQueue; False says why not (Queued, Preempted, Suspended, HealthSuspended,
+    WorkloadDeactivated, or WorkloadNotCreated before Kueue made it)."""
+    if adm.workload is None:
+        return setcondition(previous, "Admitted", "False", "WorkloadNotCreated", f"waiting for Kueue to create the Workload of the RayJob (LocalQueue {queue_name})", now, generation)
+    # an evicted Workload keeps Admitted=True until its job has stopped: the eviction is the news
+    if adm.deactivated_by is not None:
+        return setcondition(previous, "Admitted", "False", adm.deactivated_by, f"the operator deactivated Workload {adm.workload} ({adm.deactivated_by})", now, generation)
+    if obs.queued:
+        return setcondition(previous, "Admitted", "False", obs.reason, obs.message, now, generation)
+    if adm.admitted and adm.evicted_reason is None:
+        return setcondition(previous, "Admitted", "True", "Admitted", f"Kueue admitted Workload {adm.workload} in ClusterQueue {adm.cluster_queue}", now, generation)
+    if adm.evicted_reason is not None:
+        return setcondition(previous, "Admitted", "False", adm.evicted_reason, f"Kueue is evicting Workload {adm.workload}: {adm.evicted_message}", now, generation)
+    return setcondition(previous, "Admitted", "False", "Queued", f"Workload {adm.workload} is not admitted yet" + (f": {adm.pending_message}" if adm.pending_message else ""), now, generation)
+
+
+def admission_events(previous: list[dict[str, Any]], conditions: list[dict[str, Any]]) -> list[Event]:
+    """One Event when Kueue admits the job, one Warning when it is preempted."""
+    new = next((c for c in conditions if c["type"] == "Admitted"), None)
+    old = next((c for c in previous if c.get("type") == "Admitted"), None)
+    if new is None or (old is not None and (old.get("status"), old.get("reason")) == (new["status"], new["reason"])):
+        return []
+    if new["status"] == "True":
+        return [Event("Normal", "Admitted", new["message"][:1024])]
+    if new["reason"] == PREEMPTED:
+        return [Event("Warning", PREEMPTED, new["message"][:1024])]
+    return []
 
 
 def apply_failure(kind: str, namespace: str, name: str, server_message: str) -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import datetime
 
 from lorarl.health import Verdict
-from lorarl.reconcile import desired_suspend, startup_timed_out
+from lorarl import render
+from lorarl.queueing import CREATE_MANAGER, rayjob_apply
+from lorarl.kube import FIELD_MANAGER
+from lorarl.reconcile import startup_timed_out, suspend_drifted
 from tests.helpers import job_from, with_spec
 
 OK = Verdict("True", "WithinThresholds", "")
@@ -22,16 +25,28 @@ def rj(suspend=None, created="2026-11-30T10:00:00Z", start=None):
     return out
 
 
-def test_desired_suspend():
+def applied_suspend(job, live, verdict):
+    """(spec.suspend in the applied RayJob, or "absent"; the field manager)."""
+    obj, manager = rayjob_apply(render.rayjob(job), job, live, verdict)
+    return obj["spec"].get("suspend", "absent"), manager
+
+
+def test_who_writes_the_rayjob_suspend():
     plain = job_from(with_spec())
-    assert desired_suspend(plain, rj(), OK) is False
-    assert desired_suspend(job_from(with_spec(suspend=True)), rj(), OK) is True
+    assert applied_suspend(plain, rj(), OK) == (False, FIELD_MANAGER)
+    assert applied_suspend(job_from(with_spec(suspend=True)), rj(), OK) == (True, FIELD_MANAGER)
     guarded = job_from(with_spec(health={"stopOnUnhealthy": "Suspend"}))
-    assert desired_suspend(guarded, rj(), BAD) is True and desired_suspend(guarded, rj(), OK) is False
+    assert applied_suspend(guarded, rj(), BAD) == (True, FIELD_MANAGER)
+    assert applied_suspend(guarded, rj(), OK) == (False, FIELD_MANAGER)
     queued = job_from(with_spec(scheduling={"queueName": "q"}))
-    assert desired_suspend(queued, None, OK) is True  # a new queued RayJob starts suspended
-    assert desired_suspend(queued, rj(suspend=False), OK) is False  # Kueue admitted it: leave it
-    assert desired_suspend(queued, rj(suspend=True), OK) is True
+    assert applied_suspend(queued, None, OK) == (True, CREATE_MANAGER)  # a new queued RayJob starts suspended
+    # once it exists Kueue owns the field: whatever it is, and whatever the operator wants
+    for live in (rj(suspend=False), rj(suspend=True)):
+        assert applied_suspend(queued, live, OK) == ("absent", FIELD_MANAGER)
+        assert applied_suspend(job_from(with_spec(scheduling={"queueName": "q"}, suspend=True)), live, OK) == ("absent", FIELD_MANAGER)
+        assert suspend_drifted(queued, live, OK) is False
+    assert suspend_drifted(plain, rj(suspend=True), OK) is True
+    assert suspend_drifted(guarded, rj(suspend=False), BAD) is True
 
 
 def test_startup_timeout_counts_from_the_current_attempt():

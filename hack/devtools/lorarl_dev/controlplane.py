@@ -66,7 +66,7 @@ __all__ = [
 REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 #: The order processes are stopped in (reverse of start order).
-_STOP_ORDER = ("kuberay-operator", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+_STOP_ORDER = ("kueue", "kuberay-operator", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
 
 #: Annotation that tells kwok to manage (fake) a Node.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -403,6 +403,7 @@ class ControlPlane:
         gpus_per_node: int = 8,
         gpu_resource: str = "amd.com/gpu",
         kuberay_operator: bool = False,
+        kueue: bool = False,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = pathlib.Path(workdir) if workdir is not None else None
@@ -418,6 +419,7 @@ class ControlPlane:
         self.gpus_per_node = gpus_per_node
         self.gpu_resource = gpu_resource
         self.kuberay_operator = kuberay_operator
+        self.kueue = kueue
         self.kubeconfig: pathlib.Path | None = None
         self.server: str | None = None
         self.ca_file: pathlib.Path | None = None
@@ -455,6 +457,8 @@ class ControlPlane:
             names.append("kwok")
         if self.kuberay_operator:
             names.append("kuberay-operator")
+        if self.kueue:
+            names.append("kueue")
         return names
 
     @property
@@ -499,6 +503,8 @@ class ControlPlane:
                 self.install_crds(self.extra_crds)
             if self.kuberay_operator:
                 self._start_kuberay_operator()
+            if self.kueue:
+                self._start_kueue()
             self._write_state()
             self._wait_controller_manager()
         except BaseException:
@@ -854,6 +860,35 @@ class ControlPlane:
             ],
         )
         self._wait_http("kuberay-operator", f"http://127.0.0.1:{probes}/readyz", 60)
+
+    def _start_kueue(self) -> None:
+        """The real Kueue manager (lorarl_dev.kueue) as a local process with its webhooks
+        registered by URL (the API server calls https://127.0.0.1:<port>/<path>)."""
+        from lorarl_dev.certs import TinyCA
+        from lorarl_dev.kueue import METRICS_CERT_DIR, kueue_crd_paths, manager_config, webhook_configurations
+
+        self.install_crds(kueue_crd_paths())
+        ca = TinyCA("kueue-webhook-ca")
+        certs = self.workdir / "kueue-certs"
+        certs.mkdir(exist_ok=True)
+        ca.serving_cert("kueue-webhook", ["127.0.0.1", "localhost"]).write(certs, "tls")
+        if not (METRICS_CERT_DIR / "tls.crt").is_file():
+            # Kueue reads its metrics certificate from this fixed path when it does not manage its
+            # own certificates (cmd/kueue/main.go:205-216 in v0.17.0); the server itself is off.
+            try:
+                METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+                ca.serving_cert("kueue-metrics", ["127.0.0.1"]).write(METRICS_CERT_DIR, "tls")
+            except OSError as err:
+                raise ControlPlaneError(f"Kueue needs a certificate in {METRICS_CERT_DIR} (a fixed path): {err}") from err
+        webhook, health = _free_port(), _free_port()
+        config = self.workdir / "kueue-config.yaml"
+        _write_json(config, manager_config(webhook_port=webhook, cert_dir=certs, health_port=health), 0o644)
+        self.kubectl("create", "namespace", "kueue-system", check=False)
+        self._spawn("kueue", [f"--kubeconfig={self.kubeconfig}", f"--config={config}", "--zap-log-level=2"])
+        self._wait_http("kueue", f"http://127.0.0.1:{health}/readyz", 90)
+        hooks = webhook_configurations(f"https://127.0.0.1:{webhook}", ca.cert_pem)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-",
+                     input="\n".join(json.dumps(h) for h in hooks))
 
     def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True) -> None:
         """Poll a plain-HTTP health endpoint of child ``name`` until it answers 200 and ``healthy``."""

@@ -20,6 +20,15 @@ conftest. Fixtures:
     Running) and the real KubeRay operator (RayJob -> RayCluster -> pods).
     Nothing real runs in the pods: no Ray dashboard answers, so RayJobs end
     ``Failed`` a while after their submitter Job "completes".
+``kueue_cluster``
+    session-scoped control plane like ``fake_cluster`` (one kwok node with 8 ``amd.com/gpu``,
+    labelled as an MI355X node) that also runs the real Kueue manager
+    (:mod:`lorarl_dev.kueue`, webhooks registered), with the ResourceFlavor ``mi355x`` and the
+    WorkloadPriorityClasses ``lorarl-low`` (100) and ``lorarl-high`` (1000).
+``kueue_queue``
+    a fresh namespace with its own ClusterQueue (quota: 8 ``amd.com/gpu`` of flavor ``mi355x``,
+    i.e. exactly one seed job; preemption of lower priority within the queue) and a LocalQueue
+    ``gpus`` pointing at it: a :class:`KueueQueue`. Deleted afterwards.
 
 Tests using these fixtures are marked ``controlplane`` automatically, so
 ``pytest -m "not controlplane"`` deselects them.
@@ -27,6 +36,8 @@ Tests using these fixtures are marked ``controlplane`` automatically, so
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -36,7 +47,7 @@ import pytest
 
 from lorarl_dev.controlplane import ControlPlane
 
-_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster"}
+_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -95,3 +106,66 @@ def namespace(request, kube_api):
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+#: What the AMD GPU node labeller publishes for MI355X nodes (the seed job's node selector).
+MI355X_NODE_LABELS = {"amd.com/gpu.device-id": "75a3"}
+
+
+@pytest.fixture(scope="session")
+def kueue_cluster():
+    from lorarl_dev.kueue import KUEUE_API_VERSION
+
+    with ControlPlane(verbose=True, fake_nodes=1, gpus_per_node=8, kuberay_operator=True, kueue=True) as cp:
+        for node in json.loads(cp.kubectl("get", "nodes", "-o", "json").stdout)["items"]:
+            cp.kubectl("label", "node", node["metadata"]["name"], "--overwrite",
+                       *(f"{k}={v}" for k, v in MI355X_NODE_LABELS.items()))
+        objects = [
+            {"apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": "mi355x"},
+             "spec": {"nodeLabels": dict(MI355X_NODE_LABELS)}},
+            {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": "lorarl-low"},
+             "value": 100, "description": "preemptible training runs"},
+            {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": "lorarl-high"},
+             "value": 1000, "description": "runs that may preempt lorarl-low"},
+        ]
+        cp.kubectl("apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in objects))
+        yield cp
+
+
+@dataclasses.dataclass(frozen=True)
+class KueueQueue:
+    namespace: str
+    local_queue: str
+    cluster_queue: str
+
+
+@pytest.fixture
+def kueue_queue(request, kueue_cluster):
+    from lorarl_dev.kueue import KUEUE_API_VERSION
+
+    cp = kueue_cluster
+    ns = _namespace_name(request.node.name)
+    cp.kubectl("create", "namespace", ns)
+    cluster_queue = {
+        "apiVersion": KUEUE_API_VERSION, "kind": "ClusterQueue", "metadata": {"name": ns},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [{
+                "coveredResources": ["cpu", "memory", "amd.com/gpu"],
+                "flavors": [{"name": "mi355x", "resources": [
+                    {"name": "cpu", "nominalQuota": "64"},
+                    {"name": "memory", "nominalQuota": "512Gi"},
+                    {"name": "amd.com/gpu", "nominalQuota": "8"},  # one seed job: 1 node x 8 GPUs
+                ]}],
+            }],
+        },
+    }
+    local_queue = {"apiVersion": KUEUE_API_VERSION, "kind": "LocalQueue", "metadata": {"name": "gpus", "namespace": ns},
+                   "spec": {"clusterQueue": ns}}
+    cp.kubectl("apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in (cluster_queue, local_queue)))
+    try:
+        yield KueueQueue(namespace=ns, local_queue="gpus", cluster_queue=ns)
+    finally:
+        cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        cp.kubectl("delete", "clusterqueue", ns, "--wait=false", check=False)
