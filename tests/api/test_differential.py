@@ -66,6 +66,11 @@ EDITS = [
     (("dataPrep", "image"), "busybox\n"), (("dataPrep", "endpoint"), "ftp://x"),
     (("checkpoint", "storage"), {"existingClaim": "a.b"}), (("checkpoint", "storage"), {"storageClassName": "Fast"}), (("checkpoint", "storage"), {"storageClassName": ""}),
     (("checkpoint", "storage"), {"size": "1e3"}), (("checkpoint", "storage"), {"existingClaim": "c", "size": "1Gi"}),
+    # quantities, judged by the API server's own parser (CEL isQuantity/quantity) and lorarl validate's copy of it
+    *[(("hardware", "cpu"), q) for q in ("+1", ".5", "1.", ".", "+", "-", "Mi", "1e3", "1E-3", "1e", "1e+", "5E", "5E2", "0", "0.0",
+                                          "-1", "1K", "1Ki2", "0.1mi", "1 Gi", " 1", "1m3", "1.G", "1i", "-3.01e-", "1+1.0M",
+                                          "9223372036854775808e1", "1e9223372036854775808", "12345678901234567890", "1n", "0.000000001")],
+    (("hardware", "memory"), "1e-30"), (("hardware", "shmSize"), "0"), (("checkpoint", "storage"), {"size": "+2Ti"}),
     (("suspend",), "yes"), (("health", "minEvalScore"), 2), (("sglang", "gpusPerEngine"), 16),
 ]
 
