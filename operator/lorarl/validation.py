@@ -326,6 +326,21 @@ def cel_problems(job: api.LoraRLJob) -> list[Problem]:
     return problems
 
 
+def name_problems(metadata: dict[str, Any]) -> list[Problem]:
+    """The CRD's rules on metadata.name, with the API server's messages (checked before the typed
+    model, whose own name check would word them differently)."""
+    problems: list[Problem] = []
+    if not isinstance(metadata.get("name", ""), str):
+        return problems  # the typed model names the wrong type
+    for rule in _crd_schema().get("x-kubernetes-validations", []):
+        if "self.metadata" not in rule["rule"] or "self.spec" in rule["rule"]:
+            continue
+        result = _program(rule["rule"]).evaluate({"self": celpy.json_to_cel({"metadata": {"name": metadata.get("name", "")}})})
+        if isinstance(result, Exception) or not bool(result):
+            problems.append(Problem("metadata.name", rule["message"]))
+    return problems
+
+
 # -------------------------------------------------------------------------------------- command
 
 
@@ -350,7 +365,7 @@ def validate(obj: Any) -> tuple[api.LoraRLJob | None, list[Problem]]:
         return None, [Problem("metadata", "must be of type object")]
     obj = drop_nulls(obj)
     obj["metadata"].setdefault("name", "")
-    problems = structure_problems(obj)
+    problems = structure_problems(obj) or name_problems(obj["metadata"])
     if problems:
         return None, problems
     job, problems = schema_problems(obj)
