@@ -107,25 +107,17 @@ def dry_run_apply(kube_api, obj: dict) -> Answer:
 
 def pods_of(rayjob: dict) -> list[dict]:
     """The Ray pod templates of a RayJob as Pods, for the API server's Pod validation (what
-    KubeRay's pods must pass). The ServiceAccount is the namespace's default: the per-job one is
-    dry-run applied on its own, never created, and the ServiceAccount admission plugin refuses a
-    Pod whose account does not exist."""
+    KubeRay's pods must pass). Their ServiceAccount is only dry-run applied, never created: the
+    test control plane runs without the ServiceAccount admission plugin (a cluster has the
+    account, which the operator applies before the RayJob)."""
     cluster = rayjob["spec"]["rayClusterSpec"]
     templates = [("head", cluster["headGroupSpec"]["template"])]
     templates += [(g["groupName"], g["template"]) for g in cluster.get("workerGroupSpecs", [])]
     pods = []
     for role, template in templates:
-        spec = {**template["spec"], "serviceAccountName": "default"}
+        spec = template["spec"]
         pods.append({"apiVersion": "v1", "kind": "Pod", "spec": spec, "metadata": {
             "name": f"{rayjob['metadata']['name']}-{role}"[:63].rstrip("-"), "namespace": rayjob["metadata"]["namespace"],
             "labels": template["metadata"].get("labels", {})}})
     return pods
 
-
-def wait_for_default_account(kube_api, namespace: str) -> None:
-    """kube-controller-manager creates each namespace's `default` ServiceAccount shortly after it."""
-    from tests.helpers import wait_for
-
-    core = client.CoreV1Api(kube_api)
-    wait_for(lambda: any(a.metadata.name == "default" for a in core.list_namespaced_service_account(namespace).items),
-             what=f"the default ServiceAccount of {namespace}")

@@ -115,3 +115,24 @@ def test_every_edit_of_the_seed_agrees(kube_api, namespace, edit):
     if problems:
         assert any(related(p.field, f) for p in problems for f in answer.fields) or any(
             p.field in answer.message for p in problems), (problems, answer)
+
+
+def _corpus():
+    from tests.api.test_hostile import CASES, update_of
+
+    return [p for p in CASES if update_of(p) is None]
+
+
+@pytest.mark.parametrize("path", _corpus(), ids=[p.stem for p in _corpus()])
+def test_validate_and_the_api_server_agree_on_the_hostile_corpus(kube_api, namespace, path):
+    """The hostile corpus (tests/api/hostile), judged by both without its expectations: the same
+    verdict, and a refusal names a related field on both sides."""
+    from tests.api.test_hostile import load_case
+
+    doc, _ = load_case(path)
+    _, problems = validate(copy.deepcopy(doc))
+    answer = dry_run_create(kube_api, namespace, doc)
+    assert answer.accepted == (not problems), (problems, answer.message)
+    if problems:
+        assert any(related(p.field, f) for p in problems for f in answer.fields) or any(
+            p.field in answer.message for p in problems), (problems, answer)

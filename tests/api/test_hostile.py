@@ -145,7 +145,7 @@ def _server_names_the_field(answer, field: str) -> bool:
 
 @pytest.mark.parametrize("path", CASES, ids=IDS)
 def test_api_server_gives_the_expected_answer(path, kube_api, namespace):
-    from tests.api.apiserver import create, dry_run_apply, dry_run_create, dry_run_patch_spec, pods_of, wait_for_default_account
+    from tests.api.apiserver import create, dry_run_apply, dry_run_create, dry_run_patch_spec, pods_of
 
     doc, expect = load_case(path)
     edit = update_of(path)
@@ -165,7 +165,6 @@ def test_api_server_gives_the_expected_answer(path, kube_api, namespace):
     job, unknown = parse_stored(stored)
     assert unknown == []
     children = render.render(job)
-    wait_for_default_account(kube_api, namespace)
     for child in children + pods_of(children[-1]):
         refused = dry_run_apply(kube_api, child)
         assert refused.accepted, (child["kind"], refused.message)
@@ -174,13 +173,12 @@ def test_api_server_gives_the_expected_answer(path, kube_api, namespace):
 def test_the_pod_probe_can_fail(kube_api, namespace):
     """The Pod check above is a real one: a template the CRD schema would let through is refused
     by the API server's Pod validation (an Exists toleration with a value, a negative quantity)."""
-    from tests.api.apiserver import dry_run_apply, pods_of, wait_for_default_account
+    from tests.api.apiserver import dry_run_apply, pods_of
     from tests.helpers import job_from, seed_doc
 
     doc = seed_doc()
     doc["metadata"]["namespace"] = namespace
     rayjob = render.render(job_from(doc))[-1]
-    wait_for_default_account(kube_api, namespace)
     pod = pods_of(rayjob)[0]
     assert dry_run_apply(kube_api, pod).accepted
     pod["spec"]["tolerations"] = [{"key": "k", "operator": "Exists", "value": "v"}]
