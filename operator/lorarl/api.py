@@ -692,6 +692,10 @@ SPEC_RULES = [
 # that name a JSONL key (--metadata-key, ...) are data, not credentials.
 CREDENTIAL_FLAG = r"(?i)^--?([a-z0-9]+[-_.])*(key|keys|token|secret|secrets|password|passwd|pwd|credential|credentials|apikey|auth)([-_.][a-z0-9]+)*(=.*)?$"
 DATA_KEY_FLAG = r"^--(input|label|metadata|tool|multimodal|system-prompt|reward)-key(=.*)?$"
+# A token pasted as a value (after any flag, or after "="): the documented prefixes of Hugging
+# Face (hf_), GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), OpenAI-style (sk-), Slack (xox?-)
+# tokens and AWS access key ids (AKIA). A heuristic on top of the flag rule, for the free-form list.
+TOKEN_VALUE = r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})$"
 
 # Model parallelism given in extraArgs as "--<flag>", "<n>": the data-parallel size is
 # GPUs / (tensor x pipeline x context), and Megatron refuses a globalBatchSize it cannot split.
@@ -715,6 +719,11 @@ EXTRA_ARGS_RULES = [
         f"self.all(a, !a.matches('{CREDENTIAL_FLAG}') || a.matches('{DATA_KEY_FLAG}'))",
         "a credential-like flag (key, token, secret, password) would put a secret on the command line; "
         "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef",
+    ),
+    cel(
+        f"self.all(a, !a.matches('{TOKEN_VALUE}'))",
+        "an item looks like an access token (hf_, ghp_, sk-, xox-, AKIA...): a secret on the command line is "
+        "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
     ),
     *[
         cel(

@@ -188,3 +188,18 @@ def test_the_pod_probe_can_fail(kube_api, namespace):
     pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
     answer = dry_run_apply(kube_api, pod)
     assert not answer.accepted and "must be greater than or equal to 0" in answer.message, answer
+
+
+def test_the_renderer_refuses_a_token_admitted_under_an_older_crd():
+    """The controller's read skips the CRD's rules (the server ran them at admission); a token in
+    extraArgs of a job admitted before the rule existed still never reaches the command line,
+    and the message does not repeat it."""
+    from lorarl.validation import InvalidJob
+    from tests.helpers import seed_doc
+
+    token = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+    doc = seed_doc()
+    doc["spec"]["extraArgs"] = ["--hub-model-id", token]
+    with pytest.raises(InvalidJob) as err:
+        parse_stored(doc)
+    assert "spec.extraArgs[1]" in str(err.value) and token not in str(err.value)
