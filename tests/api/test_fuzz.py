@@ -3,8 +3,9 @@ string can change the meaning of the training command: the rendered entrypoint i
 the real quoting chain (tests/api/quoting_chain.py: KubeRay's submitter bash, Ray's joiner, the
 head's shell) and the argv the trainer receives must be exactly what the spec says.
 
-``LORARL_FUZZ_EXAMPLES`` (default 500) sets the examples per property; the hypothesis profile
-(tests/conftest.py) is derandomized in CI."""
+``LORARL_FUZZ_EXAMPLES`` (default 500) sets the examples per property (whole specs: a fifth of
+it here, all of it in tests/api/test_fuzz_live.py); the hypothesis profile (tests/conftest.py) is
+derandomized in CI."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from tests.kuberay_schema import rayjob_errors
 
 FUZZ_EXAMPLES = int(os.environ.get("LORARL_FUZZ_EXAMPLES", "500"))
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Whole specs: tests/api/test_fuzz_live.py runs FUZZ_EXAMPLES of them through the same checks plus
+# the real API server; this offline run (for `-m "not controlplane"`) takes a fifth of that.
+FUZZ_SPECS = settings(FUZZ, max_examples=max(100, FUZZ_EXAMPLES // 5))
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +194,7 @@ def expected_words(spec: dict) -> dict[str, str]:
     return out
 
 
-@FUZZ
+@FUZZ_SPECS
 @given(valid_specs(), st.sampled_from(every_variant()))
 def test_every_valid_spec_renders_and_the_trainer_gets_what_the_spec_says(chain, doc, variant):
     job, problems = validate(copy.deepcopy(doc))

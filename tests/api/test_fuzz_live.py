@@ -7,7 +7,9 @@ eval intervals), ``LORARL_FUZZ_EXAMPLES`` (default 500) specs are drawn, then ju
 the API server's answer (dry-run create, strict field validation) must equal `lorarl validate`'s;
 what the server stored (defaulted) is read as the operator reads it (``parse_stored``), rendered,
 and every child is server-side dry-run applied, plus the Ray pod templates as Pods (the Pods
-KubeRay creates must pass Pod validation)."""
+KubeRay creates must pass Pod validation); the RayJob's entrypoint runs through the real quoting
+chain (each spec one joiner/shell pairing, in turn) and the trainer must get exactly the
+rendered argv, with the values the spec says."""
 
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ import copy
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from lorarl import render
+from lorarl import command, render
 from lorarl.validation import parse_stored, validate
 from tests.api.apiserver import dry_run_apply, pods_of
-from tests.api.test_fuzz import FUZZ_EXAMPLES, valid_specs
+from tests.api.quoting_chain import Chain, every_variant
+from tests.api.test_fuzz import FUZZ_EXAMPLES, expected_words, flag_value, valid_specs
 
 pytestmark = pytest.mark.controlplane
 
@@ -55,7 +58,11 @@ def test_every_accepted_spec_reconciles_into_children_the_api_server_accepts(kub
     collect()
     assert len(drawn) >= FUZZ_EXAMPLES * 0.9
 
-    def judge(doc):
+    chain = Chain()
+    variants = every_variant()
+
+    def judge(numbered):
+        at, doc = numbered
         """What happened to one spec: ('refused by both'|'accepted, N children'), or a failure."""
         _, problems = validate(copy.deepcopy(doc))
         stored, refusal = dry_run_create_stored(kube_api, namespace, doc)
@@ -70,10 +77,21 @@ def test_every_accepted_spec_reconciles_into_children_the_api_server_accepts(kub
             answer = dry_run_apply(kube_api, obj)
             if not answer.accepted:
                 return "FAIL", f"{obj['kind']} {obj['metadata']['name']} refused: {answer.message}"
-        return f"accepted, {len(objects)} objects applied (dry run)", ""
+        joiner, shell = variants[at % len(variants)]
+        received = chain.run(children[-1]["spec"]["entrypoint"], joiner=joiner, head_shell=shell).argv
+        if received != command.entrypoint_argv(job)[1:]:
+            return "FAIL", f"the trainer got {received} through {joiner} and {shell}"
+        train = received[received.index("--") + 1:]
+        wrong = {f: v for f, v in expected_words(doc["spec"]).items() if flag_value(train, f) != v}
+        if wrong:
+            return "FAIL", f"the trainer's flags differ from the spec: {wrong}"
+        return f"accepted, {len(objects)} objects applied (dry run), argv exact", ""
 
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(judge, drawn))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(judge, enumerate(drawn)))
+    finally:
+        chain.close()
     failures = [(doc["spec"], why) for doc, (verdict, why) in zip(drawn, results) if verdict == "FAIL"]
     counts = collections.Counter(verdict for verdict, _ in results)
     print(f"\nfuzzed specs on the API server: {len(drawn)}: {dict(counts)}")
