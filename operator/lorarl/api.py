@@ -40,7 +40,19 @@ SHELL_SAFE_HELP = "letters, digits and _@%+=:,./-"
 HF_REPO_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
+# A resource quantity is checked with the API server's own parser: the Kubernetes CEL quantity
+# library (isQuantity/quantity, k8s.io/apiserver pkg/cel/library/quantity.go, in the CRD
+# validation environment since 1.28: pkg/cel/environment/base.go) calls
+# k8s.io/apimachinery/pkg/api/resource.ParseQuantity; lorarl.validation implements the same
+# grammar for `lorarl validate`. Zero and negative sizes are refused (a pod cannot use them).
+QUANTITY_RULE = {
+    "rule": "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
+    "message": "must be a positive Kubernetes quantity, e.g. 64, 500m, 512Gi or 1e3",
+}
+
+
+def QUANTITY_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like the constants beside it)
+    schema["x-kubernetes-validations"] = [dict(QUANTITY_RULE)]
 # Kubernetes name syntaxes (k8s.io/apimachinery/pkg/util/validation): a DNS-1123 subdomain, a
 # label value, and a qualified name ([DNS subdomain prefix/]name, the name at most 63 characters).
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -276,13 +288,16 @@ class HardwareSpec(ApiModel):
         "(e.g. amd.com/cpx_nps4); default: the profile's (amd.com/gpu or nvidia.com/gpu).",
     )
     cpu: Optional[str] = Field(
-        None, pattern=QUANTITY, max_length=32, description="CPU request per Ray pod (e.g. \"64\"); default: none."
+        None, max_length=32, description="CPU request per Ray pod (a quantity, e.g. \"64\" or 500m); default: none.",
+        json_schema_extra=QUANTITY_SCHEMA,
     )
     memory: Optional[str] = Field(
-        None, pattern=QUANTITY, max_length=32, description="Memory request and limit per Ray pod (e.g. 512Gi); default: none."
+        None, max_length=32, description="Memory request and limit per Ray pod (a quantity, e.g. 512Gi); default: none.",
+        json_schema_extra=QUANTITY_SCHEMA,
     )
     shm_size: str = Field(
-        "64Gi", pattern=QUANTITY, max_length=32, description="Size of the memory-backed /dev/shm of each Ray pod."
+        "64Gi", max_length=32, description="Size of the memory-backed /dev/shm of each Ray pod (a quantity).",
+        json_schema_extra=QUANTITY_SCHEMA,
     )
     node_selector: dict[str, LabelValue] = Field(
         default_factory=dict, max_length=MAX_NODE_SELECTOR,
@@ -496,7 +511,7 @@ class StorageSpec(ApiModel):
     )
 
     existing_claim: Optional[str] = Field(None, max_length=253, pattern=DNS1123_SUBDOMAIN, description="Name of an existing PVC in the job's namespace.")
-    size: Optional[str] = Field(None, max_length=32, pattern=QUANTITY, description="Size of the owned PVC; default 200Gi.")
+    size: Optional[str] = Field(None, max_length=32, description="Size of the owned PVC (a quantity); default 200Gi.", json_schema_extra=QUANTITY_SCHEMA)
     storage_class_name: Optional[str] = Field(
         None, max_length=253, pattern=DNS1123_SUBDOMAIN.replace("^", "^(", 1).replace("$", ")?$"),
         description="StorageClass of the owned PVC (a DNS subdomain); default (also when \"\"): the cluster default.",
@@ -580,7 +595,8 @@ class RunPolicy(ApiModel):
 
 
 class SchedulingSpec(ApiModel):
-    """Cluster scheduling integration."""
+    """Cluster scheduling integration. Immutable: create a new LoraRLJob to change it (KubeRay would
+    not carry a change to the RayCluster that runs)."""
 
     priority_class_name: Optional[str] = Field(None, max_length=253, pattern=K8S_NAME, description="PriorityClass of the Ray pods.")
     queue_name: Optional[str] = Field(
@@ -613,7 +629,10 @@ class HealthSpec(ApiModel):
 # ---------------------------------------------------------------------------------------- spec
 
 
-IMMUTABLE_FIELDS = ["model", "hardware", "lora", "rollout", "eval", "optimizer", "algorithm", "sglang", "checkpoint", "dataPrep", "tracking"]
+# scheduling is immutable too: its values live in the Ray pod templates and the RayJob's Kueue
+# label, and KubeRay does not carry a template change to a RayCluster that exists, so an edit
+# would be silently ignored until some later attempt; refusing it says so at once.
+IMMUTABLE_FIELDS = ["model", "hardware", "lora", "rollout", "eval", "optimizer", "algorithm", "sglang", "checkpoint", "dataPrep", "tracking", "scheduling"]
 
 
 def _immutable_rules() -> list[dict]:
@@ -677,6 +696,10 @@ SPEC_RULES = [
 # that name a JSONL key (--metadata-key, ...) are data, not credentials.
 CREDENTIAL_FLAG = r"(?i)^--?([a-z0-9]+[-_.])*(key|keys|token|secret|secrets|password|passwd|pwd|credential|credentials|apikey|auth)([-_.][a-z0-9]+)*(=.*)?$"
 DATA_KEY_FLAG = r"^--(input|label|metadata|tool|multimodal|system-prompt|reward)-key(=.*)?$"
+# A token pasted as a value (after any flag, or after "="): the documented prefixes of Hugging
+# Face (hf_), GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), OpenAI-style (sk-), Slack (xox?-)
+# tokens and AWS access key ids (AKIA). A heuristic on top of the flag rule, for the free-form list.
+TOKEN_VALUE = r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})$"
 
 # Model parallelism given in extraArgs as "--<flag>", "<n>": the data-parallel size is
 # GPUs / (tensor x pipeline x context), and Megatron refuses a globalBatchSize it cannot split.
@@ -700,6 +723,11 @@ EXTRA_ARGS_RULES = [
         f"self.all(a, !a.matches('{CREDENTIAL_FLAG}') || a.matches('{DATA_KEY_FLAG}'))",
         "a credential-like flag (key, token, secret, password) would put a secret on the command line; "
         "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef",
+    ),
+    cel(
+        f"self.all(a, !a.matches('{TOKEN_VALUE}'))",
+        "an item looks like an access token (hf_, ghp_, sk-, xox-, AKIA...): a secret on the command line is "
+        "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
     ),
     *[
         cel(

@@ -6,11 +6,13 @@ optimizer, grpo, wandb, sglang, misc, then the user's extra args.
 
 Why every token must be shell-inert: KubeRay (K8sJobMode) pastes ``spec.entrypoint`` verbatim
 into a ``/bin/bash -c`` command line of the submitter; ``ray job submit`` re-joins the parsed
-words with ``subprocess.list2cmdline`` (Windows rules: it quotes only words with blanks) and the
-head runs that string through a shell again. A word made only of ``SHELL_SAFE`` characters is
-the same after all three steps; any other word could be split, expanded or executed. So the
-API restricts every string that reaches the command to that alphabet, and ``entrypoint``
-re-checks each word (defence in depth) instead of trying to out-quote three parsers.
+words with ``subprocess.list2cmdline`` (Windows rules: it quotes only words with blanks; Ray
+after ray-project/ray#63797 uses ``shlex.join``) and the head runs that string with
+``/bin/sh -c`` again. A word made only of ``SHELL_SAFE`` characters is the same after all three
+steps; any other word could be split, expanded or executed. So the API restricts every string
+that reaches the command to that alphabet, and ``entrypoint`` re-checks each word (defence in
+depth) instead of trying to out-quote three parsers. tests/api/quoting_chain.py runs the real
+chain (bash, both Ray joiners, dash and bash on the head) to prove it.
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ from __future__ import annotations
 import math
 import posixpath
 import re
-import shlex
-import subprocess
 import urllib.parse
 
-from .api import CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, DatasetRef, EvalDataset, LoraRLJob
+from .api import (CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, TOKEN_VALUE, DatasetRef,
+                  EvalDataset, LoraRLJob)
 from .profiles import MODEL_PRESETS, PROFILES, HardwareProfile, ModelShape
 
 MILES_ROOT = "/root/miles"
@@ -322,6 +323,9 @@ def refuse_credentials(extra_args: list[str]) -> list[str]:
         if re.search(CREDENTIAL_FLAG, word) and not re.search(DATA_KEY_FLAG, word):
             raise ValueError(f"spec.extraArgs[{i}]: {word.split('=', 1)[0]!r} looks like a credential flag; "
                              "pass credentials through spec.tracking / spec.dataPrep Secret references")
+        if re.search(TOKEN_VALUE, word):  # never echo the value: it may be a live token
+            raise ValueError(f"spec.extraArgs[{i}] looks like an access token; "
+                             "pass credentials through spec.tracking / spec.dataPrep Secret references")
     return extra_args
 
 
@@ -376,8 +380,3 @@ def entrypoint(job: LoraRLJob) -> str:
     check_tokens(argv)
     return " ".join(argv)
 
-
-def argv_as_run_on_head(entrypoint_text: str) -> list[str]:
-    """What the head executes for ``entrypoint_text``: submitter bash -> ``ray job submit``'s
-    list2cmdline -> the head's shell. Used by tests to prove the command keeps its meaning."""
-    return shlex.split(subprocess.list2cmdline(shlex.split(entrypoint_text)))

@@ -381,7 +381,9 @@ def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
 
 def runtime_env_yaml(job: LoraRLJob) -> str:
     """The launcher's runtime env. MASTER_ADDR/no_proxy come from the pod env (the pod IP is not
-    known at render time); Ray expands ${PYTHONPATH} on each node."""
+    known at render time). ${PYTHONPATH} is expanded by KubeRay's submitter bash (it quotes the
+    JSON with Go's strconv.Quote), to the submitter's value: the head's image, so the image's
+    PYTHONPATH (tests/api/test_quoting_chain.py)."""
     env = {
         "PYTHONUNBUFFERED": "1",
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",

@@ -219,7 +219,67 @@ def _cel_index_of(items: Any, wanted: Any) -> celpy.celtypes.IntType:
     return celpy.celtypes.IntType(-1)
 
 
-CEL_FUNCTIONS = {"matches": _cel_matches, "indexOf": _cel_index_of}
+# ------------------------------------------------------------------ Kubernetes resource quantities
+# The grammar of k8s.io/apimachinery/pkg/api/resource/quantity.go (v0.37.2): parseQuantityString
+# (lines 161-276: optional sign, digits, optional "." and digits, then a suffix made of
+# "eEinumkKMGTP" optionally followed by a signed integer) and ParseQuantity (278-): the suffix
+# must be a decimal SI one (n u m "" k M G T P E), a binary SI one (Ki .. Ei, suffix.go:113-132)
+# or e/E and an integer exponent (suffix.go:189-195). Only the sign of the value matters here:
+# a non-zero value is never rounded to zero (ParseQuantity rounds up to 1n).
+_QUANTITY_SUFFIXES = {"", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}
+_QUANTITY_SHAPE = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*(?:[-+]?[0-9]*))")
+
+
+class Quantity:
+    """A parsed quantity: its sign, which is all the CRD's rules compare (with zero)."""
+
+    def __init__(self, sign: int):
+        self.sign = sign
+
+
+def parse_quantity(text: str) -> Quantity | None:
+    """resource.ParseQuantity's verdict on ``text``: a Quantity, or None where it returns an error."""
+    if not text:
+        return None
+    match = _QUANTITY_SHAPE.fullmatch(text)
+    if match is None:
+        return None
+    sign, num, denom, suffix = match.groups()
+    if suffix and suffix[-1] in "+-":  # a sign with no exponent digits after it
+        return None
+    if suffix not in _QUANTITY_SUFFIXES:
+        if len(suffix) < 2 or suffix[0] not in "eE" or not re.fullmatch(r"[-+]?[0-9]+", suffix[1:]):
+            return None
+        if not -(2**63) <= int(suffix[1:]) < 2**63:  # strconv.ParseInt(.., 64)
+            return None
+    nonzero = any(c != "0" for c in (num or "") + (denom or ""))
+    return Quantity(0 if not nonzero else (-1 if sign == "-" else 1))
+
+
+def _cel_is_quantity(text: Any) -> celpy.celtypes.BoolType:
+    """``isQuantity(<string>)`` of the Kubernetes CEL quantity library."""
+    return celpy.celtypes.BoolType(isinstance(text, str) and parse_quantity(str(text)) is not None)
+
+
+def _cel_quantity(text: Any) -> Quantity:
+    """``quantity(<string>)``: an error (the rule fails) when the string is not a quantity."""
+    parsed = parse_quantity(str(text))
+    if parsed is None:
+        raise ValueError(f"not a quantity: {text!r}")
+    return parsed
+
+
+def _cel_is_greater_than(value: Quantity, other: Quantity) -> celpy.celtypes.BoolType:
+    """``<Quantity>.isGreaterThan(<Quantity>)``, for a comparison with zero (what the rules do)."""
+    if other.sign != 0:
+        raise ValueError("lorarl validate compares quantities with zero only")
+    return celpy.celtypes.BoolType(value.sign > 0)
+
+
+CEL_FUNCTIONS = {
+    "matches": _cel_matches, "indexOf": _cel_index_of,
+    "isQuantity": _cel_is_quantity, "quantity": _cel_quantity, "isGreaterThan": _cel_is_greater_than,
+}
 
 
 @functools.cache
@@ -266,6 +326,21 @@ def cel_problems(job: api.LoraRLJob) -> list[Problem]:
     return problems
 
 
+def name_problems(metadata: dict[str, Any]) -> list[Problem]:
+    """The CRD's rules on metadata.name, with the API server's messages (checked before the typed
+    model, whose own name check would word them differently)."""
+    problems: list[Problem] = []
+    if not isinstance(metadata.get("name", ""), str):
+        return problems  # the typed model names the wrong type
+    for rule in _crd_schema().get("x-kubernetes-validations", []):
+        if "self.metadata" not in rule["rule"] or "self.spec" in rule["rule"]:
+            continue
+        result = _program(rule["rule"]).evaluate({"self": celpy.json_to_cel({"metadata": {"name": metadata.get("name", "")}})})
+        if isinstance(result, Exception) or not bool(result):
+            problems.append(Problem("metadata.name", rule["message"]))
+    return problems
+
+
 # -------------------------------------------------------------------------------------- command
 
 
@@ -290,7 +365,7 @@ def validate(obj: Any) -> tuple[api.LoraRLJob | None, list[Problem]]:
         return None, [Problem("metadata", "must be of type object")]
     obj = drop_nulls(obj)
     obj["metadata"].setdefault("name", "")
-    problems = structure_problems(obj)
+    problems = structure_problems(obj) or name_problems(obj["metadata"])
     if problems:
         return None, problems
     job, problems = schema_problems(obj)

@@ -60,6 +60,8 @@ def test_defaults_are_the_recipe(control_plane, namespace, kube_api):
     ('{"spec":{"model":{"name":"Qwen/Qwen3-8B"}}}', "spec.model"),
     ('{"spec":{"hardware":{"nodes":2}}}', "spec.hardware"),
     ('{"spec":{"extraArgs":["--foo"]}}', "spec.extraArgs"),
+    ('{"spec":{"scheduling":{"priorityClassName":"high"}}}', "spec.scheduling"),
+    ('{"spec":{"scheduling":{"queueName":"other"}}}', "spec.scheduling"),
 ])
 def test_training_fields_are_immutable(control_plane, namespace, patch, field):
     assert kubectl_apply(control_plane, namespace, seed_doc()).returncode == 0

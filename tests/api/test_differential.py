@@ -66,6 +66,11 @@ EDITS = [
     (("dataPrep", "image"), "busybox\n"), (("dataPrep", "endpoint"), "ftp://x"),
     (("checkpoint", "storage"), {"existingClaim": "a.b"}), (("checkpoint", "storage"), {"storageClassName": "Fast"}), (("checkpoint", "storage"), {"storageClassName": ""}),
     (("checkpoint", "storage"), {"size": "1e3"}), (("checkpoint", "storage"), {"existingClaim": "c", "size": "1Gi"}),
+    # quantities, judged by the API server's own parser (CEL isQuantity/quantity) and lorarl validate's copy of it
+    *[(("hardware", "cpu"), q) for q in ("+1", ".5", "1.", ".", "+", "-", "Mi", "1e3", "1E-3", "1e", "1e+", "5E", "5E2", "0", "0.0",
+                                          "-1", "1K", "1Ki2", "0.1mi", "1 Gi", " 1", "1m3", "1.G", "1i", "-3.01e-", "1+1.0M",
+                                          "9223372036854775808e1", "1e9223372036854775808", "12345678901234567890", "1n", "0.000000001")],
+    (("hardware", "memory"), "1e-30"), (("hardware", "shmSize"), "0"), (("checkpoint", "storage"), {"size": "+2Ti"}),
     (("suspend",), "yes"), (("health", "minEvalScore"), 2), (("sglang", "gpusPerEngine"), 16),
 ]
 
@@ -104,6 +109,27 @@ def test_every_edit_of_the_seed_agrees(kube_api, namespace, edit):
     from tests.helpers import seed_doc
 
     doc = apply_edit(seed_doc(), edit)
+    _, problems = validate(copy.deepcopy(doc))
+    answer = dry_run_create(kube_api, namespace, doc)
+    assert answer.accepted == (not problems), (problems, answer.message)
+    if problems:
+        assert any(related(p.field, f) for p in problems for f in answer.fields) or any(
+            p.field in answer.message for p in problems), (problems, answer)
+
+
+def _corpus():
+    from tests.api.test_hostile import CASES, update_of
+
+    return [p for p in CASES if update_of(p) is None]
+
+
+@pytest.mark.parametrize("path", _corpus(), ids=[p.stem for p in _corpus()])
+def test_validate_and_the_api_server_agree_on_the_hostile_corpus(kube_api, namespace, path):
+    """The hostile corpus (tests/api/hostile), judged by both without its expectations: the same
+    verdict, and a refusal names a related field on both sides."""
+    from tests.api.test_hostile import load_case
+
+    doc, _ = load_case(path)
     _, problems = validate(copy.deepcopy(doc))
     answer = dry_run_create(kube_api, namespace, doc)
     assert answer.accepted == (not problems), (problems, answer.message)

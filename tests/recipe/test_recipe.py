@@ -134,8 +134,11 @@ def test_eval_off_drops_block_and_download():
 
 
 def test_entrypoint_runs_train_py_under_the_reporter():
+    from tests.api.quoting_chain import Chain
+
     job = job_from(seed_doc())
-    argv = command.argv_as_run_on_head(command.entrypoint(job))
+    with Chain() as chain:  # KubeRay's submitter bash, Ray's joiner, the head's /bin/sh (real)
+        argv = ["python3", *chain.run(command.entrypoint(job)).argv]
     split = argv.index("--")
     assert argv[:2] == ["python3", command.REPORTER_PATH]
     assert argv[split + 1 : split + 3] == ["python3", "/root/miles/train.py"]

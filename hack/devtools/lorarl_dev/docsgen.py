@@ -44,8 +44,7 @@ def _type_name(annotation: Any, metadata: list[Any] = (), section: str | None = 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return f"[object]({_anchor(section)})" if section else "object"
     if annotation is str:
-        patterns = {getattr(m, "pattern", None) for m in metadata}
-        return "string (quantity)" if api.QUANTITY in patterns else "string"
+        return "string"
     names = {int: "integer", float: "number", bool: "boolean"}
     if annotation in names:
         return names[annotation]
@@ -80,6 +79,8 @@ def _section(model: type[BaseModel], path: str, out: list[str], seen: set[str]) 
         desc = " ".join((field.description or "").split()).replace("|", "\\|")
         sub = model_in(field.annotation)
         type_name = _type_name(field.annotation, field.metadata, f"{path}.{alias}" if sub is not None else None)
+        if field.json_schema_extra is api.QUANTITY_SCHEMA:  # checked by the API server's quantity parser
+            type_name += " (quantity)"
         if extra.get("format") == "date-time":
             type_name += " (date-time)"
         out.append(f"| `{alias}` | {type_name} | {_default(field)} | {desc} | {f'`{flag}`' if flag else ''} |")
