@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import datetime
 import json
 import os
 import pathlib
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -40,7 +42,7 @@ from lorarl_dev.kuberay import kuberay_crd_path
 from . import report
 from .kclient import Client, KubeError, path
 from .measure import AuditTail, ProcMeter, by_verb, percentile
-from .systems import Ceiling, KubeRay, Ours, System, identity
+from .systems import Ceiling, KubeRay, Ours, System, identity, stop_all
 from .workload import (JOB, RAYCLUSTER, RAYJOB, Tracker, finished_job, handled_annotations, job_status_mark, kuberay_status_mark,
                        kuberay_statuses, lorarl_job, owned_rayjob_mark, raycluster_mark, rayjob_for_kuberay, stored)
 
@@ -449,6 +451,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     log(f"plan: {plan}; logs in {workdir}")
     results: dict[str, Any] = {}
     t0 = time.monotonic()
+    # no process of ours outlives the bench: the systems stop at exit, and SIGTERM/SIGHUP exit
+    # (the control plane's own exit hook then stops it)
+    atexit.register(stop_all)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
     if "kuberay" in plan.systems:
         ensure_binaries(("kuberay-operator",))  # built by hack/controlplane/build.sh on first use
     with ControlPlane() as cp:

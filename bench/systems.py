@@ -27,6 +27,13 @@ from .measure import ProcMeter
 
 IDENTITY_NAMESPACE = "bench-system"
 REPO = pathlib.Path(__file__).resolve().parents[1]
+_running: set["System"] = set()
+
+
+def stop_all() -> None:
+    """Stop every system still running (at exit, also after a signal)."""
+    for system in list(_running):
+        system.stop()
 
 
 def free_port() -> int:
@@ -80,6 +87,7 @@ class System:
         self.proc = subprocess.Popen(self.command(namespace), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=env, start_new_session=True, cwd=REPO)
         log.close()
+        _running.add(self)
         self.meter = ProcMeter(self.proc.pid)
         deadline = time.monotonic() + timeout
         while not self.ready():
@@ -115,6 +123,7 @@ class System:
             except subprocess.TimeoutExpired:
                 continue
         self.proc = None
+        _running.discard(self)
 
 
 class Ours(System):
