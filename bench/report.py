@@ -135,6 +135,8 @@ def markdown(r: dict[str, Any], png: Optional[str]) -> str:
         "  concurrency 1, QPS 100, burst 200), reconciling the same RayJobs (our rendered RayJob, no owner) into RayClusters;",
         "  a job counts as reconciled when its RayCluster exists and KubeRay's status names it (pods stay Pending: no nodes).",
         "",
+        "Each phase's namespace is left in place afterwards (each system watches only its own; `--cleanup` deletes them).",
+        "",
         "A LoraRLJob counts as reconciled when its RayJob exists and its status has `observedGeneration` (first time each is",
         "seen in the bench's watches). Burst: the bench creates N jobs at once (32 requests in flight) and the clock starts at",
         "its first request. Steady: one job every 1/rate s; latency = the RayJob (KubeRay: the RayCluster) appearing in the watch",

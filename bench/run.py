@@ -64,6 +64,7 @@ class Plan:
     phases: tuple[str, ...] = ("burst", "steady", "idle", "history")
     ceiling_concurrency: int = 32
     create_concurrency: int = 32
+    cleanup: bool = False
 
 
 QUICK = Plan(sizes=[20, 100], steady_rate=10, steady_seconds=15, idle_seconds=30, history_jobs=200,
@@ -116,6 +117,13 @@ class Bench:
                 raise
             await asyncio.sleep(1)
         raise TimeoutError(f"namespace {name} still terminating after {timeout:.0f}s")
+
+    async def cleanup(self, client: Client, ns: str) -> None:
+        """With --cleanup, delete a phase's namespace before the next phase (minutes for
+        thousands of jobs). By default it stays: every system watches only its own namespace,
+        and the control plane goes at the end."""
+        if self.plan.cleanup:
+            await self.delete_namespace(client, ns)
 
     # -- helpers -----------------------------------------------------------------------------
     def objects(self, system: str, namespace: str, n: int, start: int = 0) -> list[dict[str, Any]]:
@@ -213,7 +221,7 @@ class Bench:
             for t in tasks:
                 t.cancel()
             try:  # before the system stops: KubeRay's finalizers on RayJobs need KubeRay to go
-                await self.delete_namespace(client, ns)
+                await self.cleanup(client, ns)
             finally:
                 await asyncio.to_thread(sysm.stop)
 
@@ -286,7 +294,7 @@ class Bench:
             for t in tasks:
                 t.cancel()
             try:  # before the system stops: KubeRay's finalizers on RayJobs need KubeRay to go
-                await self.delete_namespace(client, ns)
+                await self.cleanup(client, ns)
             finally:
                 await asyncio.to_thread(sysm.stop)
 
@@ -333,7 +341,7 @@ class Bench:
             return window
         finally:
             try:
-                await self.delete_namespace(client, ns)
+                await self.cleanup(client, ns)
             finally:
                 if sysm is not None:
                     await asyncio.to_thread(sysm.stop)
@@ -418,6 +426,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--ceiling-concurrency", type=int)
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs", help="where benchmarks.md/.png/.json go")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--cleanup", action="store_true", help="delete each phase's namespace before the next (slower)")
     parser.add_argument("--from-json", type=pathlib.Path, help="only write the page and plot from a results file")
     args = parser.parse_args(argv)
     if args.from_json:
@@ -438,6 +447,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.jobs:
         plan.sizes = args.jobs
         plan.settled_jobs = args.jobs[-2] if len(args.jobs) > 1 else args.jobs[0]
+    plan.cleanup = args.cleanup
     for name in ("systems", "phases", "steady_seconds", "settled_jobs", "history_jobs", "ceiling_concurrency"):
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
