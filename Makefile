@@ -53,7 +53,8 @@ demo-down: setup
 	$(BIN)/lorarl-dev demo down
 
 # The benchmark: ours, the ceiling and KubeRay's operator on the embedded control plane; writes
-# docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks.json (under 20 min on 2 quiet cores).
+# docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks.json (sized for < 20 min on 2 quiet cores;
+# not yet timed end to end on one).
 bench: controlplane
 	$(BIN)/python -m bench --full
 

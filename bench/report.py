@@ -152,7 +152,7 @@ def markdown(r: dict[str, Any], png: Optional[str]) -> str:
         "## How to run",
         "",
         "```sh",
-        "make bench                          # = .venv/bin/python -m bench --full (under 20 min on 2 quiet cores)",
+        "make bench                          # = .venv/bin/python -m bench --full (planned for < 20 min on 2 quiet cores)",
         ".venv/bin/python -m bench --quick   # small N, short windows: a smoke run",
         ".venv/bin/python -m bench --jobs 100,500 --systems ours,ceiling --phases burst,idle --out /tmp/b",
         "```",
@@ -238,6 +238,7 @@ def plot(r: dict[str, Any], path: pathlib.Path) -> Optional[pathlib.Path]:
     ax.set_xscale("log")
     ax.set_xlabel("jobs created at once (N)")
     ax.set_ylabel("jobs reconciled per second")
+    ax.set_ylim(bottom=0)
     ax.set_title("Burst throughput")
     ax.legend()
     ax.grid(alpha=0.3)
