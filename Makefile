@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 LOWEST       := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed
 
-.PHONY: setup controlplane test test-lowest test-fast demo demo-down generate clean
+.PHONY: setup controlplane test test-lowest test-fast demo demo-down generate bench clean
 
 $(STAMP): pyproject.toml hack/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ demo: controlplane
 
 demo-down: setup
 	$(BIN)/lorarl-dev demo down
+
+# The benchmark: ours, the ceiling and KubeRay's operator on the embedded control plane; writes
+# docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks.json (sized for < 20 min on 2 quiet cores;
+# not yet timed end to end on one).
+bench: controlplane
+	$(BIN)/python -m bench --full
 
 # Regenerate what is generated from the API model (tests fail when these drift).
 generate: setup

@@ -1,0 +1,1 @@
+"""The lorarl benchmark (see bench/run.py and docs/benchmarks.md)."""

@@ -1,0 +1,503 @@
+"""The benchmark: ours, the ceiling and KubeRay's operator on one embedded control plane.
+
+    .venv/bin/python -m bench --quick     # a smoke run (small N, short windows), a few minutes
+    .venv/bin/python -m bench --full      # the figures in docs/benchmarks.md (make bench)
+
+Phases (each system in a fresh namespace, its process started for the phase and measured from
+/proc; its API requests read from the audit log by its own ServiceAccount):
+
+1. burst: N objects created at once; seconds until every job is reconciled (ours and the
+   ceiling: its RayJob exists and its status has observedGeneration; KubeRay: the RayJob has a
+   RayCluster and KubeRay's status names it);
+2. steady: jobs created at a fixed rate; apply-to-RayJob latency (KubeRay: RayJob-to-RayCluster);
+3. idle: ours with the largest-but-one burst's jobs settled (half Succeeded, half Running) for a
+   window: CPU and requests per minute;
+4. history: ours idle over an empty namespace, then over many finished jobs.
+
+Not a test: nothing here asserts a duration; it prints each target as met or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import datetime
+import json
+import os
+import pathlib
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from lorarl_dev.controlplane import ControlPlane, ensure_binaries
+from lorarl_dev.kuberay import kuberay_crd_path
+
+from . import report
+from .kclient import Client, KubeError, path
+from .measure import AuditTail, ProcMeter, by_verb, percentile
+from .systems import Ceiling, KubeRay, Ours, System, identity, stop_all
+from .workload import (JOB, RAYCLUSTER, RAYJOB, Tracker, finished_job, handled_annotations, job_status_mark, kuberay_status_mark,
+                       kuberay_statuses, lorarl_job, owned_rayjob_mark, raycluster_mark, rayjob_for_kuberay, stored)
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SYSTEMS = ("ours", "ceiling", "kuberay")
+CHILDREN = ("serviceaccounts", "roles", "rolebindings", "configmaps", "persistentvolumeclaims", "rayjobs")
+
+
+@dataclass
+class Plan:
+    sizes: list[int]
+    steady_rate: float
+    steady_seconds: float
+    idle_seconds: float
+    history_jobs: int
+    history_idle_seconds: float
+    settled_jobs: int
+    systems: tuple[str, ...] = SYSTEMS
+    phases: tuple[str, ...] = ("burst", "steady", "idle", "history")
+    ceiling_concurrency: int = 32
+    create_concurrency: int = 32
+    cleanup: bool = False
+
+
+QUICK = Plan(sizes=[20, 100], steady_rate=10, steady_seconds=15, idle_seconds=30, history_jobs=200,
+             history_idle_seconds=30, settled_jobs=100)
+FULL = Plan(sizes=[100, 1000], steady_rate=10, steady_seconds=60, idle_seconds=120, history_jobs=10000,
+            history_idle_seconds=90, settled_jobs=1000)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Bench:
+    def __init__(self, cp: ControlPlane, plan: Plan, workdir: pathlib.Path):
+        self.cp, self.plan, self.workdir = cp, plan, workdir
+        self.audit = AuditTail(str(cp.audit_log_path), ":bench-system:")
+        self.apiserver = ProcMeter(cp.pids["kube-apiserver"])
+        self.etcd = ProcMeter(cp.pids["etcd"])
+        self.ids = {name: identity(cp, name) for name in plan.systems}
+        self.results: dict[str, Any] = {"burst": {}, "steady": {}, "idle": None, "history": {}, "errors": []}
+
+    def system(self, name: str) -> System:
+        user, kubeconfig = self.ids[name]
+        if name == "ours":
+            return Ours(self.cp, kubeconfig, user, self.workdir)
+        if name == "ceiling":
+            return Ceiling(self.cp, kubeconfig, user, self.workdir, concurrency=self.plan.ceiling_concurrency)
+        return KubeRay(self.cp, kubeconfig, user, self.workdir)
+
+    # -- namespaces --------------------------------------------------------------------------
+    async def new_namespace(self, client: Client, name: str) -> None:
+        await client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    async def delete_namespace(self, client: Client, name: str, timeout: float = 300) -> None:
+        """Delete and wait until it is gone, so that its garbage collection does not run into
+        the next phase."""
+        try:
+            await client.request("DELETE", f"/api/v1/namespaces/{name}")
+        except KubeError as err:
+            if err.status == 404:
+                return
+            raise
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                await client.request("GET", f"/api/v1/namespaces/{name}")
+            except KubeError as err:
+                if err.status == 404:
+                    return
+                raise
+            await asyncio.sleep(1)
+        raise TimeoutError(f"namespace {name} still terminating after {timeout:.0f}s")
+
+    async def cleanup(self, client: Client, ns: str) -> None:
+        """With --cleanup, delete a phase's namespace before the next phase (minutes for
+        thousands of jobs). By default it stays: every system watches only its own namespace,
+        and the control plane goes at the end."""
+        if self.plan.cleanup:
+            await self.delete_namespace(client, ns)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def objects(self, system: str, namespace: str, n: int, start: int = 0) -> list[dict[str, Any]]:
+        if system == "kuberay":
+            return [rayjob_for_kuberay(namespace, i) for i in range(start, start + n)]
+        return [lorarl_job(namespace, i) for i in range(start, start + n)]
+
+    async def watches(self, client: Client, system: str, namespace: str, tracker: Tracker) -> list[asyncio.Task]:
+        if system == "kuberay":
+            kinds = [(RAYJOB, kuberay_status_mark), (RAYCLUSTER, raycluster_mark)]
+        else:
+            kinds = [(JOB, job_status_mark), (RAYJOB, owned_rayjob_mark)]
+        tasks = []
+        for kind, mark in kinds:
+            rv = (await client.list(*kind, namespace))["metadata"]["resourceVersion"]
+            tasks.append(asyncio.create_task(tracker.follow(client, kind, namespace, rv, mark)))
+        return tasks
+
+    async def create_all(self, client: Client, objs: list[dict[str, Any]], sent: Optional[dict[str, float]] = None) -> None:
+        gate = asyncio.Semaphore(self.plan.create_concurrency)
+
+        async def one(obj: dict[str, Any]) -> None:
+            async with gate:
+                if sent is not None:
+                    sent[obj["metadata"]["name"]] = time.monotonic()
+                await client.create(obj)
+
+        await asyncio.gather(*(one(o) for o in objs))
+
+    async def quiet(self, user: str, seconds: float = 5, timeout: float = 120) -> None:
+        """Wait until ``user`` made no write for ``seconds`` (after having done its work)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.audit.poll()
+            last = self.audit.last_write_at.get(user, 0)
+            if time.monotonic() - last >= seconds:
+                return
+            await asyncio.sleep(0.5)
+        log(f"{user} still writing after {timeout:.0f}s; measuring anyway")
+
+    def usage(self, sysm: System, start: dict[str, float], audit_from: int, n: int) -> dict[str, Any]:
+        """CPU, memory and requests of the phase that started at ``start``/``audit_from``."""
+        end = self.audit.poll()
+        reqs = self.audit.between(audit_from, end, sysm.user)
+        verbs = by_verb(reqs)
+        writes = [r for r in reqs if r.write]
+        return {
+            "cpu_s": sysm.meter.cpu_seconds() - start["cpu"],
+            "peak_rss_mib": sysm.meter.peak_rss_mib(),
+            "apiserver_cpu_s": self.apiserver.cpu_seconds() - start["apiserver"],
+            "etcd_cpu_s": self.etcd.cpu_seconds() - start["etcd"],
+            "requests": len(reqs),
+            "writes": len(writes),
+            "by_verb": verbs,
+            "per_job": {k: v / n for k, v in verbs.items()} if n else {},
+            "errors": sum(1 for r in reqs if r.code >= 400),
+        }
+
+    def counters(self, sysm: System) -> dict[str, float]:
+        return {"cpu": sysm.meter.cpu_seconds(), "apiserver": self.apiserver.cpu_seconds(), "etcd": self.etcd.cpu_seconds()}
+
+    # -- phases ------------------------------------------------------------------------------
+    async def burst(self, client: Client, system: str, n: int) -> dict[str, Any]:
+        ns = f"burst-{system}-{n}"
+        await self.new_namespace(client, ns)
+        sysm = await asyncio.to_thread(self.system(system).start, ns)
+        tasks: list[asyncio.Task] = []
+        try:
+            tracker = Tracker(("status", "child"))
+            tasks = await self.watches(client, system, ns, tracker)
+            objs = await asyncio.to_thread(self.objects, system, ns, n)
+            start, audit_from = self.counters(sysm), self.audit.poll()
+            t0 = time.monotonic()
+            await self.create_all(client, objs)
+            created = time.monotonic() - t0
+            timeout = 60 + n * 1.0
+            await tracker.wait(lambda: tracker.done_count >= n or not sysm.alive(), timeout,
+                               lambda: f"{system}: {tracker.done_count}/{n} jobs reconciled")
+            if not sysm.alive():
+                raise RuntimeError(f"{system} exited during the burst:\n{sysm.log_tail()}")
+            done = [tracker.done_at(obj["metadata"]["name"]) - t0 for obj in objs]
+            seconds = max(done)
+            await self.quiet(sysm.user)
+            out = {"jobs": n, "seconds": seconds, "jobs_per_s": n / seconds, "create_seconds": created,
+                   "median_job_s": percentile(done, 50), **self.usage(sysm, start, audit_from, n)}
+            out["child_writes_per_job"] = {r: out["by_verb"].get(f"patch {r}", 0) / n for r in CHILDREN} if system != "kuberay" else {}
+            out["status_writes_per_job"] = out["by_verb"].get("patch lorarljobs/status", 0) / n if system != "kuberay" else \
+                (out["by_verb"].get("update rayjobs/status", 0) + out["by_verb"].get("patch rayjobs/status", 0)) / n
+            log(f"burst {system} N={n}: {seconds:.1f}s ({n / seconds:.1f} jobs/s), cpu {out['cpu_s']:.1f}s, "
+                f"peak RSS {out['peak_rss_mib']:.0f} MiB, {out['requests'] / n:.1f} requests/job, {out['writes'] / n:.1f} writes/job")
+            if system == "ours" and n == self.plan.settled_jobs and "idle" in self.plan.phases:
+                self.results["idle"] = await self.settle_and_idle(client, sysm, tracker, ns, n)
+            return out
+        finally:
+            for t in tasks:
+                t.cancel()
+            try:  # before the system stops: KubeRay's finalizers on RayJobs need KubeRay to go
+                await self.cleanup(client, ns)
+            finally:
+                await asyncio.to_thread(sysm.stop)
+
+    async def settle_and_idle(self, client: Client, sysm: System, tracker: Tracker, ns: str, n: int) -> dict[str, Any]:
+        """KubeRay (the stand-in) moves half the RayJobs to Succeeded and half to Running; once
+        the operator shows those phases and stops writing, measure a window of idleness."""
+        gate = asyncio.Semaphore(self.plan.create_concurrency)
+        expected = {}
+
+        async def settle(i: int) -> None:
+            rayjob = rayjob_for_kuberay(ns, i)
+            final = kuberay_statuses(rayjob, finished=i % 2 == 0)[-1]
+            expected[rayjob["metadata"]["name"]] = "Succeeded" if i % 2 == 0 else "Running"
+            async with gate:
+                await client.patch_status(*RAYJOB, ns, rayjob["metadata"]["name"], final)
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(settle(i) for i in range(n)))
+        await tracker.wait(lambda: all(tracker.phases.get(k) == v for k, v in expected.items()), 60 + n * 0.5,
+                           lambda: f"ours: {sum(tracker.phases.get(k) == v for k, v in expected.items())}/{n} jobs Running/Succeeded")
+        settle_s = time.monotonic() - t0
+        await self.quiet(sysm.user, seconds=10, timeout=180)
+        window = await self.idle_window(sysm, self.plan.idle_seconds)
+        window.update(jobs=n, settle_seconds=settle_s, peak_rss_mib=sysm.meter.peak_rss_mib())
+        log(f"idle with {n} settled jobs: {window['cpu_pct']:.2f}% of a core, {window['requests_per_min']:.0f} requests/min, "
+            f"{window['writes']} writes")
+        return window
+
+    async def idle_window(self, sysm: System, seconds: float) -> dict[str, Any]:
+        start, audit_from = self.counters(sysm), self.audit.poll()
+        t0 = time.monotonic()
+        await asyncio.sleep(seconds)
+        elapsed = time.monotonic() - t0
+        use = self.usage(sysm, start, audit_from, 0)
+        return {"seconds": elapsed, "cpu_pct": use["cpu_s"] / elapsed * 100, "requests_per_min": use["requests"] / elapsed * 60,
+                "writes": use["writes"], "by_verb_per_min": {k: v / elapsed * 60 for k, v in use["by_verb"].items()},
+                "apiserver_cpu_pct": use["apiserver_cpu_s"] / elapsed * 100, "rss_mib": sysm.meter.rss_mib()}
+
+    async def steady(self, client: Client, system: str) -> dict[str, Any]:
+        rate, seconds = self.plan.steady_rate, self.plan.steady_seconds
+        n = int(rate * seconds)
+        ns = f"steady-{system}"
+        await self.new_namespace(client, ns)
+        sysm = await asyncio.to_thread(self.system(system).start, ns)
+        tasks: list[asyncio.Task] = []
+        try:
+            tracker = Tracker(("child",))
+            tasks = await self.watches(client, system, ns, tracker)
+            objs = await asyncio.to_thread(self.objects, system, ns, n)
+            sent: dict[str, float] = {}
+            start, audit_from = self.counters(sysm), self.audit.poll()
+            t0 = time.monotonic()
+
+            async def one(i: int, obj: dict[str, Any]) -> None:
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+                sent[obj["metadata"]["name"]] = time.monotonic()
+                await client.create(obj)
+
+            await asyncio.gather(*(one(i, o) for i, o in enumerate(objs)))
+            await tracker.wait(lambda: tracker.done_count >= n or not sysm.alive(), 120,
+                               lambda: f"{system}: {tracker.done_count}/{n} jobs reconciled")
+            latencies = [tracker.done_at(name) - at for name, at in sent.items()]
+            use = self.usage(sysm, start, audit_from, n)
+            out = {"rate": rate, "seconds": seconds, "jobs": n, "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
+                   "p99": percentile(latencies, 99), "max": max(latencies), "cpu_s": use["cpu_s"], "peak_rss_mib": use["peak_rss_mib"],
+                   "latencies": sorted(latencies)}
+            log(f"steady {system} {rate:g}/s for {seconds:g}s: p50 {out['p50']:.3f}s p95 {out['p95']:.3f}s p99 {out['p99']:.3f}s")
+            return out
+        finally:
+            for t in tasks:
+                t.cancel()
+            try:  # before the system stops: KubeRay's finalizers on RayJobs need KubeRay to go
+                await self.cleanup(client, ns)
+            finally:
+                await asyncio.to_thread(sysm.stop)
+
+    async def history_point(self, client: Client, n: int) -> dict[str, Any]:
+        """Ours idle over ``n`` finished jobs that it handled in an earlier life (their RayJobs
+        removed, as KubeRay's ttlSecondsAfterFinished does)."""
+        ns = f"history-{n}"
+        await self.new_namespace(client, ns)
+        sysm: Optional[System] = None
+        try:
+            t0 = time.monotonic()
+            if n:
+                first, first_status = finished_job(ns, 0)
+                body = await client.create(first)
+                annotations = handled_annotations(body)
+                await client.request("PATCH", path(*JOB, ns, first["metadata"]["name"]), {"metadata": {"annotations": annotations}},
+                                     "application/merge-patch+json")
+                await client.patch_status(*JOB, ns, first["metadata"]["name"], first_status)
+                gate = asyncio.Semaphore(self.plan.create_concurrency)
+
+                async def one(i: int) -> None:
+                    doc, st = finished_job(ns, i)
+                    doc["metadata"]["annotations"] = annotations
+                    async with gate:
+                        await client.create(doc)
+                        await client.patch_status(*JOB, ns, doc["metadata"]["name"], st)
+
+                await asyncio.gather(*(one(i) for i in range(1, n)))
+            created = time.monotonic() - t0
+            sysm = await asyncio.to_thread(self.system("ours").start, ns)
+            t1 = time.monotonic()
+            ours: Ours = sysm  # type: ignore[assignment]
+            deadline = t1 + 120 + n * 0.2
+            while ours.reconciles() < n:  # every job seen once (the resume handler)
+                if time.monotonic() > deadline or not sysm.alive():
+                    raise TimeoutError(f"ours reconciled {ours.reconciles():.0f} of {n} history jobs in {time.monotonic() - t1:.0f}s")
+                await asyncio.sleep(0.5)
+            startup = time.monotonic() - t1
+            await self.quiet(sysm.user, seconds=5, timeout=120)
+            window = await self.idle_window(sysm, self.plan.history_idle_seconds)
+            window.update(jobs=n, create_seconds=created, startup_seconds=startup, peak_rss_mib=sysm.meter.peak_rss_mib())
+            log(f"history {n} finished jobs: startup {startup:.1f}s, idle {window['cpu_pct']:.2f}% of a core, "
+                f"{window['requests_per_min']:.0f} requests/min, {window['writes']} writes")
+            return window
+        finally:
+            try:
+                await self.cleanup(client, ns)
+            finally:
+                if sysm is not None:
+                    await asyncio.to_thread(sysm.stop)
+
+    # -- the whole run -----------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        plan = self.plan
+        async with Client(str(self.cp.kubeconfig), plan.create_concurrency + 8, user_agent="lorarl-bench-driver") as client:
+            if "burst" in plan.phases:
+                for n in plan.sizes:
+                    for system in plan.systems:
+                        await self.guard(f"burst {system} N={n}", self.results["burst"].setdefault(str(n), {}), system,
+                                         self.burst(client, system, n))
+            if "steady" in plan.phases:
+                for system in plan.systems:
+                    await self.guard(f"steady {system}", self.results["steady"], system, self.steady(client, system))
+            if "idle" in plan.phases and self.results["idle"] is None and "ours" in plan.systems:
+                # no burst of the settled size ran: make one for the idle figure
+                holder: dict[str, Any] = {}
+                await self.guard(f"burst ours N={plan.settled_jobs} (for idle)", holder, "ours", self.burst(client, "ours", plan.settled_jobs))
+            if "history" in plan.phases and "ours" in plan.systems:
+                for n in (0, plan.history_jobs):
+                    await self.guard(f"history {n}", self.results["history"], str(n), self.history_point(client, n))
+        return self.results
+
+    async def guard(self, what: str, into: dict[str, Any], key: str, coro) -> None:
+        """Run a phase; a failure is recorded (and reported) instead of ending the run. The
+        figures so far are saved after each phase (``--from-json`` makes a page of them)."""
+        log(f"{what} ...")
+        try:
+            into[key] = await coro
+        except Exception as err:
+            message = f"{what}: {type(err).__name__}: {err}"
+            log("FAILED " + message)
+            traceback.print_exc(file=sys.stderr)
+            self.results["errors"].append(message)
+        (self.workdir / "partial.json").write_text(json.dumps(self.results, indent=1, sort_keys=True) + "\n")
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = 0
+    try:
+        mem = int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal"))) // 1024 // 1024
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
+            "kernel": platform.release()}
+
+
+def render_cost(n: int = 200) -> dict[str, float]:
+    from lorarl import render
+    from lorarl.validation import parse_stored
+
+    doc = stored(lorarl_job("bench", 0))
+    t = time.perf_counter()
+    for _ in range(n):
+        job, _ = parse_stored(doc)
+    parse_ms = (time.perf_counter() - t) / n * 1000
+    t = time.perf_counter()
+    for _ in range(n):
+        render.render(job)
+    return {"parse_stored_ms": parse_ms, "render_ms": (time.perf_counter() - t) / n * 1000}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="small N and short windows (the default)")
+    mode.add_argument("--full", action="store_true", help="N = 100 and 1000; 60 s steady; 120 s idle; 10,000 finished jobs")
+    parser.add_argument("--jobs", type=lambda s: [int(x) for x in s.split(",")], help="burst sizes, comma-separated")
+    parser.add_argument("--systems", type=lambda s: tuple(s.split(",")), help=f"subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--phases", type=lambda s: tuple(s.split(",")), help="subset of burst,steady,idle,history")
+    parser.add_argument("--steady-seconds", type=float)
+    parser.add_argument("--idle-seconds", type=float, help="idle window (settled jobs and history)")
+    parser.add_argument("--settled-jobs", type=int, help="jobs settled for the idle figure (default: the largest-but-one burst size)")
+    parser.add_argument("--history-jobs", type=int)
+    parser.add_argument("--ceiling-concurrency", type=int)
+    parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs", help="where benchmarks.md/.png/.json go")
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--cleanup", action="store_true", help="delete each phase's namespace before the next (slower)")
+    parser.add_argument("--from-json", type=pathlib.Path, help="only write the page and plot from a results file")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        results = json.loads(args.from_json.read_text())
+        # a partial.json of an unfinished run lacks what the end of a run adds
+        results.setdefault("started", datetime.datetime.fromtimestamp(args.from_json.stat().st_mtime, datetime.timezone.utc).isoformat(timespec="seconds"))
+        results.setdefault("command", "(an unfinished run)")
+        results.setdefault("minutes", float("nan"))
+        results.setdefault("machine", machine())
+        results.setdefault("load_before", os.getloadavg())
+        results.setdefault("load_after", os.getloadavg())
+        results.setdefault("render", render_cost())
+        results.setdefault("plan", asdict(FULL))
+        return write(results, args.out, not args.no_plot)
+
+    plan = FULL if args.full else QUICK
+    plan = Plan(**{**asdict(plan)})
+    if args.jobs:
+        plan.sizes = args.jobs
+        plan.settled_jobs = args.jobs[-2] if len(args.jobs) > 1 else args.jobs[0]
+    plan.cleanup = args.cleanup
+    for name in ("systems", "phases", "steady_seconds", "settled_jobs", "history_jobs", "ceiling_concurrency"):
+        if getattr(args, name) is not None:
+            setattr(plan, name, getattr(args, name))
+    if args.idle_seconds is not None:
+        plan.idle_seconds = plan.history_idle_seconds = args.idle_seconds
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = os.getloadavg()
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="lorarl-bench-"))
+    log(f"plan: {plan}; logs in {workdir}")
+    results: dict[str, Any] = {}
+    t0 = time.monotonic()
+    # no process of ours outlives the bench: the systems stop at exit, and SIGTERM/SIGHUP exit
+    # (the control plane's own exit hook then stops it)
+    atexit.register(stop_all)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
+    if "kuberay" in plan.systems:
+        ensure_binaries(("kuberay-operator",))  # built by hack/controlplane/build.sh on first use
+    with ControlPlane() as cp:
+        cp.install_crds([kuberay_crd_path("RayService")])  # KubeRay's operator will not start without it
+        log(f"control plane up ({cp.version}); audit log {cp.audit_log_path}")
+        bench = Bench(cp, plan, workdir)
+        results = asyncio.run(bench.run())
+        results["audit_log_mib"] = os.path.getsize(cp.audit_log_path) / 2**20
+        results["kubernetes"] = cp.version
+    results.update(
+        plan=asdict(plan), command=command, started=started.isoformat(timespec="seconds"),
+        minutes=(time.monotonic() - t0) / 60, machine=machine(), load_before=load_before, load_after=os.getloadavg(),
+        render=render_cost(),
+    )
+    status = write(results, args.out, not args.no_plot)
+    log(f"done in {results['minutes']:.1f} min; process logs in {workdir}")
+    if not results["errors"]:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return status
+
+
+def write(results: dict[str, Any], out: pathlib.Path, with_plot: bool) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "benchmarks.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    png = report.plot(results, out / "benchmarks.png") if with_plot else None
+    page = out / "benchmarks.md"
+    kept = report.kept_analysis(page.read_text() if page.is_file() else "")
+    page.write_text(report.markdown(results, png.name if png else None) + kept)
+    print(report.targets_text(results))
+    log(f"wrote {out / 'benchmarks.md'}")
+    return 1 if results.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
