@@ -747,6 +747,10 @@ class LoraRLJobSpec(ApiModel):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Priority, Kueue queue, ServiceAccount.")
     health: HealthSpec = Field(default_factory=HealthSpec, description="Training-health thresholds.")
     suspend: bool = Field(False, description="Suspend the run: the RayJob is suspended (its RayCluster deleted) and resumed when set back to false.")
+    ttl_seconds_after_finished: Optional[int] = Field(
+        None, ge=0, le=2147483647,
+        description="Delete this LoraRLJob (and with it its children) this many seconds after it finished (Succeeded or Failed), as a Job's ttlSecondsAfterFinished; unset: kept until deleted.",
+    )
     extra_args: Optional[list[CommandWord]] = Field(
         None,
         max_length=256,

@@ -15,8 +15,8 @@ from lorarl.kube import Api
 class OperatorProcess:
     """`lorarl run` against the test control plane, watching one namespace."""
 
-    def __init__(self, control_plane, namespace: str, tmp_path, kubeconfig=None):
-        self.control_plane, self.namespace, self.kubeconfig = control_plane, namespace, kubeconfig
+    def __init__(self, control_plane, namespace: str, tmp_path, kubeconfig=None, extra=()):
+        self.control_plane, self.namespace, self.kubeconfig, self.extra = control_plane, namespace, kubeconfig, list(extra)
         self.log_path = tmp_path / "operator.log"
         self.proc: subprocess.Popen | None = None
 
@@ -27,7 +27,7 @@ class OperatorProcess:
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lorarl.cli", "run", "-n", self.namespace, "--liveness", "",
-             "--metrics-port", "0", "--resync-seconds", "1", "--log-format", "plain"],
+             "--metrics-port", "0", "--resync-seconds", "1", "--log-format", "plain", *self.extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
         return self
