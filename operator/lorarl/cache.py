@@ -198,5 +198,5 @@ class Caches:
     def __init__(self) -> None:
         self.jobs = Store(trim_job, job_fingerprint)
         self.rayjobs = Store(trim_rayjob, rayjob_fingerprint)
-        self.parsed = Memo()  # (uid, generation) -> (job, unknown fields) or InvalidJob
+        self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~19 KiB each
         self.digests = Memo()  # (uid, generation) -> digest of the rendered children

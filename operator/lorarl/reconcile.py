@@ -117,13 +117,16 @@ def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> Optional[datet
 def next_check(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], new_status: dict[str, Any], now: datetime.datetime) -> Optional[float]:
     """Seconds until a decision changes with time alone (None: only an event can change it):
     the startup deadline of a job not yet running, the TTL of a finished one."""
-    moments = []
-    if new_status.get("phase") in (status.PENDING, status.PREPARING) and status.condition(new_status, "Stalled", "reason") != "StartupTimeout":
-        moments.append(startup_deadline(job, rayjob))
-    moments.append(ttl_expiry(job, new_status))
-    # a moment already past was judged by this reconcile (a queued job past its startup
-    # deadline stays not-stalled until Kueue admits it: an event, not a time, changes that)
-    due = [m for m in moments if m is not None and m > now]
+    due = []
+    deadline = startup_deadline(job, rayjob)
+    # a startup deadline already past was judged by this reconcile (a queued job past it stays
+    # not-stalled until Kueue admits it: an event, not a time, changes that)
+    if (deadline is not None and deadline > now and new_status.get("phase") in (status.PENDING, status.PREPARING)
+            and status.condition(new_status, "Stalled", "reason") != "StartupTimeout"):
+        due.append(deadline)
+    expiry = ttl_expiry(job, new_status)
+    if expiry is not None:  # judged at the start of the next reconcile, even when already past
+        due.append(max(expiry, now))
     if not due:
         return None
     # +1 s: the deadline test is "more than N seconds", at whole-second timestamps

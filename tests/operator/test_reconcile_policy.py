@@ -74,3 +74,11 @@ def test_a_deadline_already_past_schedules_nothing():
     job = job_from(with_spec(runPolicy={"startupTimeoutSeconds": 3600}, scheduling={"queueName": "q"}))
     # created 2 h ago and queued (not stalled while Kueue holds it): no timer in a loop
     assert next_check(job, rj(), {"phase": "Pending", "conditions": []}, NOW) is None
+
+
+def test_a_ttl_already_past_when_the_job_finishes_is_due_at_once():
+    from lorarl.reconcile import next_check
+
+    job = job_from(with_spec(ttlSecondsAfterFinished=0))
+    # the reconcile that writes the finished status: the next one (from the queue) deletes
+    assert next_check(job, None, {"phase": "Failed", "completionTime": "2026-11-30T12:00:00Z"}, NOW) == 1.0
