@@ -60,6 +60,7 @@ def main():
     ap.add_argument("--idle", type=float, default=30)
     ap.add_argument("--pythonpath", default="")
     ap.add_argument("--resync", default="30")
+    ap.add_argument("--workers", default=None, help="the operator's --workers (an operator without the flag: leave unset)")
     args = ap.parse_args()
     with ControlPlane() as cp:
         cp.kubectl("create", "namespace", "bench")
@@ -68,7 +69,8 @@ def main():
         if args.pythonpath:
             env["PYTHONPATH"] = args.pythonpath
         op = subprocess.Popen([sys.executable, "-m", "lorarl.cli", "run", "-n", "bench", "--liveness", "", "--metrics-port", "0",
-                               "--resync-seconds", args.resync, "--log-format", "plain"], stdout=logp, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                               "--resync-seconds", args.resync, "--log-format", "plain",
+                               *(["--workers", args.workers] if args.workers else [])], stdout=logp, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             time.sleep(4)
             doc = yaml.safe_load((REPO / "manifests" / "qwen3-4b-lora-amd.yaml").read_text())

@@ -102,7 +102,7 @@ def crd() -> None:
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
 @click.option("--resync-seconds", default=30.0, show_default=True, type=float,
               help="Period of the resync: every unfinished job is reconciled from the cache (nothing is written unless something changed).")
-@click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 64), help="Reconcile worker threads.")
+@click.option("--workers", default=32, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("--leader-elect", is_flag=True, help="Run only while holding a coordination.k8s.io Lease (for 2+ replicas).")

@@ -13,7 +13,7 @@
   key (the one retry path; no kopf TemporaryError, no kopf "Logging" Events).
 * ``--resync-seconds``: every unfinished cached job is queued again (respecting a backoff); it
   reconciles from the cache and writes nothing when nothing changed. Finished jobs are not resynced.
-* Worker threads (``--workers``, default 8) run the blocking reconcile: see docs/architecture.md
+* Worker threads (``--workers``, default 32) run the blocking reconcile: see docs/architecture.md
   for the measurement behind threads rather than asyncio.
 
 No finalizer: deleting a LoraRLJob never waits for the operator, and owner references let the
@@ -166,7 +166,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if memo.get("metrics_port") and not memo.get("metrics_started"):  # `lorarl run` starts it before the election
         start_http_server(int(memo.metrics_port), addr=memo.get("metrics_addr", "0.0.0.0"))
     memo.workers = [threading.Thread(target=_worker, args=(memo,), name=f"lorarl-worker-{i}", daemon=True)
-                    for i in range(int(memo.get("workers", 8)))]
+                    for i in range(int(memo.get("workers", 32)))]
     for thread in memo.workers:
         thread.start()
     memo.resync_thread = threading.Thread(target=_resync_loop, args=(memo,), name="lorarl-resync", daemon=True)
