@@ -20,7 +20,7 @@ import signal
 import sys
 from typing import Any
 
-from lorarl import health, reconcile, render, status
+from lorarl import health, queueing, reconcile, render, status
 from lorarl.validation import parse_stored
 
 from .kclient import Client
@@ -47,7 +47,7 @@ async def handle(client: Client, body: dict[str, Any]) -> None:
     job, _ = parse_stored(body)
     verdict = health.evaluate(job.spec.health, {})
     children = render.render(job)
-    children[-1]["spec"]["suspend"] = reconcile.desired_suspend(job, None, verdict)
+    children[-1], _ = queueing.rayjob_apply(children[-1], job, None, verdict)
     rayjob = None
     for child in children:  # in order: the RayJob mounts the ConfigMap
         rayjob = await client.apply(child, MANAGER)

@@ -40,10 +40,10 @@ from lorarl_dev.controlplane import ControlPlane, ensure_binaries
 from lorarl_dev.kuberay import kuberay_crd_path
 
 from . import report
-from .kclient import Client, KubeError, path
+from .kclient import Client, KubeError
 from .measure import AuditTail, ProcMeter, by_verb, percentile
 from .systems import Ceiling, KubeRay, Ours, System, identity, stop_all
-from .workload import (JOB, RAYCLUSTER, RAYJOB, Tracker, finished_job, handled_annotations, job_status_mark, kuberay_status_mark,
+from .workload import (JOB, RAYCLUSTER, RAYJOB, Tracker, finished_job, job_status_mark, kuberay_status_mark,
                        kuberay_statuses, lorarl_job, owned_rayjob_mark, raycluster_mark, rayjob_for_kuberay, stored)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -307,22 +307,15 @@ class Bench:
         try:
             t0 = time.monotonic()
             if n:
-                first, first_status = finished_job(ns, 0)
-                body = await client.create(first)
-                annotations = handled_annotations(body)
-                await client.request("PATCH", path(*JOB, ns, first["metadata"]["name"]), {"metadata": {"annotations": annotations}},
-                                     "application/merge-patch+json")
-                await client.patch_status(*JOB, ns, first["metadata"]["name"], first_status)
                 gate = asyncio.Semaphore(self.plan.create_concurrency)
 
                 async def one(i: int) -> None:
                     doc, st = finished_job(ns, i)
-                    doc["metadata"]["annotations"] = annotations
                     async with gate:
                         await client.create(doc)
                         await client.patch_status(*JOB, ns, doc["metadata"]["name"], st)
 
-                await asyncio.gather(*(one(i) for i in range(1, n)))
+                await asyncio.gather(*(one(i) for i in range(n)))
             created = time.monotonic() - t0
             sysm = await asyncio.to_thread(self.system("ours").start, ns)
             t1 = time.monotonic()

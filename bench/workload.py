@@ -5,9 +5,8 @@
   owner reference (its owner does not exist in KubeRay's namespace).
 * Finished jobs: the RayJob statuses that the KubeRay stand-in ``lorarl_dev.kuberay_sim.FakeKubeRay``
   writes for initializing -> submitted -> running (-> succeeded), folded into one status; and
-  LoraRLJobs whose status is what ``lorarl.status.compute`` makes of that sequence, with kopf's
-  last-handled annotation as ``lorarl.diffbase`` stores it (jobs a running operator handled
-  long ago).
+  LoraRLJobs whose status is what ``lorarl.status.compute`` makes of that sequence (jobs a
+  running operator handled long ago: the operator keeps no record on the object itself).
 * ``Tracker``: the first time each job reached each mark, from watches.
 """
 
@@ -19,11 +18,9 @@ import pathlib
 import time
 from typing import Any, Callable, Iterable, Optional
 
-import kopf
 import yaml
 
 from lorarl import health, reconcile, render, status
-from lorarl.diffbase import DigestDiffBaseStorage
 from lorarl.validation import parse_stored
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
@@ -96,14 +93,6 @@ def finished_job(namespace: str, i: int, uid: str = "00000000-0000-0000-0000-000
         new, _ = status.compute(previous, live, facts)
         previous = {**previous, **new}
     return doc, previous
-
-
-def handled_annotations(body: dict[str, Any]) -> dict[str, str]:
-    """kopf's last-handled-configuration annotations for ``body`` as our operator stores them."""
-    storage = DigestDiffBaseStorage(prefix="lorarl.dev", key="last-handled-configuration")
-    patch = kopf.Patch()
-    storage.store(body=kopf.Body(body), patch=patch, essence=storage.build(body=kopf.Body(body)))
-    return dict(patch["metadata"]["annotations"])
 
 
 Mark = Callable[[dict[str, Any]], Iterable[tuple[str, str]]]

@@ -699,7 +699,7 @@ DATA_KEY_FLAG = r"^--(input|label|metadata|tool|multimodal|system-prompt|reward)
 # A token pasted as a value (after any flag, or after "="): the documented prefixes of Hugging
 # Face (hf_), GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), OpenAI-style (sk-), Slack (xox?-)
 # tokens and AWS access key ids (AKIA). A heuristic on top of the flag rule, for the free-form list.
-TOKEN_VALUE = r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})$"
+ACCESS_KEY_SHAPED_VALUE = r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})$"
 
 # Model parallelism given in extraArgs as "--<flag>", "<n>": the data-parallel size is
 # GPUs / (tensor x pipeline x context), and Megatron refuses a globalBatchSize it cannot split.
@@ -725,7 +725,7 @@ EXTRA_ARGS_RULES = [
         "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef",
     ),
     cel(
-        f"self.all(a, !a.matches('{TOKEN_VALUE}'))",
+        f"self.all(a, !a.matches('{ACCESS_KEY_SHAPED_VALUE}'))",
         "an item looks like an access token (hf_, ghp_, sk-, xox-, AKIA...): a secret on the command line is "
         "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
     ),
@@ -779,6 +779,10 @@ class LoraRLJobSpec(ApiModel):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Priority, Kueue queue, ServiceAccount.")
     health: HealthSpec = Field(default_factory=HealthSpec, description="Training-health thresholds.")
     suspend: bool = Field(False, description="Suspend the run: the RayJob is suspended (its RayCluster deleted) and resumed when set back to false.")
+    ttl_seconds_after_finished: Optional[int] = Field(
+        None, ge=0, le=2147483647,
+        description="Delete this LoraRLJob (and with it its children) this many seconds after it finished (Succeeded or Failed), as a Job's ttlSecondsAfterFinished; unset: kept until deleted.",
+    )
     extra_args: Optional[list[CommandWord]] = Field(
         None,
         max_length=256,

@@ -100,7 +100,9 @@ def crd() -> None:
 @click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
               help="Liveness endpoint; /readyz on the same port is the readiness endpoint ('' disables both).")
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
-@click.option("--resync-seconds", default=30.0, show_default=True, type=float, help="Period of the level-triggered resync of every job.")
+@click.option("--resync-seconds", default=30.0, show_default=True, type=float,
+              help="Period of the resync: every unfinished job is reconciled from the cache (nothing is written unless something changed).")
+@click.option("--workers", default=32, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("--leader-elect", is_flag=True, help="Run only while holding a coordination.k8s.io Lease (for 2+ replicas).")
@@ -109,7 +111,7 @@ def crd() -> None:
 @click.option("--lease-duration", default=15.0, show_default=True, type=float, help="Seconds a standby waits, after the lease last changed, before taking it.")
 @click.option("--renew-deadline", default=10.0, show_default=True, type=float, help="Seconds the leader keeps trying to renew before it exits.")
 @click.option("--retry-period", default=2.0, show_default=True, type=float, help="Seconds between renewals and between a standby's tries.")
-def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metrics_port: int, resync_seconds: float, log_format: str,
+def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metrics_port: int, resync_seconds: float, workers: int, log_format: str,
         verbose: bool, leader_elect: bool, leader_election_namespace: str | None, leader_election_id: str,
         lease_duration: float, renew_deadline: float, retry_period: float) -> None:
     """Run the operator (with --leader-elect: only while it holds the Lease)."""
@@ -146,7 +148,8 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
         kube = Api.from_environment()
     except kubernetes.config.ConfigException as err:
         raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
-    memo = kopf.Memo(metrics_port=metrics_port or None, resync_seconds=resync_seconds, namespaces=list(namespaces) or None, kube=kube)
+    memo = kopf.Memo(metrics_port=metrics_port or None, resync_seconds=resync_seconds, workers=workers,
+                     namespaces=list(namespaces) or None, kube=kube)
     runner.run(namespaces=list(namespaces), clusterwide=all_namespaces, liveness=liveness or None, memo=memo, kube=kube, election=election)
 
 

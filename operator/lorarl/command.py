@@ -22,7 +22,7 @@ import posixpath
 import re
 import urllib.parse
 
-from .api import (CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, TOKEN_VALUE, DatasetRef,
+from .api import (CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, ACCESS_KEY_SHAPED_VALUE, DatasetRef,
                   EvalDataset, LoraRLJob)
 from .profiles import MODEL_PRESETS, PROFILES, HardwareProfile, ModelShape
 
@@ -323,7 +323,7 @@ def refuse_credentials(extra_args: list[str]) -> list[str]:
         if re.search(CREDENTIAL_FLAG, word) and not re.search(DATA_KEY_FLAG, word):
             raise ValueError(f"spec.extraArgs[{i}]: {word.split('=', 1)[0]!r} looks like a credential flag; "
                              "pass credentials through spec.tracking / spec.dataPrep Secret references")
-        if re.search(TOKEN_VALUE, word):  # never echo the value: it may be a live token
+        if re.search(ACCESS_KEY_SHAPED_VALUE, word):  # never echo the value: it may be a live token
             raise ValueError(f"spec.extraArgs[{i}] looks like an access token; "
                              "pass credentials through spec.tracking / spec.dataPrep Secret references")
     return extra_args

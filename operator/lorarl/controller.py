@@ -1,10 +1,23 @@
-"""kopf handlers: thin triggers around ``Reconciler.reconcile``.
+"""The controller core: kopf watches feed caches and a keyed queue; worker threads reconcile.
 
-Triggers: a LoraRLJob is created, changed or found at start-up (apply children); any event of a
-LoraRLJob (the reporter's status patches: health) or of a RayJob we own (status mirror, a
-deleted RayJob); and a resync thread that lists every job each ``resync_seconds`` (startup
-timeouts, anything missed). No timers or daemons, so no finalizer: deleting a LoraRLJob never
-waits for the operator, and owner references let the garbage collector remove its children.
+* kopf watches LoraRLJobs and RayJobs labelled ``lorarl.dev/job``. Index handlers put every
+  object into ``cache.Caches`` (kopf runs them for the whole initial listing before any other
+  handler, so the caches are complete before the first reconcile); event handlers only enqueue
+  the job's key. No kopf create/update/resume handlers: they cost annotation patches (progress,
+  last-handled configuration) and a second pass per created job; kopf writes nothing now.
+* The operator's own writes come back as watch events; those are recognised (the
+  resourceVersion the write returned) and enqueue nothing.
+* One ``WorkQueue`` keyed by (namespace, name): a key is queued once however many events arrive,
+  handled by one worker at a time; time-based checks (the startup deadline, the TTL of a finished
+  job) are scheduled for the moment they fall due; a refused apply or an API error backs off per
+  key (the one retry path; no kopf TemporaryError, no kopf "Logging" Events).
+* ``--resync-seconds``: every unfinished cached job is queued again (respecting a backoff); it
+  reconciles from the cache and writes nothing when nothing changed. Finished jobs are not resynced.
+* Worker threads (``--workers``, default 32) run the blocking reconcile: see docs/architecture.md
+  for the measurement behind threads rather than asyncio.
+
+No finalizer: deleting a LoraRLJob never waits for the operator, and owner references let the
+garbage collector remove its children.
 """
 
 from __future__ import annotations
@@ -13,27 +26,34 @@ import fnmatch
 import logging
 import threading
 import uuid
-import zlib
 from typing import Any, Optional
 
 import kopf
 from prometheus_client import start_http_server
 
 from . import api, metrics, reconcile, render, status
-from .diffbase import DigestDiffBaseStorage
+from .cache import Caches
+from .events import EventRecorder
 from .kube import Api, ApiError
 from .reconcile import Reconciler, timed
+from .workqueue import WorkQueue
 
 LORARLJOBS = {"group": api.GROUP, "version": api.VERSION, "plural": api.PLURAL}
 RAYJOBS = {"group": "ray.io", "version": "v1", "plural": "rayjobs"}
-LOCK_STRIPES = 64
+OWNED = {render.JOB_LABEL: kopf.PRESENT}
 log = logging.getLogger("lorarl.controller")
+WATCH_HANDLERS = ("cache-jobs", "cache-rayjobs", "observe-job", "observe-rayjob")
 
 
-def _lock(memo: Any, namespace: str, name: str) -> threading.Lock:
-    """Striped locks (bounded, no per-object state): one reconcile per job at a time, whatever
-    the trigger."""
-    return memo.locks[zlib.crc32(f"{namespace}/{name}".encode()) % LOCK_STRIPES]
+class _QuietWatchHandlers(logging.Filter):
+    """kopf logs "Handler 'x' succeeded." at INFO after every watch event; for handlers that
+    only fill a cache or a queue that is a line per event, and says nothing the reconcile line
+    does not."""
+
+    quiet = {f"Handler {handler_id!r} succeeded." for handler_id in WATCH_HANDLERS}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in self.quiet
 
 
 def object_log(memo: Any, namespace: str, name: str, body: Optional[dict[str, Any]] = None) -> logging.LoggerAdapter:
@@ -44,30 +64,39 @@ def object_log(memo: Any, namespace: str, name: str, body: Optional[dict[str, An
     return kopf.LocalObjectLogger(body=ref, settings=memo.settings)  # type: ignore[arg-type]
 
 
-def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_children: bool, retry: Optional[int] = None) -> Optional[str]:
-    """One reconcile under the job's lock, with metrics, a log line and its Events. ``retry`` is
-    kopf's retry count in a change handler: a refused child then raises kopf.TemporaryError with
-    a growing delay (other triggers just report it; the next resync tries again)."""
+def error_backoff(transient: bool) -> Any:
+    """Seconds before retrying after an API error: 5xx/429/connection errors soon, others (403,
+    422) later; doubling per failure, capped at 5 minutes."""
+    base = 1.0 if transient else 30.0
+    return lambda n: float(min(300.0, base * 2 ** min(n, 9)))
+
+
+def run_reconcile(memo: Any, namespace: str, name: str, trigger: str) -> Optional[str]:
+    """One reconcile with metrics, a log line and its Events; schedules what comes next
+    (a due time, a backoff). The queue guarantees one reconcile per job at a time."""
+    key = (namespace, name)
     reconcile_id = uuid.uuid4().hex[:8]
-    with _lock(memo, namespace, name):
-        if memo.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
-            return None
-        try:
-            outcome, seconds = timed(memo.reconciler.reconcile, namespace, name, apply_children)
-        except ApiError as err:
-            metrics.RECONCILES.labels(trigger, "error").inc()
-            object_log(memo, namespace, name).warning(
-                "reconcile %s (%s) failed: %s", reconcile_id, trigger, err,
-                extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "error"},
-            )
-            # 5xx/429/connection errors retry soon; others (403, 422) wait for a fix
-            raise kopf.TemporaryError(f"reconcile {namespace}/{name}: {err}", delay=5 if err.transient else 30) from None
+    try:
+        outcome, seconds = timed(memo.reconciler.reconcile, namespace, name, False)
+    except ApiError as err:
+        metrics.RECONCILES.labels(trigger, "error").inc()
+        delay = memo.queue.add_rate_limited(key, "retry", error_backoff(err.transient))
+        object_log(memo, namespace, name).warning(
+            "reconcile %s (%s) failed: %s; retrying in %gs", reconcile_id, trigger, err, delay,
+            extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "error"},
+        )
+        return None
     metrics.RECONCILES.labels(trigger, "error" if outcome.apply_failed else "ok").inc()
     metrics.RECONCILE_SECONDS.labels(trigger).observe(seconds)
     metrics.CHILDREN_APPLIED.inc(outcome.applied)
     if outcome.status_written:
         metrics.STATUS_WRITES.inc()
     logger = object_log(memo, namespace, name, outcome.body)
+    if outcome.deleted:
+        logger.info("reconcile %s (%s): ttlSecondsAfterFinished passed; deleted the job, %.3fs", reconcile_id, trigger, seconds,
+                    extra={"reconcile_id": reconcile_id, "trigger": trigger, "phase": outcome.phase, "deleted": True, "duration": round(seconds, 6)})
+        memo.queue.remove(key)
+        return outcome.phase
     logger.info(
         "reconcile %s (%s): %s, %d applied, status %s, %.3fs", reconcile_id, trigger,
         f"phase {outcome.phase}" if outcome.body is not None else "the job is gone",
@@ -75,42 +104,71 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str, apply_chil
         extra={"reconcile_id": reconcile_id, "trigger": trigger, "phase": outcome.phase, "applied": outcome.applied,
                "status_written": outcome.status_written, "duration": round(seconds, 6)},
     )
-    if outcome.body is not None:
-        now = reconcile.utcnow()
-        for event in outcome.events:
-            try:  # events are best effort: never fail a reconcile for one
-                memo.reconciler.kube.post_event(
-                    outcome.body, event.type, event.reason, event.message,
-                    reconcile.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                )
-            except ApiError as err:
-                logger.warning("could not post event %s: %s", event.reason, err, extra={"reconcile_id": reconcile_id})
+    if outcome.body is None:
+        memo.queue.remove(key)
+        return None
+    now = reconcile.utcnow()
+    for event in outcome.events:
+        try:  # events are best effort: never fail a reconcile for one
+            memo.recorder.record(outcome.body, event.type, event.reason, event.message,
+                                 reconcile.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+        except ApiError as err:
+            logger.warning("could not post event %s: %s", event.reason, err, extra={"reconcile_id": reconcile_id})
     if outcome.apply_failed:
-        logger.warning("reconcile %s (%s): %s", reconcile_id, trigger, outcome.apply_failed,
+        delay = memo.queue.add_rate_limited(key, "retry", status.apply_backoff)
+        logger.warning("reconcile %s (%s): %s; retrying in %gs", reconcile_id, trigger, outcome.apply_failed, delay,
                        extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "apply-failed"})
-        if retry is not None:
-            raise kopf.TemporaryError(outcome.apply_failed, delay=status.apply_backoff(retry))
+    else:
+        memo.queue.forget(key)
+        if outcome.requeue_after is not None:
+            memo.queue.add(key, "timer", after=outcome.requeue_after)
     return outcome.phase
+
+
+def _worker(memo: Any) -> None:
+    while True:
+        item = memo.queue.get()
+        if item is None:  # shut down
+            return
+        (namespace, name), trigger = item
+        try:
+            if not memo.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
+                run_reconcile(memo, namespace, name, trigger)
+        except Exception as err:  # keep the worker alive whatever happens
+            object_log(memo, namespace, name).exception("reconcile failed: %s", err)
+            memo.queue.add_rate_limited((namespace, name), "retry", error_backoff(False))
+        finally:
+            memo.queue.done((namespace, name))
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="lorarl.dev")
-    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix="lorarl.dev", key="last-handled-configuration")
-    settings.persistence.finalizer = "lorarl.dev/finalizer"
+    settings.posting.enabled = False  # our Events go through the EventRecorder (aggregated)
+    settings.persistence.finalizer = "lorarl.dev/finalizer"  # never added: no deletion handlers
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
-    settings.posting.level = logging.INFO
-    settings.execution.max_workers = int(memo.get("max_workers", 8))
     settings.networking.request_timeout = 60
-    memo.settings = settings  # for object loggers outside kopf's handlers (the resync thread)
+    memo.settings = settings  # for object loggers outside kopf's handlers (the workers)
+    objects_log = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, _QuietWatchHandlers) for f in objects_log.filters):
+        objects_log.addFilter(_QuietWatchHandlers())
     memo.stopping = threading.Event()
-    memo.reconciler = Reconciler(memo.get("kube") or Api.from_environment())
-    memo.locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
+    kube = memo.get("kube") or Api.from_environment()
+    memo.caches = Caches()
+    memo.reconciler = Reconciler(kube, caches=memo.caches)
+    memo.recorder = EventRecorder(kube)
+    memo.queue = WorkQueue()
+    memo.job_echo, memo.rayjob_echo = {}, {}  # key -> the last watch event was our own write
+    # kopf calls event handlers only once every indexed kind is listed and indexed: the first
+    # call says the caches are complete (with no object at all there is nothing to resync)
+    memo.synced = threading.Event()
     if memo.get("metrics_port") and not memo.get("metrics_started"):  # `lorarl run` starts it before the election
         start_http_server(int(memo.metrics_port), addr=memo.get("metrics_addr", "0.0.0.0"))
-    memo.stop_resync = threading.Event()
+    memo.workers = [threading.Thread(target=_worker, args=(memo,), name=f"lorarl-worker-{i}", daemon=True)
+                    for i in range(int(memo.get("workers", 32)))]
+    for thread in memo.workers:
+        thread.start()
     memo.resync_thread = threading.Thread(target=_resync_loop, args=(memo,), name="lorarl-resync", daemon=True)
     memo.resync_thread.start()
 
@@ -122,63 +180,76 @@ def stop(memo: kopf.Memo, **_: Any) -> None:
     if memo.get("stopping") is None:
         return
     memo.stopping.set()
-    memo.stop_resync.set()
+    memo.queue.shutdown()
     memo.resync_thread.join(timeout=60)
-    for lock in memo.locks:  # each reconcile holds its stripe: taking each once waits for them
-        with lock:
-            pass
+    for thread in memo.workers:  # each finishes the reconcile it is in, then sees the shutdown
+        thread.join(timeout=60)
+
+
+def _watched(memo: Any, namespace: str) -> bool:
+    patterns = memo.get("namespaces") or []
+    return not patterns or any(fnmatch.fnmatch(namespace, p) for p in patterns)
 
 
 def _resync_loop(memo: Any) -> None:
-    """Level-triggered backstop: reconcile every job periodically, and count jobs by phase."""
+    """Queue every unfinished cached job each ``resync_seconds`` (a backstop: it reads the
+    cache and writes only what changed), and count jobs by phase. Finished jobs cost nothing."""
     interval = float(memo.get("resync_seconds", 30))
-    patterns = memo.get("namespaces") or []
-    globbing = any(ch in p for p in patterns for ch in "*?[")
-    namespaces = patterns if patterns and not globbing else [None]
-    while not memo.stop_resync.wait(interval):
+    while not memo.stopping.wait(interval):
+        if not memo.synced.is_set():
+            continue  # kopf is still listing: a RayJob not yet cached would look deleted
         counts = {phase: 0 for phase in status.PHASES}
-        for namespace in namespaces:
-            if memo.stop_resync.is_set():
-                return
-            try:
-                items = memo.reconciler.kube.list(api.API_VERSION, api.KIND, namespace)
-            except ApiError as err:
-                log.warning("resync: listing LoraRLJobs failed: %s", err)
-                continue
-            for item in items:
-                meta = item["metadata"]
-                if globbing and not any(fnmatch.fnmatch(meta["namespace"], p) for p in patterns):
-                    continue
-                if memo.stop_resync.is_set():
-                    return
-                try:
-                    phase = run_reconcile(memo, meta["namespace"], meta["name"], "resync", apply_children=False)
-                except kopf.TemporaryError:  # already logged by run_reconcile
-                    phase = (item.get("status") or {}).get("phase")
-                except Exception as err:  # keep the loop alive whatever happens
-                    object_log(memo, meta["namespace"], meta["name"], item).exception("resync failed: %s", err)
-                    phase = (item.get("status") or {}).get("phase")
-                if phase in counts:
-                    counts[phase] += 1
+        for body in memo.caches.jobs.values():
+            meta, job_status = body["metadata"], body.get("status") or {}
+            phase = job_status.get("phase")
+            if phase in counts:
+                counts[phase] += 1
+            # finished jobs cost nothing; a generation not yet observed is on its change path
+            # (queued by its event, or backing off): the resync leaves both alone
+            if (phase not in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation")
+                    and _watched(memo, meta["namespace"])):
+                memo.queue.add((meta["namespace"], meta["name"]), "resync", respect_backoff=True)
         for phase, count in counts.items():
             metrics.JOBS.labels(phase).set(count)
 
 
-@kopf.on.resume(**LORARLJOBS, id="reconcile-resume")
-@kopf.on.create(**LORARLJOBS, id="reconcile-create")
-@kopf.on.update(**LORARLJOBS, id="reconcile-update")
-def reconcile_job(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
-    run_reconcile(memo, namespace, name, "change", apply_children=True, retry=retry)
+# -- kopf: caches and triggers (async: they only touch memory, no executor hop) -------------------
 
 
-@kopf.on.event(**LORARLJOBS, id="observe-job", when=lambda type, **_: type == "MODIFIED")
-def observe_job(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    """The reporter patched progress/metrics: re-evaluate health and conditions."""
-    run_reconcile(memo, namespace, name, "job-event", apply_children=False)
+@kopf.index(**LORARLJOBS, id="cache-jobs")
+async def cache_job(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
+    memo.job_echo[(namespace, name)] = memo.caches.jobs.put({k: body[k] for k in body})
 
 
-@kopf.on.event(**RAYJOBS, labels={render.JOB_LABEL: kopf.PRESENT}, id="observe-rayjob")
-def observe_rayjob(body: kopf.Body, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    """Mirror the RayJob's status; a deleted RayJob is re-created for an unfinished job."""
-    owner = body["metadata"]["labels"][render.JOB_LABEL]
-    run_reconcile(memo, namespace, owner, "rayjob-event", apply_children=False)
+@kopf.index(**RAYJOBS, labels=OWNED, id="cache-rayjobs")
+async def cache_rayjob(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
+    memo.rayjob_echo[(namespace, name)] = memo.caches.rayjobs.put({k: body[k] for k in body})
+
+
+@kopf.on.event(**LORARLJOBS, id="observe-job")
+async def observe_job(type: str, body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """A new or changed spec ("change"), the reporter's status patches ("job-event"): reconcile.
+    The echo of our own status write changes nothing."""
+    memo.synced.set()
+    key = (namespace, name)
+    if memo.job_echo.pop(key, False) and type != "DELETED":
+        return
+    if type == "DELETED":
+        memo.caches.jobs.delete({k: body[k] for k in body})
+        if memo.caches.jobs.get(key) is None:
+            memo.queue.remove(key)
+        return
+    observed = (body.get("status") or {}).get("observedGeneration")
+    memo.queue.add(key, "change" if type is None or observed != body["metadata"].get("generation") else "job-event")
+
+
+@kopf.on.event(**RAYJOBS, labels=OWNED, id="observe-rayjob")
+async def observe_rayjob(type: str, body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Mirror the RayJob's status; a deleted RayJob is re-created for an unfinished job. The
+    echo of our own apply changes nothing."""
+    memo.synced.set()
+    if memo.rayjob_echo.pop((namespace, name), False) and type != "DELETED":
+        return
+    if type == "DELETED":
+        memo.caches.rayjobs.delete({k: body[k] for k in body})
+    memo.queue.add((namespace, body["metadata"]["labels"][render.JOB_LABEL]), "rayjob-event")

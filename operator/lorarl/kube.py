@@ -1,7 +1,7 @@
 """A thin, explicit Kubernetes API layer for the reconciler (blocking; used from kopf's threads).
 
-Only a handful of verbs are needed: get, server-side apply, JSON merge patch of the status
-subresource, and delete. Paths are built from a small table instead of API discovery, so a
+Only a handful of verbs are needed: get, list, server-side apply, JSON merge patch of the status
+subresource, delete, and Events (post, patch). Paths are built from a small table instead of API discovery, so a
 missing CRD is a clear 404 rather than a discovery failure.
 """
 
@@ -135,7 +135,7 @@ class Api:
             content_type="application/merge-patch+json",
         )
 
-    def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str, now_micro: str) -> None:
+    def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str, now_micro: str) -> dict[str, Any]:
         """A core/v1 Event about ``involved`` (what `kubectl describe` and `kubectl events` show)."""
         meta = involved["metadata"]
         event = {
@@ -158,11 +158,19 @@ class Api:
             "action": "Reconcile",
             "count": 1,
         }
-        self._call("POST", path("v1", "Event", meta["namespace"]), body=event)
+        return self._call("POST", path("v1", "Event", meta["namespace"]), body=event)
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool:
+    def patch_event(self, namespace: str, name: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Merge patch of an Event (its count and lastTimestamp, see events.py)."""
+        return self._call("PATCH", path("v1", "Event", namespace, name), body=fields, content_type="application/merge-patch+json")
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str = "Background", uid: Optional[str] = None) -> bool:
+        """Delete (False if it is gone); with ``uid``, only that object, not one re-created under its name."""
+        body: dict[str, Any] = {"propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            self._call("DELETE", path(api_version, kind, namespace, name), body={"propagationPolicy": propagation})
+            self._call("DELETE", path(api_version, kind, namespace, name), body=body)
             return True
         except ApiError as err:
             if err.status == 404:

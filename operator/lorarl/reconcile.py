@@ -1,23 +1,33 @@
 """One level-triggered reconcile of a LoraRLJob: read, decide (pure), write.
 
-Every call starts from fresh reads, so it can run any number of times, after any crash, from any
-trigger (the LoraRLJob changed, its RayJob changed, a periodic resync) and converge:
+Reads come from the watch-fed caches (``cache.Caches``; without them, from GETs), so a call can
+run any number of times, after any crash, from any trigger (the LoraRLJob changed, its RayJob
+changed, a due time, a periodic resync) and converge, and it writes nothing when nothing changed:
 
 * children are server-side applied under deterministic names (never a duplicate RayJob);
 * a RayJob that disappears under an unfinished job is re-created (with checkpoint.resume the
   run continues from its newest checkpoint); a finished job is never re-run;
-* the status is written as a merge patch of the operator's own fields, only when it changed.
+* the children are applied when the job's generation was not yet observed, the RayJob is missing,
+  its suspend differs, a refused apply is retried, or the RayJob's ``lorarl.dev/children-digest``
+  annotation is not the digest of what this operator renders (a spec edit, an operator upgrade);
+  parsing and rendering happen once per job generation (memoised with the caches);
+* the status is written as a merge patch of the operator's own fields, only when it changed;
+* time-based checks (the startup deadline, ``ttlSecondsAfterFinished``) come back as
+  ``Outcome.requeue_after``: the caller schedules the job for that moment instead of polling.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from . import api, health, queueing, render, status
+from .cache import Caches, merge_patch
 from .kube import FIELD_MANAGER as kube_field_manager
 from .kube import Api, ApiError
 from .validation import InvalidJob, parse_stored
@@ -85,6 +95,50 @@ def startup_timed_out(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], now:
     return since is not None and (now - since).total_seconds() > job.spec.run_policy.startup_timeout_seconds
 
 
+def startup_deadline(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]]) -> Optional[datetime.datetime]:
+    """When ``startup_timed_out`` turns true for this RayJob (None without a RayJob)."""
+    if rayjob is None:
+        return None
+    since = parse_time((rayjob.get("status") or {}).get("startTime") or rayjob["metadata"].get("creationTimestamp"))
+    return None if since is None else since + datetime.timedelta(seconds=job.spec.run_policy.startup_timeout_seconds)
+
+
+def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> Optional[datetime.datetime]:
+    """When a finished job with ``ttlSecondsAfterFinished`` is to be deleted (None: never)."""
+    ttl = job.spec.ttl_seconds_after_finished
+    if ttl is None or job_status.get("phase") not in status.TERMINAL:
+        return None
+    finished = parse_time(job_status.get("completionTime"))
+    return None if finished is None else finished + datetime.timedelta(seconds=ttl)
+
+
+def next_check(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], new_status: dict[str, Any], now: datetime.datetime) -> Optional[float]:
+    """Seconds until a decision changes with time alone (None: only an event can change it):
+    the startup deadline of a job not yet running, the TTL of a finished one."""
+    due = []
+    deadline = startup_deadline(job, rayjob)
+    # a startup deadline already past was judged by this reconcile (a queued job past it stays
+    # not-stalled until Kueue admits it: an event, not a time, changes that)
+    if (deadline is not None and deadline > now and new_status.get("phase") in (status.PENDING, status.PREPARING)
+            and status.condition(new_status, "Stalled", "reason") != "StartupTimeout"):
+        due.append(deadline)
+    expiry = ttl_expiry(job, new_status)
+    if expiry is not None:  # judged at the start of the next reconcile, even when already past
+        due.append(max(expiry, now))
+    if not due:
+        return None
+    # +1 s: the deadline test is "more than N seconds", at whole-second timestamps
+    return (min(due) - now).total_seconds() + 1.0
+
+
+CHILDREN_DIGEST = "lorarl.dev/children-digest"
+
+
+def children_digest(children: list[dict[str, Any]]) -> str:
+    """A digest of the rendered children (before the operator sets the RayJob's suspend)."""
+    return hashlib.sha256(json.dumps(children, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+
+
 @dataclass
 class Outcome:
     """What a reconcile did: for events, metrics and logs in the kopf layer."""
@@ -95,30 +149,64 @@ class Outcome:
     applied: int = 0
     status_written: bool = False
     apply_failed: Optional[str] = None  # the API server refused a child: the ApplyFailed message
+    requeue_after: Optional[float] = None  # seconds until a time-based check falls due
+    deleted: bool = False  # ttlSecondsAfterFinished ran out: the job was deleted
+
+
+def _parse(body: dict[str, Any]) -> Any:
+    try:
+        # lenient: the API server admitted this object; never re-judge it by this version's rules
+        return parse_stored(body)
+    except InvalidJob as err:
+        return err
 
 
 @dataclass
 class Reconciler:
     kube: Api
     clock: Callable[[], datetime.datetime] = utcnow
+    caches: Optional[Caches] = None  # None: read with GETs (tests and one-off tools)
+
+    def _read(self, api_version: str, kind: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
+        if self.caches is None:
+            return self.kube.get(api_version, kind, namespace, name)
+        store = self.caches.jobs if kind == api.KIND else self.caches.rayjobs
+        return store.get((namespace, name))
+
+    def _memo(self, which: str, body: dict[str, Any], make: Callable[[], Any]) -> Any:
+        if self.caches is None:
+            return make()
+        meta = body["metadata"]
+        return getattr(self.caches, which).get((meta.get("uid"), meta.get("generation")), make)
 
     def reconcile(self, namespace: str, name: str, apply_children: bool = True) -> Outcome:
-        body = self.kube.get(api.API_VERSION, api.KIND, namespace, name)
+        body = self._read(api.API_VERSION, api.KIND, namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return Outcome(body=None)  # owner references let the garbage collector clean up
         previous = body.get("status") or {}
         generation = body["metadata"].get("generation", 1)
         now = self.clock()
-        try:
-            # lenient: the API server admitted this object; never re-judge it by this version's rules
-            job, unknown = parse_stored(body)
-        except InvalidJob as err:
-            return self._write_invalid(body, previous, generation, now, str(err))
+        parsed = self._memo("parsed", body, lambda: _parse(body))
+        if isinstance(parsed, InvalidJob):
+            return self._write_invalid(body, previous, generation, now, str(parsed))
+        job, unknown = parsed
         _report_unknown(body, unknown)
 
+        expiry = ttl_expiry(job, previous)
+        if expiry is not None and now >= expiry:
+            return self._expire(body, previous)
+
         verdict = health.evaluate(job.spec.health, previous)
-        rayjob = self.kube.get(render.RAYJOB_API_VERSION, "RayJob", namespace, render.rayjob_name(job))
+        rayjob = self._read(render.RAYJOB_API_VERSION, "RayJob", namespace, render.rayjob_name(job))
         finished = previous.get("phase") in status.TERMINAL
+        rendered: list[list[dict[str, Any]]] = []
+
+        def children() -> list[dict[str, Any]]:
+            if not rendered:
+                rendered.append(render.render(job))
+            return rendered[0]
+
+        digest = None if finished else self._memo("digests", body, lambda: children_digest(children()))
         notes: list[status.Event] = []
         stopped = False
         applied = 0
@@ -135,14 +223,22 @@ class Reconciler:
             or generation != previous.get("observedGeneration")
             or suspend_drifted(job, rayjob, verdict)
             or status.condition(previous, "Stalled", "reason") == status.APPLY_FAILED  # retry until it goes through
+            or ((rayjob.get("metadata") or {}).get("annotations") or {}).get(CHILDREN_DIGEST) != digest  # rendered differently now
         ):
             if rayjob is None and (previous.get("rayJob") or {}).get("name"):
                 notes.append(status.Event("Warning", "RayJobRecreated", f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it" + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else "")))
-            children = render.render(job)
-            children[-1], rayjob_manager = queueing.rayjob_apply(children[-1], job, rayjob, verdict)
+            to_apply = [dict(child) for child in children()]  # the memoised render stays untouched
+            to_apply[-1], rayjob_manager = queueing.rayjob_apply(to_apply[-1], job, rayjob, verdict)
+            to_apply[-1]["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # a deep copy
             if queueing.queued(job) and queueing.owns_suspend(rayjob):
                 self._hand_over_suspend(rayjob)
-            for child in children:
+            if self.caches is not None:  # so that the watch event of this apply is known as ours
+                rj_meta = (rayjob or {}).get("metadata") or {}
+                # a queued RayJob's suspend is Kueue's after creation: the live value stays
+                suspend = to_apply[-1]["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
+                self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), (
+                    rj_meta.get("deletionTimestamp"), suspend, (rayjob or {}).get("status") or {}, digest))
+            for child in to_apply:
                 try:
                     result = self.kube.apply(child, field_manager=rayjob_manager if child["kind"] == "RayJob" else kube_field_manager)
                 except ApiError as err:
@@ -154,6 +250,8 @@ class Reconciler:
                 applied += 1
                 if child["kind"] == "RayJob":
                     rayjob = result
+                    if self.caches is not None:
+                        self.caches.rayjobs.note_own_write(result)
 
         admission = None
         if queueing.queued(job) and not finished and not stopped:
@@ -173,7 +271,19 @@ class Reconciler:
         )
         new_status, events = status.compute(previous, rayjob, facts)
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
-        return Outcome(body=body, phase=new_status["phase"], events=events, applied=applied, status_written=written, apply_failed=apply_failed)
+        return Outcome(body=body, phase=new_status["phase"], events=events, applied=applied, status_written=written,
+                       apply_failed=apply_failed, requeue_after=next_check(job, rayjob, {**previous, **new_status}, now))
+
+    def _expire(self, body: dict[str, Any], previous: dict[str, Any]) -> Outcome:
+        """ttlSecondsAfterFinished ran out: delete the job (the garbage collector takes its
+        children); the uid precondition spares a job re-created under the same name."""
+        meta = body["metadata"]
+        try:
+            self.kube.delete(api.API_VERSION, api.KIND, meta["namespace"], meta["name"], uid=meta.get("uid"))
+        except ApiError as err:
+            if err.status != 409:  # 409: the precondition failed, another job of that name
+                raise
+        return Outcome(body=body, phase=previous.get("phase"), deleted=True)
 
     def _hand_over_suspend(self, rayjob: dict[str, Any]) -> None:
         """A queued RayJob whose spec.suspend the operator's manager owns (made by an older
@@ -225,12 +335,19 @@ class Reconciler:
         # rayJob keys that vanished must be removed explicitly in a merge patch
         if "rayJob" in new and previous.get("rayJob"):
             new = {**new, "rayJob": {**{k: None for k in previous["rayJob"]}, **new["rayJob"]}}
+        if self.caches is not None:  # so that the watch event of this write is known as ours
+            cached = self.caches.jobs.get((namespace, name))
+            if cached is not None:
+                meta = cached["metadata"]
+                self.caches.jobs.expect((namespace, name), (meta.get("generation"), meta.get("deletionTimestamp"), merge_patch(previous, new)))
         try:
-            self.kube.patch_status(api.API_VERSION, api.KIND, namespace, name, new)
+            stored = self.kube.patch_status(api.API_VERSION, api.KIND, namespace, name, new)
         except ApiError as err:
             if err.status == 404:  # deleted meanwhile
                 return False
             raise
+        if self.caches is not None and stored.get("metadata"):
+            self.caches.jobs.note_own_write(stored)  # its watch event is then known as our echo
         return True
 
 

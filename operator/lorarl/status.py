@@ -311,8 +311,9 @@ def apply_failure(kind: str, namespace: str, name: str, server_message: str) -> 
 
 
 def apply_backoff(retry: int) -> float:
-    """Seconds before kopf retries a change whose child was refused: 5, 10, 20 ... capped at
-    300 (the resync loop keeps retrying in between, so a fix is noticed within resync_seconds)."""
+    """Seconds before the work queue retries a job whose child was refused: 5, 10, 20 ...
+    capped at 300 (the only retry path: a resync does not cut a backoff short; an edit of the
+    job retries at once)."""
     return float(min(300, 5 * 2 ** min(max(retry, 0), 6)))
 
 

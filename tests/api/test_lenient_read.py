@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import datetime
-import json
 
-import kopf
 import pytest
 
 from lorarl import command
-from lorarl.diffbase import DigestDiffBaseStorage
 from lorarl.reconcile import parse_time
 from lorarl.validation import InvalidJob, parse_stored, validate
 from tests.helpers import seed_doc
@@ -62,20 +59,6 @@ def test_parse_time(text, expected):
 def test_check_tokens_refuses_a_trailing_newline():
     with pytest.raises(command.UnsafeTokenError):
         command.check_tokens(["--input-key", "prompt\n"])
-
-
-def test_the_diffbase_annotation_stays_small_whatever_the_spec():
-    storage = DigestDiffBaseStorage(prefix="lorarl.dev", key="last-handled-configuration")
-    small = seed_doc()
-    big = seed_doc()
-    big["spec"]["extraArgs"] = ["--x" + "a" * 250] * 256
-    essences = [storage.build(body=kopf.Body(d)) for d in (small, big)]
-    assert essences[0] != essences[1]  # a change is still seen
-    for doc in (small, big):
-        patch = kopf.Patch()
-        storage.store(body=kopf.Body(doc), patch=patch, essence=storage.build(body=kopf.Body(doc)))
-        stored = {k: v for k, v in patch["metadata"]["annotations"].items() if k.endswith("last-handled-configuration")}
-        assert stored and all(len(v) < 100 and json.loads(v) == storage.build(body=kopf.Body(doc)) for v in stored.values())
 
 
 @pytest.mark.parametrize("args", [["--wandb-api-key", "abc123"], ["--hf-token=abc123"], ["--my_secret", "x"]])

@@ -96,8 +96,8 @@ def test_refused_rayjob_stalls_warns_once_and_recovers(control_plane, namespace,
     # the ConfigMap before the RayJob went through: only the refused child is missing
     assert kube.get("v1", "ConfigMap", namespace, f"{NAME}-lorarl") is not None
     wait_for(lambda: ("Warning", "ApplyFailed") in events(kube, namespace), what="the ApplyFailed Event")
-    # the resync loop retries (and is refused again) while the policy stands
-    wait_for(lambda: operator.output().count(f"(resync): applying RayJob {namespace}/{NAME}") >= 2, timeout=60, what="two refused resync retries")
+    # the work queue retries with a per-key backoff (and is refused again) while the policy stands
+    wait_for(lambda: operator.output().count(f"(retry): applying RayJob {namespace}/{NAME}") >= 2, timeout=60, what="two refused retries")
 
     control_plane.kubectl("delete", "validatingadmissionpolicybinding", binding)
     st = wait_for(recovered(kube, namespace), timeout=120, what="the job to recover by itself")

@@ -138,7 +138,12 @@ def test_failure_sequences(control_plane, namespace, kube, operator, failure, re
 
 
 def phase_events(kube, namespace):
-    return [r for t, r in events(kube, namespace) if r in ("Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended")]
+    """Phase Events in the order they were first posted, with their counts: a repeated Event (the
+    same transition again, e.g. Preparing -> Running after a retry) is one Event counted twice."""
+    core = k8s.CoreV1Api(kube.client)
+    items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={NAME},involvedObject.kind=LoraRLJob").items
+    return [(e.reason, e.count) for e in sorted(items, key=lambda e: e.event_time)
+            if e.reason in ("Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended")]
 
 
 def test_retrying_then_failed(control_plane, namespace, kube, operator):
@@ -162,8 +167,9 @@ def test_retrying_then_failed(control_plane, namespace, kube, operator):
     ray.app_failed()
     st = wait_for(phase_is(kube, namespace, "Failed"))
     assert st["rayJob"]["failed"] == 2 and conditions(st)["Failed"] == ("True", "AppFailed")
-    got = wait_for(lambda: (lambda p: p if "Failed" in p else None)(phase_events(kube, namespace)), what="the Failed Event")
-    assert got == ["Pending", "Preparing", "Running", "Preparing", "Running", "Failed"]
+    got = wait_for(lambda: (lambda p: p if ("Failed", 1) in p else None)(phase_events(kube, namespace)), what="the Failed Event")
+    # Preparing -> Running twice: one Event, count 2
+    assert got == [("Pending", 1), ("Preparing", 1), ("Running", 2), ("Preparing", 1), ("Failed", 1)]
 
 
 def test_validation_failed(control_plane, namespace, kube, operator):
@@ -196,8 +202,9 @@ def test_suspend_and_resume(control_plane, namespace, kube, operator):
     ray.submitted()
     ray.running()
     wait_for(phase_is(kube, namespace, "Running"), what="Running again")
-    got = wait_for(lambda: (lambda p: p if p.count("Running") == 2 else None)(phase_events(kube, namespace)), what="the second Running Event")
-    assert got == ["Pending", "Preparing", "Running", "Suspended", "Preparing", "Running"]
+    got = wait_for(lambda: (lambda p: p if ("Running", 2) in p else None)(phase_events(kube, namespace)), what="the second Running Event")
+    # Preparing -> Running twice: one Event, count 2
+    assert got == [("Pending", 1), ("Preparing", 1), ("Running", 2), ("Suspended", 1), ("Preparing", 1)]
 
 
 def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
@@ -234,14 +241,25 @@ def test_deleted_rayjob_is_recreated(control_plane, namespace, kube, operator):
     assert "--resume" in rayjob(kube, namespace)["spec"]["entrypoint"]
 
 
-def await_reconciles(operator, namespace: str, outcome: str, count: int) -> None:
+def count_reconciles(operator, namespace: str, outcome: str, name: str = NAME) -> int:
+    """Reconcile log lines of the job containing ``outcome`` (e.g. "(resync): phase Pending")."""
+    line = f"[{namespace}/{name}] reconcile "
+    return sum(1 for text in operator.output().splitlines() if line in text and outcome in text)
+
+
+def await_reconciles(operator, namespace: str, outcome: str, count: int, name: str = NAME) -> None:
     """Wait until the operator's log shows ``count`` more reconciles of the job ending in ``outcome``
-    (e.g. "(resync): phase Failed"): evidence that it looked again, before asserting it did nothing."""
-    line = f"[{namespace}/{NAME}] reconcile "
-    def matching() -> int:
-        return sum(1 for text in operator.output().splitlines() if line in text and outcome in text)
-    seen = matching()
-    wait_for(lambda: matching() >= seen + count, timeout=60, what=f"{count} more reconciles with {outcome}")
+    (e.g. "(resync): phase Preparing"): evidence that it looked again, before asserting it did nothing."""
+    seen = count_reconciles(operator, namespace, outcome, name)
+    wait_for(lambda: count_reconciles(operator, namespace, outcome, name) >= seen + count, timeout=60, what=f"{count} more reconciles with {outcome}")
+
+
+def poke_and_await(kube, operator, namespace: str, phase: str, rollout: int) -> None:
+    """Make the operator look at the job now (a reporter-like status patch is a job event) and
+    wait for that reconcile's log line: evidence, before asserting that it did nothing."""
+    seen = count_reconciles(operator, namespace, f"(job-event): phase {phase}")
+    kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"progress": {"rollout": rollout}})
+    wait_for(lambda: count_reconciles(operator, namespace, f"(job-event): phase {phase}") > seen, timeout=60, what=f"a job-event reconcile ({phase})")
 
 
 def test_finished_job_is_not_rerun_when_its_rayjob_goes(control_plane, namespace, kube, operator):
@@ -252,8 +270,8 @@ def test_finished_job_is_not_rerun_when_its_rayjob_goes(control_plane, namespace
     wait_for(phase_is(kube, namespace, "Succeeded"))
     kube.delete("ray.io/v1", "RayJob", namespace, NAME)
     wait_for(lambda: rayjob(kube, namespace) is None, what="RayJob gone")
-    # first observe the operator handle it (the RayJob's deletion event, then resyncs), then assert
-    await_reconciles(operator, namespace, "(resync): phase Succeeded", 2)
+    # first observe the operator look at the job after the RayJob is gone, then assert
+    poke_and_await(kube, operator, namespace, "Succeeded", 1)
     assert rayjob(kube, namespace) is None and job(kube, namespace)["status"]["phase"] == "Succeeded"
 
 
@@ -324,6 +342,6 @@ def test_unhealthy_training_stops_the_run(control_plane, namespace, kube, operat
     wait_for(lambda: rayjob(kube, namespace) is None, timeout=60, what="the RayJob deleted")
     # the Events are posted after the status write: wait for them, do not read them once
     wait_for(lambda: {("Warning", "StoppingUnhealthy"), ("Warning", "Failed")} <= set(events(kube, namespace)), what="the Warning Events")
-    # a stopped job is not re-created: observe two resync reconciles of it after the stop first
-    await_reconciles(operator, namespace, "(resync): phase Failed", 2)
+    # a stopped job is not re-created: observe a reconcile of it after the RayJob is gone first
+    poke_and_await(kube, operator, namespace, "Failed", 13)
     assert rayjob(kube, namespace) is None and job(kube, namespace)["status"]["phase"] == "Failed"

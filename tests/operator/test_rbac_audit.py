@@ -38,7 +38,6 @@ pytestmark = pytest.mark.controlplane
 SERVICE_ACCOUNT = "lorarl-operator"
 CHILD_RESOURCES = {("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings"),
                    ("", "configmaps"), ("", "persistentvolumeclaims"), ("ray.io", "rayjobs")}
-LAST_HANDLED = "lorarl.dev/last-handled-configuration"  # kopf's record (a digest, operator/lorarl/diffbase.py)
 FINALIZERS_REFUSAL = "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"
 
 
@@ -184,6 +183,19 @@ def stop_on_unhealthy(control_plane, kube, namespace) -> None:
     wait_for(lambda: rayjob(kube, namespace, "stopped") is None, timeout=60, what="its RayJob deleted")
 
 
+def expire_after_ttl(control_plane, kube, namespace) -> None:
+    """spec.ttlSecondsAfterFinished: the operator deletes the finished job (DELETE)."""
+    doc = seed_doc()
+    doc["metadata"]["name"] = "expiring"
+    doc["spec"]["ttlSecondsAfterFinished"] = 0
+    apply_job(control_plane, namespace, doc)
+    wait_for(lambda: rayjob(kube, namespace, "expiring"), what="'expiring' RayJob")
+    ray = FakeKubeRay(kube, namespace, "expiring")
+    ray.initializing()
+    ray.app_failed()
+    wait_for(lambda: job(kube, namespace, "expiring") is None, timeout=60, what="'expiring' deleted after its TTL")
+
+
 def every_api_path(control_plane, kube, namespace) -> None:
     """The seed example from apply to success, through a spec update, a deleted RayJob, suspend
     and resume; and a second job stopped as unhealthy. Events are posted all along."""
@@ -197,18 +209,13 @@ def every_api_path(control_plane, kube, namespace) -> None:
     ray.running()
     wait_for(phase_is(kube, namespace, "Running"), what="Running")
 
-    # a spec update: a new generation, all children applied again
-    handled = job(kube, namespace)["metadata"]["annotations"].get(LAST_HANDLED)
+    # a spec update: a new generation, all children applied again (in the reconcile that
+    # writes observedGeneration)
     control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p",
                           '{"spec":{"runPolicy":{"ttlSecondsAfterFinished":900}}}')
     wait_for(lambda: rayjob(kube, namespace)["spec"]["ttlSecondsAfterFinished"] == 900, what="the update applied")
     wait_for(lambda: job(kube, namespace)["status"]["observedGeneration"] == job(kube, namespace)["metadata"]["generation"],
              what="observedGeneration")
-    # kopf's update handler re-applies every child after the event handler already did; it is done
-    # when kopf records the digest of the handled spec. Deleting the RayJob before that races its
-    # apply, which then re-creates the RayJob without the RayJobRecreated event (seen in the audit log).
-    wait_for(lambda: job(kube, namespace)["metadata"]["annotations"].get(LAST_HANDLED) not in (None, handled),
-             what="kopf's update handler done")
 
     # a deleted RayJob is re-created
     old_uid = rayjob(kube, namespace)["metadata"]["uid"]
@@ -233,6 +240,7 @@ def every_api_path(control_plane, kube, namespace) -> None:
     wait_for(phase_is(kube, namespace, "Running"), what="Running after resume")
 
     stop_on_unhealthy(control_plane, kube, namespace)
+    expire_after_ttl(control_plane, kube, namespace)
 
     ray.succeeded()
     st = wait_for(phase_is(kube, namespace, "Succeeded"), what="Succeeded")

@@ -1,0 +1,217 @@
+"""Watch-fed caches of LoraRLJobs and their RayJobs: what the reconciler reads instead of GETs.
+
+kopf's watches feed them (``controller.py``, through index handlers, so kopf fills them from the
+initial listing before any other handler runs: a reconcile never sees a half-filled cache and
+mistakes a RayJob not yet listed for a deleted one). Keys are (namespace, name); an update or a
+deletion of another uid under the same name (deleted and re-created) is told apart by the uid.
+
+Only what the operator reads is kept (bounded memory at thousands of jobs): a LoraRLJob without
+``managedFields`` and kubectl's last-applied copy; a RayJob's metadata (of its ``managedFields``
+only who owns ``spec.suspend``), ``spec.suspend`` and status (its pod templates are the
+operator's own render, never read back).
+
+The operator's own writes come back through the watch, and must not trigger another reconcile
+(controller-runtime's GenerationChangedPredicate solves the same problem for the status). Before a
+write the writer states what the object will look like in what the reconcile reads
+(``expect``: a fingerprint); after it, ``note_own_write`` records the resourceVersion the API
+server answered. ``put`` reports an event as an echo when it has that resourceVersion or that
+fingerprint: the second catches an echo that kopf delivers before the HTTP answer reaches the
+writer's thread, the first one whose content the API server normalised.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Hashable, Optional, TypeVar
+
+Key = tuple[str, str]
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+V = TypeVar("V")
+
+
+def _meta(meta: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in meta.items() if k != "managedFields"}
+    annotations = meta.get("annotations")
+    if annotations and LAST_APPLIED in annotations:
+        out["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    return out
+
+
+def trim_job(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "metadata": _meta(body.get("metadata") or {})}
+
+
+def _suspend_owners(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The managedFields entries that own ``spec.suspend``, reduced to that field: who owns it
+    decides how a queued RayJob is handed over to Kueue (``queueing.owns_suspend``)."""
+    return [
+        {"manager": entry.get("manager"), "operation": entry.get("operation"), "fieldsV1": {"f:spec": {"f:suspend": {}}}}
+        for entry in meta.get("managedFields") or []
+        if "f:suspend" in (((entry.get("fieldsV1") or {}).get("f:spec")) or {})
+    ]
+
+
+def trim_rayjob(body: dict[str, Any]) -> dict[str, Any]:
+    spec = body.get("spec") or {}
+    meta = _meta(body.get("metadata") or {})
+    owners = _suspend_owners(body.get("metadata") or {})
+    if owners:
+        meta["managedFields"] = owners
+    out: dict[str, Any] = {
+        "apiVersion": body.get("apiVersion", "ray.io/v1"),
+        "kind": body.get("kind", "RayJob"),
+        "metadata": meta,
+        "spec": {"suspend": spec["suspend"]} if "suspend" in spec else {},
+    }
+    if "status" in body:
+        out["status"] = body["status"]
+    return out
+
+
+def job_fingerprint(body: dict[str, Any]) -> Any:
+    """What a reconcile reads of a LoraRLJob that others may change."""
+    meta = body.get("metadata") or {}
+    return meta.get("generation"), meta.get("deletionTimestamp"), body.get("status") or {}
+
+
+def rayjob_fingerprint(body: dict[str, Any]) -> Any:
+    """What a reconcile reads of a RayJob that others may change."""
+    meta = body.get("metadata") or {}
+    return (meta.get("deletionTimestamp"), bool((body.get("spec") or {}).get("suspend")), body.get("status") or {},
+            (meta.get("annotations") or {}).get("lorarl.dev/children-digest"))
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: what the API server makes of ``target`` patched with ``patch``."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def key_of(body: dict[str, Any]) -> Key:
+    meta = body["metadata"]
+    return meta["namespace"], meta["name"]
+
+
+class Store:
+    """One kind's objects by (namespace, name), thread-safe."""
+
+    def __init__(self, trim: Callable[[dict[str, Any]], dict[str, Any]], fingerprint: Callable[[dict[str, Any]], Any]) -> None:
+        self._trim = trim
+        self._fingerprint = fingerprint
+        self._lock = threading.Lock()
+        self._items: dict[Key, dict[str, Any]] = {}
+        self._own: dict[Key, str] = {}  # resourceVersion of our last write, until its echo arrives
+        self._expected: dict[Key, Any] = {}  # fingerprint our write in flight will leave
+
+    def expect(self, key: Key, fingerprint: Any) -> None:
+        """We are about to write ``key``; afterwards it will read as ``fingerprint``."""
+        with self._lock:
+            self._expected[key] = fingerprint
+
+    def put(self, body: dict[str, Any]) -> bool:
+        """Store what the watch delivered; True if it is the echo of our own last write."""
+        key, rv = key_of(body), body["metadata"].get("resourceVersion")
+        with self._lock:
+            trimmed = self._items[key] = self._trim(body)
+            if rv is not None and self._own.get(key) == rv:
+                del self._own[key]
+                self._expected.pop(key, None)
+                return True
+            if key in self._expected and self._expected[key] == self._fingerprint(trimmed):
+                del self._expected[key]
+                return True
+            return False
+
+    def note_own_write(self, body: dict[str, Any]) -> None:
+        """We wrote ``body`` (the API server's answer): cache it now, and know its echo."""
+        key, rv = key_of(body), body["metadata"].get("resourceVersion")
+        with self._lock:
+            current = self._items.get(key)
+            if current is not None and current["metadata"].get("uid") not in (None, body["metadata"].get("uid")):
+                return  # a newer object of that name is cached already
+            if current is not None and _newer(current, body):
+                return  # the watch already delivered something later
+            self._items[key] = self._trim(body)
+            if rv is not None:
+                self._own[key] = rv
+
+    def delete(self, body: dict[str, Any]) -> bool:
+        """Forget the object if the cached one is that uid; True if it was forgotten."""
+        key, uid = key_of(body), body["metadata"].get("uid")
+        with self._lock:
+            current = self._items.get(key)
+            if current is None or current["metadata"].get("uid") != uid:
+                return False
+            del self._items[key]
+            self._own.pop(key, None)
+            self._expected.pop(key, None)
+            return True
+
+    def get(self, key: Key) -> Optional[dict[str, Any]]:
+        with self._lock:
+            return self._items.get(key)
+
+    def keys(self) -> list[Key]:
+        with self._lock:
+            return list(self._items)
+
+    def values(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._items.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+def _newer(current: dict[str, Any], body: dict[str, Any]) -> bool:
+    """resourceVersions are opaque, but etcd's are integers: compare them when both are."""
+    a, b = current["metadata"].get("resourceVersion"), body["metadata"].get("resourceVersion")
+    try:
+        return int(a) > int(b)
+    except (TypeError, ValueError):
+        return False
+
+
+class Memo:
+    """A bounded, thread-safe map with least-recently-used eviction (parse and render results
+    per job generation: computed once per generation, not once per event)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get(self, key: Hashable, make: Callable[[], V]) -> V:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = make()  # outside the lock: two threads may compute it once each, harmlessly
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Caches:
+    """What the reconciler reads: jobs, RayJobs (keyed by the RayJob's own name), memos."""
+
+    def __init__(self) -> None:
+        self.jobs = Store(trim_job, job_fingerprint)
+        self.rayjobs = Store(trim_rayjob, rayjob_fingerprint)
+        self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~19 KiB each
+        self.digests = Memo()  # (uid, generation) -> digest of the rendered children

@@ -1,0 +1,164 @@
+"""A keyed work queue for reconciles: deduplicated, one worker per key, due times, per-key backoff.
+
+It follows client-go's workqueue (k8s.io/client-go/util/workqueue): a key waiting in the queue is
+there once however often it is added (queue.go: ``dirty`` set); a key being processed is not
+handed to a second worker, and an add meanwhile runs it once more when the first is ``done``
+(queue.go: ``processing`` set); ``add(key, after=...)`` schedules it for a moment (delaying_queue.go),
+and the earlier of two moments wins; failures back off per key (default_rate_limiters.go:
+``ItemExponentialFailureRateLimiter``) until ``forget``. One difference: a backed-off key stays
+backed off when a periodic resync adds it (``respect_backoff``), so a refused apply is retried by
+one path only, the backoff; an event of the job itself (the user edited it) still runs at once.
+
+Pure of I/O; the clock is injectable, so the unit tests drive time by hand.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from typing import Callable, Generic, Hashable, Optional, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+# when two triggers of one key merge, the log names the most telling one
+TRIGGER_RANK = {"change": 0, "rayjob-event": 1, "job-event": 2, "timer": 3, "retry": 4, "resync": 5}
+
+
+def stronger(a: Optional[str], b: str) -> str:
+    if a is None:
+        return b
+    return a if TRIGGER_RANK.get(a, 9) <= TRIGGER_RANK.get(b, 9) else b
+
+
+def merge(old: Optional[tuple[float, str]], due: float, trigger: str, now: float) -> tuple[float, str]:
+    """Two schedules of one key: it runs at the earlier moment, named by what makes it run
+    then (a resync that pulls a timer due in an hour forward is a resync; of two adds due
+    already, the more telling name)."""
+    if old is None:
+        return due, trigger
+    old_due, old_trigger = old
+    if old_due <= now and due <= now:
+        return min(old_due, due), stronger(old_trigger, trigger)
+    return (due, trigger) if due < old_due else (old_due, old_trigger)
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, K]] = []  # (due, seq, key); stale entries are skipped
+        self._due: dict[K, float] = {}  # key -> when it runs (waiting keys only)
+        self._trigger: dict[K, str] = {}
+        self._processing: set[K] = set()
+        self._again: dict[K, tuple[float, str]] = {}  # added while processing: re-queue at done
+        self._failures: dict[K, int] = {}
+        self._backoff_until: dict[K, float] = {}
+        self._seq = itertools.count()
+        self._shutdown = False
+
+    # -- adding ---------------------------------------------------------------------------------
+
+    def add(self, key: K, trigger: str, after: float = 0.0, respect_backoff: bool = False) -> None:
+        with self._cond:
+            if self._shutdown:
+                return
+            now = self._clock()
+            if respect_backoff and self._backoff_until.get(key, 0.0) > now:
+                return  # its retry is scheduled already (the backoff added it)
+            due = now + max(0.0, after)
+            if key in self._processing:
+                self._again[key] = merge(self._again.get(key), due, trigger, self._clock())
+                return
+            self._schedule(key, due, trigger)
+
+    def add_rate_limited(self, key: K, trigger: str, delay: Callable[[int], float]) -> float:
+        """Re-run ``key`` after ``delay(n)`` seconds, n = its failures so far (then n + 1)."""
+        with self._cond:
+            n = self._failures.get(key, 0)
+            self._failures[key] = n + 1
+            seconds = delay(n)
+            self._backoff_until[key] = self._clock() + seconds
+        self.add(key, trigger, after=seconds)
+        return seconds
+
+    def forget(self, key: K) -> None:
+        """The key succeeded: its next failure starts the backoff again."""
+        with self._cond:
+            self._failures.pop(key, None)
+            self._backoff_until.pop(key, None)
+
+    def failures(self, key: K) -> int:
+        with self._cond:
+            return self._failures.get(key, 0)
+
+    def _schedule(self, key: K, due: float, trigger: str) -> None:
+        current = self._due.get(key)
+        old = None if current is None else (current, self._trigger[key])
+        self._due[key], self._trigger[key] = merge(old, due, trigger, self._clock())
+        if current is not None and current <= due:
+            return  # already waiting for an earlier (or the same) moment
+        heapq.heappush(self._heap, (due, next(self._seq), key))
+        self._cond.notify()
+
+    # -- taking ---------------------------------------------------------------------------------
+
+    def get(self, timeout: Optional[float] = None) -> Optional[tuple[K, str]]:
+        """The next due key and its trigger, marked as processing; None on shutdown or timeout."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while True:
+                if self._shutdown:
+                    return None
+                now = self._clock()
+                while self._heap:
+                    due, _, key = self._heap[0]
+                    if self._due.get(key) != due:  # superseded by an earlier schedule, or taken
+                        heapq.heappop(self._heap)
+                        continue
+                    if due > now:
+                        break
+                    heapq.heappop(self._heap)
+                    del self._due[key]
+                    self._processing.add(key)
+                    return key, self._trigger.pop(key)
+                wait = None if not self._heap else self._heap[0][0] - now
+                if deadline is not None:
+                    left = deadline - now
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                self._cond.wait(wait)
+
+    def done(self, key: K) -> None:
+        with self._cond:
+            self._processing.discard(key)
+            again = self._again.pop(key, None)
+            if again is not None and not self._shutdown:
+                self._schedule(key, *again)
+
+    def remove(self, key: K) -> None:
+        """Drop every trace of a key (its object is gone)."""
+        with self._cond:
+            self._due.pop(key, None)
+            self._trigger.pop(key, None)
+            self._again.pop(key, None)
+            self._failures.pop(key, None)
+            self._backoff_until.pop(key, None)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def waiting(self) -> dict[K, float]:
+        """Waiting keys and when they are due (a copy)."""
+        with self._cond:
+            return dict(self._due)
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._due)
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()

@@ -1,0 +1,90 @@
+"""The watch caches (pure): echoes of the operator's own writes, uid-checked deletes, trimming."""
+
+from __future__ import annotations
+
+from lorarl.cache import Caches, Memo, merge_patch
+
+
+def job(rv, status=None, generation=1, uid="u1", **meta):
+    return {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob",
+            "metadata": {"namespace": "ns", "name": "a", "uid": uid, "generation": generation, "resourceVersion": rv,
+                         "managedFields": [{"manager": "kubectl"}], **meta},
+            "spec": {"suspend": False}, "status": status or {}}
+
+
+def test_an_echo_is_known_by_its_resource_version_or_by_what_was_written():
+    caches = Caches()
+    store = caches.jobs
+    assert store.put(job("1")) is False  # someone else's write
+    store.note_own_write(job("2", {"phase": "Pending"}))
+    assert store.put(job("2", {"phase": "Pending"})) is True  # the echo
+    # the echo arrives before the writer saw the answer: known by the stated fingerprint
+    store.expect(("ns", "a"), (1, None, {"phase": "Pending", "observedGeneration": 1}))
+    assert store.put(job("3", {"phase": "Pending", "observedGeneration": 1})) is True
+    store.note_own_write(job("3", {"phase": "Pending", "observedGeneration": 1}))  # late answer: no harm
+    assert store.get(("ns", "a"))["metadata"]["resourceVersion"] == "3"
+    # the reporter's patch is not an echo
+    assert store.put(job("4", {"phase": "Pending", "observedGeneration": 1, "progress": {"rollout": 1}})) is False
+    # a spec edit is not, even with the same status
+    store.expect(("ns", "a"), (1, None, {"phase": "Running"}))
+    assert store.put(job("5", {"phase": "Running"}, generation=2)) is False
+
+
+def test_a_late_answer_never_replaces_a_newer_event_and_deletes_check_the_uid():
+    store = Caches().jobs
+    store.put(job("10", {"phase": "Running"}))
+    store.note_own_write(job("9", {"phase": "Pending"}))
+    assert store.get(("ns", "a"))["status"] == {"phase": "Running"}
+    assert store.delete(job("11", uid="old")) is False  # an older object of that name
+    assert store.get(("ns", "a")) is not None
+    assert store.delete(job("11")) is True and store.get(("ns", "a")) is None
+
+
+def test_cached_objects_are_trimmed_to_what_the_reconcile_reads():
+    caches = Caches()
+    last = "kubectl.kubernetes.io/last-applied-configuration"
+    caches.jobs.put(job("1", annotations={last: "{...}", "keep": "me"}))
+    meta = caches.jobs.get(("ns", "a"))["metadata"]
+    assert "managedFields" not in meta and meta["annotations"] == {"keep": "me"}
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"namespace": "ns", "name": "a", "uid": "r", "resourceVersion": "1"},
+              "spec": {"suspend": True, "entrypoint": "python3 ...", "rayClusterSpec": {"headGroupSpec": {}}}, "status": {"jobStatus": "RUNNING"}}
+    caches.rayjobs.put(rayjob)
+    assert caches.rayjobs.get(("ns", "a"))["spec"] == {"suspend": True}
+    assert caches.rayjobs.get(("ns", "a"))["status"] == {"jobStatus": "RUNNING"}
+
+
+def test_merge_patch_follows_rfc_7386():
+    assert merge_patch({"a": 1, "b": {"c": 2, "d": 3}}, {"b": {"c": None, "e": 4}, "f": [1]}) == {"a": 1, "b": {"d": 3, "e": 4}, "f": [1]}
+    assert merge_patch({"a": [1, 2]}, {"a": [3]}) == {"a": [3]}
+
+
+def test_memo_is_bounded_and_computes_once():
+    memo = Memo(size=2)
+    calls = []
+    for key in ("a", "a", "b", "c", "a"):
+        memo.get(key, lambda k=key: calls.append(k) or k.upper())
+    assert calls == ["a", "b", "c", "a"] and len(memo) == 2
+
+
+def test_rayjob_cache_keeps_who_owns_suspend_and_nothing_else_of_managed_fields():
+    """queueing.owns_suspend reads managedFields: the cached RayJob must still answer it."""
+    from lorarl import queueing
+    from lorarl.cache import trim_rayjob
+
+    live = {
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "r", "namespace": "ns", "managedFields": [
+            {"manager": queueing.FIELD_MANAGER, "operation": "Apply",
+             "fieldsV1": {"f:spec": {"f:suspend": {}, "f:entrypoint": {}}, "f:metadata": {"f:labels": {}}}},
+            {"manager": "kuberay-operator", "operation": "Update", "fieldsV1": {"f:status": {}}},
+        ]},
+        "spec": {"suspend": True, "entrypoint": "x"},
+    }
+    trimmed = trim_rayjob(live)
+    assert queueing.owns_suspend(live) and queueing.owns_suspend(trimmed)
+    assert trimmed["metadata"]["managedFields"] == [
+        {"manager": queueing.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:suspend": {}}}}]
+    assert "entrypoint" not in trimmed["spec"]
+    live["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"].pop("f:suspend")
+    assert not queueing.owns_suspend(trim_rayjob(live))
+    assert "managedFields" not in trim_rayjob(live)["metadata"]
