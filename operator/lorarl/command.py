@@ -66,14 +66,18 @@ def input_dir(root: str, repo: str, revision: str | None) -> str:
     Unique per (repository, revision), so jobs sharing a volume never share or overwrite each
     other's inputs. ``org`` and ``name`` (HF_REPO_ID: start with a letter or digit, no '/' or
     '@') are one path segment each and never '.' or '..'. The revision is percent-encoded with
-    ``quote(safe="")`` ('/', '%', '@' ... become %XX): one segment, never containing '@',
+    ``quote(safe="")`` ('/', '%', '@' ... become %XX; the revisions '.' and '..' become %2E and
+    %2E%2E): one segment, never containing '@', never '.' or '..',
     decodable, so the mapping is injective; at most 3 x 64 characters, within NAME_MAX. No
     revision means "main", as for ``hf download`` (huggingface_hub DEFAULT_REVISION).
     prepare.sh keeps its lock and in-progress download beside it as ``<dir>@lock`` and
     ``<dir>@partial``: names no input directory can have.
     """
     org, name = repo.split("/", 1)
-    return posixpath.join(root, org, name, urllib.parse.quote(revision or DEFAULT_REVISION, safe=""))
+    segment = urllib.parse.quote(revision or DEFAULT_REVISION, safe="")
+    if segment in (".", ".."):  # quote() keeps dots: "." would name the model's own directory, ".." its org's
+        segment = segment.replace(".", "%2E")
+    return posixpath.join(root, org, name, segment)
 
 
 def model_dir(job: LoraRLJob) -> str:

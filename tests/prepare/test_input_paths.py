@@ -12,7 +12,7 @@ import posixpath
 import re
 import urllib.parse
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from lorarl import api, command, render
 from tests.helpers import job_from, with_spec
@@ -65,6 +65,8 @@ repos = st.from_regex(api.HF_REPO_ID, fullmatch=True).filter(lambda r: 3 <= len(
 revisions = st.none() | st.from_regex(api.SHELL_SAFE, fullmatch=True).filter(lambda r: len(r) <= 64)
 
 
+@example(root=command.MODELS_DIR, repo="0/0", revision=".")  # found by the CI profile: the model's own directory
+@example(root=command.MODELS_DIR, repo="org/name", revision="..")  # its org's directory
 @settings(max_examples=400, deadline=None)
 @given(st.sampled_from([command.MODELS_DIR, command.DATASETS_DIR]), repos, revisions)
 def test_every_allowed_repository_and_revision_has_its_own_directory(root, repo, revision):
