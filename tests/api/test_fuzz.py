@@ -328,6 +328,9 @@ def test_revisions_reach_the_downloader_intact_or_are_rejected(value):
     if problems:
         assert [p.field for p in problems] == ["spec.model.revision"], problems
         return
-    # the revision keys the directory percent-encoded (one path segment; tests/prepare)
-    directory = "/root/models/Qwen/Qwen3-4B/" + urllib.parse.quote(value, safe="")
-    assert render.downloads(job)[:4] == ["model", "Qwen/Qwen3-4B", directory, value]
+    # the revision keys the directory percent-encoded: one path segment, never '.' or '..', that
+    # decodes to the revision (tests/prepare); the downloader gets the revision itself
+    kind, repo, directory, revision = render.downloads(job)[:4]
+    parent, segment = directory.rsplit("/", 1)
+    assert (kind, repo, parent, revision) == ("model", "Qwen/Qwen3-4B", "/root/models/Qwen/Qwen3-4B", value)
+    assert segment not in ("", ".", "..") and urllib.parse.unquote(segment) == value
