@@ -217,7 +217,6 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
     gets ApplyFailed, and those objects are untouched; its own children are applied as usual."""
     from lorarl import render
     from lorarl.kube import Api
-    from lorarl.reconcile import Reconciler
     from tests.chart.helm import operator_rbac
     from tests.helpers import job_from
 
@@ -243,7 +242,7 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
         # `delete` on configmaps), or by the policy where that plugin is off
         assert outcome.apply_failed and "victim-lorarl" in outcome.apply_failed, outcome.apply_failed
         control_plane.kubectl("delete", "configmap", "victim-lorarl", "-n", namespace)
-        outcome = Reconciler(operator_kube).reconcile(namespace, "victim")
+        outcome = _reconcile_as_the_operator(operator_kube, namespace, "victim")
         # the RayJob (the operator may delete RayJobs, so only the policy stands in the way)
         assert outcome.apply_failed and "RayJob" in outcome.apply_failed, outcome.apply_failed
         assert "changes only objects a LoraRLJob controls" in outcome.apply_failed, outcome.apply_failed
@@ -257,16 +256,30 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
         apply_job(control_plane, namespace, doc)
         clean = wait_for(lambda: _reconciled(operator_kube, namespace, "clean"), what="a reconcile as the operator")
         assert clean.apply_failed is None and clean.applied == 6
-        again = Reconciler(operator_kube).reconcile(namespace, "clean")  # updates of owned children pass
+        again = _reconcile_as_the_operator(operator_kube, namespace, "clean")  # updates of owned children pass
         assert again.apply_failed is None and again.applied == 6
     finally:
         control_plane.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(cluster_scoped))
 
 
+def _reconcile_as_the_operator(operator_kube, namespace, name):
+    """One reconcile as the operator runs it: reading from caches filled the way its watches fill
+    them (a LIST of the jobs and of the RayJobs carrying the job label; its RBAC has no `get` on
+    RayJobs), writing with the operator's identity."""
+    from lorarl import api, render
+    from lorarl.cache import Caches
+    from lorarl.reconcile import Reconciler
+    caches = Caches()
+    for body in operator_kube.list(api.API_VERSION, api.KIND, namespace):
+        caches.jobs.put(body)
+    for body in operator_kube.list(render.RAYJOB_API_VERSION, "RayJob", namespace, label_selector=render.JOB_LABEL):
+        caches.rayjobs.put(body)
+    return Reconciler(operator_kube, caches=caches).reconcile(namespace, name)
+
+
 def _reconciled(operator_kube, namespace, name):
     from lorarl.kube import ApiError
-    from lorarl.reconcile import Reconciler
     try:
-        return Reconciler(operator_kube).reconcile(namespace, name)
+        return _reconcile_as_the_operator(operator_kube, namespace, name)
     except ApiError:  # RBAC just granted may take a moment to be seen
         return None
