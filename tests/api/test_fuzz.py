@@ -14,7 +14,7 @@ import os
 import urllib.parse
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
+from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
 from lorarl import api, command, render
 from lorarl.validation import validate
@@ -223,6 +223,13 @@ def test_every_valid_spec_renders_and_the_trainer_gets_what_the_spec_says(chain,
 
 # Every user string that can reach the command: (path the API names, how to set it, the flag
 # whose value must then be exactly it, how the value appears there).
+def revision_segment(revision):
+    """The documented directory name of a revision: percent-encoded into one path segment, the
+    revisions '.' and '..' with their dots encoded too (never the parent's own directory)."""
+    segment = urllib.parse.quote(revision, safe="")
+    return segment.replace(".", "%2E") if segment in (".", "..") else segment
+
+
 def _set(path):
     def setter(spec, value):
         node = spec
@@ -236,7 +243,7 @@ STRING_FIELDS = {
     "spec.model.name": (lambda s, v: s.update(model={"name": v, "architecture": {"preset": "qwen3-4B"}}),
                         "--hf-checkpoint", lambda v: f"/root/models/{v}/main"),
     "spec.model.revision": (_set(["model", "revision"]), "--hf-checkpoint",
-                            lambda v: "/root/models/Qwen/Qwen3-4B/" + urllib.parse.quote(v, safe="")),
+                            lambda v: "/root/models/Qwen/Qwen3-4B/" + revision_segment(v)),
     "spec.lora.targetModules[0]": (lambda s, v: s.update(lora={"targetModules": [v]}), "--target-modules", str),
     "spec.rollout.inputKey": (_set(["rollout", "inputKey"]), "--input-key", str),
     "spec.rollout.labelKey": (_set(["rollout", "labelKey"]), "--label-key", str),
@@ -246,7 +253,7 @@ STRING_FIELDS = {
     "spec.rollout.promptData.file": (lambda s, v: s.update(rollout={"promptData": {"repo": "a/b", "file": v}}), "--prompt-data",
                                      lambda v: f"/root/datasets/a/b/main/{v}"),
     "spec.rollout.promptData.revision": (lambda s, v: s.update(rollout={"promptData": {"repo": "a/b", "revision": v}}), "--prompt-data",
-                                         lambda v: f"/root/datasets/a/b/{urllib.parse.quote(v, safe='')}/b.jsonl"),
+                                         lambda v: f"/root/datasets/a/b/{revision_segment(v)}/b.jsonl"),
     "spec.eval.datasets[0].name": (lambda s, v: s.update(eval={"datasets": [{"name": v, "repo": "a/b"}]}), "--eval-prompt-data", str),
     "spec.eval.datasets[0].file": (lambda s, v: s.update(eval={"datasets": [{"name": "n", "repo": "a/b", "file": v}]}), "n",
                                    lambda v: f"/root/datasets/a/b/main/{v}"),
@@ -291,6 +298,8 @@ nasty = st.one_of(
 
 @FUZZ
 @given(st.sampled_from(sorted(STRING_FIELDS)), nasty, st.sampled_from(every_variant()))
+@example("spec.model.revision", ".", ("list2cmdline", "/bin/sh"))  # found by the CI profile
+@example("spec.rollout.promptData.revision", "..", ("list2cmdline", "/bin/sh"))
 def test_strings_never_change_the_command(chain, field, value, variant):
     setter, flag, shown = STRING_FIELDS[field]
     doc = seed_doc()
