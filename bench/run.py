@@ -218,12 +218,17 @@ class Bench:
                 self.results["idle"] = await self.settle_and_idle(client, sysm, tracker, ns, n)
             return out
         finally:
-            for t in tasks:
-                t.cancel()
-            try:  # before the system stops: KubeRay's finalizers on RayJobs need KubeRay to go
-                await self.cleanup(client, ns)
-            finally:
-                await asyncio.to_thread(sysm.stop)
+            await self.tear_down(client, ns, sysm, tasks)
+
+    async def tear_down(self, client: Client, ns: str, sysm: System, tasks: list) -> None:
+        """Stop a phase's watches, clean its namespace (before the system stops: KubeRay's
+        finalizers on RayJobs need KubeRay to go), then stop the system."""
+        for t in tasks:
+            t.cancel()
+        try:
+            await self.cleanup(client, ns)
+        finally:
+            await asyncio.to_thread(sysm.stop)
 
     async def settle_and_idle(self, client: Client, sysm: System, tracker: Tracker, ns: str, n: int) -> dict[str, Any]:
         """KubeRay (the stand-in) moves half the RayJobs to Succeeded and half to Running; once
@@ -291,12 +296,7 @@ class Bench:
             log(f"steady {system} {rate:g}/s for {seconds:g}s: p50 {out['p50']:.3f}s p95 {out['p95']:.3f}s p99 {out['p99']:.3f}s")
             return out
         finally:
-            for t in tasks:
-                t.cancel()
-            try:  # before the system stops: KubeRay's finalizers on RayJobs need KubeRay to go
-                await self.cleanup(client, ns)
-            finally:
-                await asyncio.to_thread(sysm.stop)
+            await self.tear_down(client, ns, sysm, tasks)
 
     async def history_point(self, client: Client, n: int) -> dict[str, Any]:
         """Ours idle over ``n`` finished jobs that it handled in an earlier life (their RayJobs

@@ -1,6 +1,9 @@
 import os
 
+import pytest
 from hypothesis import settings
+
+from lorarl.kube import Api
 
 pytest_plugins = ["lorarl_dev.pytest_plugin"]
 
@@ -12,3 +15,11 @@ from tests.chart.helm import helm  # noqa: E402,F401  (the session fixture: real
 settings.register_profile("dev", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture
+def kube(control_plane) -> Api:
+    """The operator's own API client, as admin, on the session's control plane."""
+    client = control_plane.api_client()
+    yield Api(client)
+    client.close()

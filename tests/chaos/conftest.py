@@ -97,13 +97,6 @@ def isolated_namespace(request, isolated_plane):
 
 
 @pytest.fixture
-def kube(control_plane):
-    client = control_plane.api_client()
-    yield Api(client)
-    client.close()
-
-
-@pytest.fixture
 def isolated_kube(isolated_plane):
     client = isolated_plane.api_client()
     yield Api(client)

@@ -7,19 +7,12 @@ import pytest
 
 from lorarl import render
 from lorarl.health import Verdict
-from lorarl.kube import FIELD_MANAGER, Api
+from lorarl.kube import Api
 from lorarl.queueing import CREATE_MANAGER, owns_suspend, rayjob_apply, suspend_handoff
 from tests.helpers import job_from, seed_doc
 
 pytestmark = pytest.mark.controlplane
 UNKNOWN = Verdict("Unknown", "AwaitingMetrics", "")
-
-
-@pytest.fixture
-def kube(control_plane):
-    client = control_plane.api_client()
-    yield Api(client)
-    client.close()
 
 
 def queued_job(namespace: str):

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lorarl.kube import Api
 from lorarl_dev.operatorproc import OperatorProcess  # noqa: F401 (re-exported for the tests)
-
-
-@pytest.fixture
-def kube(control_plane) -> Api:
-    client = control_plane.api_client()
-    yield Api(client)
-    client.close()
 
 
 @pytest.fixture

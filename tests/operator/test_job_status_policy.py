@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -23,8 +21,8 @@ import yaml
 from lorarl.reporter.kubeapi import OWNED_FIELDS
 from tests.helpers import seed_doc, wait_for
 from tests.operator.test_operator import apply_job, job
-from tests.operator.test_reporter_live import make_job, reporter_env, shipped_reporter
-from tests.reporter.reporter_testlib import CHILD, expected_final_status, generate_miles_log, without_time
+from tests.operator.test_reporter_live import make_job, run_reporter_on_200_rollouts
+from tests.reporter.reporter_testlib import expected_final_status, without_time
 
 pytestmark = pytest.mark.controlplane
 
@@ -190,16 +188,7 @@ def test_a_job_may_not_run_as_the_operators_service_account(enforced, control_pl
 
 def test_the_reporter_still_reports_under_the_policy(enforced, control_plane, namespace, kube, tmp_path):
     mine = make_job(control_plane, namespace, kube, "job-a")
-    token = tmp_path / "token"
-    token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
-    log = generate_miles_log(num_rollouts=200, save_dir="/root/shared_data/job-a/checkpoints")
-    log_file = tmp_path / "miles.log"
-    log_file.write_bytes(log.data)
-    result = subprocess.run(
-        [*shipped_reporter(kube, namespace, mine, tmp_path), "--namespace", namespace, "--name", mine,
-         "--total-rollouts", "200", "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
-        capture_output=True, env=reporter_env(control_plane, token), timeout=300,
-    )
+    result, log = run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert b"[lorarl-reporter]" not in result.stderr, result.stderr.decode()[-2000:]  # no refused patch
     stored = job(kube, namespace, mine)["status"]

@@ -45,11 +45,12 @@ def reporter_env(control_plane, token_file):
     return env
 
 
-def test_reporter_fills_status_with_per_job_identity(control_plane, namespace, kube, tmp_path):
-    mine = make_job(control_plane, namespace, kube, "job-a")
+def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path):
+    """The shipped reporter, as the job's own ServiceAccount, over a 200-rollout miles log:
+    (the finished process, the log)."""
     token = tmp_path / "token"
     token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
-    log = generate_miles_log(num_rollouts=200, save_dir="/root/shared_data/job-a/checkpoints")
+    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints")
     log_file = tmp_path / "miles.log"
     log_file.write_bytes(log.data)
     result = subprocess.run(
@@ -57,6 +58,12 @@ def test_reporter_fills_status_with_per_job_identity(control_plane, namespace, k
          "--total-rollouts", "200", "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
         capture_output=True, env=reporter_env(control_plane, token), timeout=300,
     )
+    return result, log
+
+
+def test_reporter_fills_status_with_per_job_identity(control_plane, namespace, kube, tmp_path):
+    mine = make_job(control_plane, namespace, kube, "job-a")
+    result, log = run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert result.stdout == log.data  # the trainer's output, unchanged
     assert b"[lorarl-reporter]" not in result.stderr, result.stderr.decode()[-2000:]
