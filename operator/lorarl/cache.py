@@ -8,7 +8,11 @@ deletion of another uid under the same name (deleted and re-created) is told apa
 Only what the operator reads is kept (bounded memory at thousands of jobs): a LoraRLJob without
 ``managedFields`` and kubectl's last-applied copy; a RayJob's metadata (of its ``managedFields``
 only who owns ``spec.suspend``), ``spec.suspend`` and status (its pod templates are the
-operator's own render, never read back).
+operator's own render, never read back). A finished job, once reconciled, is kept compact
+(``Store.compact``: name, uid, generation, phase; its parse and render memos dropped): memory
+grows with the jobs that run, not with the jobs that ever ran. The rare reconcile of a compact
+job (its RayJob went away, its TTL fell due) reads the whole object with a GET; a watch event
+brings the whole object back anyway.
 
 The operator's own writes come back through the watch, and must not trigger another reconcile
 (controller-runtime's GenerationChangedPredicate solves the same problem for the status). Before a
@@ -21,6 +25,7 @@ writer's thread, the first one whose content the API server normalised.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Hashable, Optional, TypeVar
@@ -38,8 +43,26 @@ def _meta(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+SPEC_TEXT = "lorarl.dev/spec-json"  # a cached job's spec as JSON text (see trim_job)
+
+
 def trim_job(body: dict[str, Any]) -> dict[str, Any]:
-    return {**body, "metadata": _meta(body.get("metadata") or {})}
+    """The spec is kept as its JSON text: a fifth of the memory of the decoded dicts, and the
+    reconcile reads it only to parse a new generation (``whole_job``)."""
+    out = {k: v for k, v in body.items() if k != "spec"}
+    out["metadata"] = _meta(body.get("metadata") or {})
+    if "spec" in body:
+        out[SPEC_TEXT] = json.dumps(body["spec"], separators=(",", ":"))
+    return out
+
+
+def whole_job(cached: dict[str, Any]) -> dict[str, Any]:
+    """A cached job with its spec decoded again (what ``parse_stored`` reads)."""
+    if SPEC_TEXT not in cached:
+        return cached
+    out = {k: v for k, v in cached.items() if k != SPEC_TEXT}
+    out["spec"] = json.loads(cached[SPEC_TEXT])
+    return out
 
 
 def _suspend_owners(meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -67,6 +90,19 @@ def trim_rayjob(body: dict[str, Any]) -> dict[str, Any]:
     if "status" in body:
         out["status"] = body["status"]
     return out
+
+
+def compact_job(body: dict[str, Any]) -> dict[str, Any]:
+    """What stays cached of a finished job: enough to name it, count it by phase and tell a
+    re-created job of the same name apart (the uid)."""
+    meta = body.get("metadata") or {}
+    job_status = body.get("status") or {}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "generation", "resourceVersion", "deletionTimestamp") if k in meta},
+        "status": {k: job_status[k] for k in ("phase", "observedGeneration") if k in job_status},
+    }
 
 
 def job_fingerprint(body: dict[str, Any]) -> Any:
@@ -108,6 +144,7 @@ class Store:
         self._fingerprint = fingerprint
         self._lock = threading.Lock()
         self._items: dict[Key, dict[str, Any]] = {}
+        self._compact: set[Key] = set()  # keys whose cached object is a compact stand-in
         self._own: dict[Key, str] = {}  # resourceVersion of our last write, until its echo arrives
         self._expected: dict[Key, Any] = {}  # fingerprint our write in flight will leave
 
@@ -121,6 +158,7 @@ class Store:
         key, rv = key_of(body), body["metadata"].get("resourceVersion")
         with self._lock:
             trimmed = self._items[key] = self._trim(body)
+            self._compact.discard(key)
             if rv is not None and self._own.get(key) == rv:
                 del self._own[key]
                 self._expected.pop(key, None)
@@ -140,6 +178,7 @@ class Store:
             if current is not None and _newer(current, body):
                 return  # the watch already delivered something later
             self._items[key] = self._trim(body)
+            self._compact.discard(key)
             if rv is not None:
                 self._own[key] = rv
 
@@ -151,13 +190,33 @@ class Store:
             if current is None or current["metadata"].get("uid") != uid:
                 return False
             del self._items[key]
+            self._compact.discard(key)
             self._own.pop(key, None)
             self._expected.pop(key, None)
             return True
 
+    def compact(self, key: Key, shrink: Callable[[dict[str, Any]], Optional[dict[str, Any]]]) -> Optional[dict[str, Any]]:
+        """Replace the cached object by ``shrink(object)`` unless that is None; returns the
+        object it replaced (None: nothing was replaced)."""
+        with self._lock:
+            current = self._items.get(key)
+            if current is None or key in self._compact:
+                return None
+            small = shrink(current)
+            if small is None:
+                return None
+            self._items[key] = small
+            self._compact.add(key)
+            return current
+
     def get(self, key: Key) -> Optional[dict[str, Any]]:
         with self._lock:
             return self._items.get(key)
+
+    def read(self, key: Key) -> tuple[Optional[dict[str, Any]], bool]:
+        """(the cached object, whether it is whole: False for a compact stand-in)."""
+        with self._lock:
+            return self._items.get(key), key not in self._compact
 
     def keys(self) -> list[Key]:
         with self._lock:
@@ -203,6 +262,10 @@ class Memo:
                 self._items.popitem(last=False)
         return value
 
+    def discard(self, key: Hashable) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -213,5 +276,16 @@ class Caches:
     def __init__(self) -> None:
         self.jobs = Store(trim_job, job_fingerprint)
         self.rayjobs = Store(trim_rayjob, rayjob_fingerprint)
-        self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~19 KiB each
+        self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~15 KiB each
         self.digests = Memo()  # (uid, generation) -> digest of the rendered children
+
+    def settle(self, key: Key, finished: Callable[[dict[str, Any]], bool]) -> bool:
+        """Keep a job compact that ``finished`` says has nothing left to do, and drop its
+        memos; True if it was whole before."""
+        replaced = self.jobs.compact(key, lambda body: compact_job(body) if finished(body) else None)
+        if replaced is None:
+            return False
+        meta = replaced["metadata"]
+        self.parsed.discard((meta.get("uid"), meta.get("generation")))
+        self.digests.discard((meta.get("uid"), meta.get("generation")))
+        return True

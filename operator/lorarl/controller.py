@@ -56,12 +56,30 @@ class _QuietWatchHandlers(logging.Filter):
         return record.msg not in self.quiet
 
 
+class Core:
+    """The running controller's parts, under one memo key: kopf keeps a shallow copy of the memo
+    for every object it has seen (kopf 1.45 _core/reactor/inventory.py:114), so one key per part
+    would cost memory per job."""
+
+    caches: Caches
+    reconciler: Reconciler
+    recorder: EventRecorder
+    queue: WorkQueue
+    job_echo: dict[tuple[str, str], bool]  # key -> the last watch event was our own write
+    rayjob_echo: dict[tuple[str, str], bool]
+    synced: threading.Event
+    stopping: threading.Event
+    workers: list[threading.Thread]
+    resync_thread: threading.Thread
+    settings: kopf.OperatorSettings
+
+
 def object_log(memo: Any, namespace: str, name: str, body: Optional[dict[str, Any]] = None) -> logging.LoggerAdapter:
     """A logger whose lines name the job: kopf's own object logger, so its formatter prints the
     "[namespace/name]" prefix (plain, full) or the ``object`` reference (JSON) exactly as for
     kopf's own lines. The local variant never posts a log line as a Kubernetes Event."""
     ref = body or {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"namespace": namespace, "name": name}}
-    return kopf.LocalObjectLogger(body=ref, settings=memo.settings)  # type: ignore[arg-type]
+    return kopf.LocalObjectLogger(body=ref, settings=memo.core.settings)  # type: ignore[arg-type]
 
 
 def error_backoff(transient: bool) -> Any:
@@ -77,10 +95,10 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str) -> Optiona
     key = (namespace, name)
     reconcile_id = uuid.uuid4().hex[:8]
     try:
-        outcome, seconds = timed(memo.reconciler.reconcile, namespace, name, False)
+        outcome, seconds = timed(memo.core.reconciler.reconcile, namespace, name, False)
     except ApiError as err:
         metrics.RECONCILES.labels(trigger, "error").inc()
-        delay = memo.queue.add_rate_limited(key, "retry", error_backoff(err.transient))
+        delay = memo.core.queue.add_rate_limited(key, "retry", error_backoff(err.transient))
         object_log(memo, namespace, name).warning(
             "reconcile %s (%s) failed: %s; retrying in %gs", reconcile_id, trigger, err, delay,
             extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "error"},
@@ -95,7 +113,7 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str) -> Optiona
     if outcome.deleted:
         logger.info("reconcile %s (%s): ttlSecondsAfterFinished passed; deleted the job, %.3fs", reconcile_id, trigger, seconds,
                     extra={"reconcile_id": reconcile_id, "trigger": trigger, "phase": outcome.phase, "deleted": True, "duration": round(seconds, 6)})
-        memo.queue.remove(key)
+        memo.core.queue.remove(key)
         return outcome.phase
     logger.info(
         "reconcile %s (%s): %s, %d applied, status %s, %.3fs", reconcile_id, trigger,
@@ -105,40 +123,42 @@ def run_reconcile(memo: Any, namespace: str, name: str, trigger: str) -> Optiona
                "status_written": outcome.status_written, "duration": round(seconds, 6)},
     )
     if outcome.body is None:
-        memo.queue.remove(key)
+        memo.core.queue.remove(key)
         return None
     now = reconcile.utcnow()
     for event in outcome.events:
         try:  # events are best effort: never fail a reconcile for one
-            memo.recorder.record(outcome.body, event.type, event.reason, event.message,
+            memo.core.recorder.record(outcome.body, event.type, event.reason, event.message,
                                  reconcile.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
         except ApiError as err:
             logger.warning("could not post event %s: %s", event.reason, err, extra={"reconcile_id": reconcile_id})
     if outcome.apply_failed:
-        delay = memo.queue.add_rate_limited(key, "retry", status.apply_backoff)
+        delay = memo.core.queue.add_rate_limited(key, "retry", status.apply_backoff)
         logger.warning("reconcile %s (%s): %s; retrying in %gs", reconcile_id, trigger, outcome.apply_failed, delay,
                        extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "apply-failed"})
     else:
-        memo.queue.forget(key)
+        memo.core.queue.forget(key)
         if outcome.requeue_after is not None:
-            memo.queue.add(key, "timer", after=outcome.requeue_after)
+            memo.core.queue.add(key, "timer", after=outcome.requeue_after)
+        if outcome.phase in status.TERMINAL:  # its last write is done: keep it compact
+            memo.core.caches.settle(key, reconcile.settled_finished)
     return outcome.phase
 
 
 def _worker(memo: Any) -> None:
     while True:
-        item = memo.queue.get()
+        item = memo.core.queue.get()
         if item is None:  # shut down
             return
         (namespace, name), trigger = item
         try:
-            if not memo.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
+            if not memo.core.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
                 run_reconcile(memo, namespace, name, trigger)
         except Exception as err:  # keep the worker alive whatever happens
             object_log(memo, namespace, name).exception("reconcile failed: %s", err)
-            memo.queue.add_rate_limited((namespace, name), "retry", error_backoff(False))
+            memo.core.queue.add_rate_limited((namespace, name), "retry", error_backoff(False))
         finally:
-            memo.queue.done((namespace, name))
+            memo.core.queue.done((namespace, name))
 
 
 @kopf.on.startup()
@@ -148,41 +168,48 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
+    # list in pages, as client-go's reflector does (client-go v0.37.2 tools/pager/pager.go:31, defaultPageSize 500):
+    # one unpaginated listing of thousands of jobs would be the process's peak memory
+    settings.watching.chunk_size = 500
+    # kopf's per-object worker keeps the object's last raw event while it waits for the next one
+    # (default 5 s): in a burst that is every new job twice over; our handlers return at once
+    settings.queueing.idle_timeout = 0.5
     settings.networking.request_timeout = 60
-    memo.settings = settings  # for object loggers outside kopf's handlers (the workers)
+    core = memo.core = Core()
+    core.settings = settings  # for object loggers outside kopf's handlers (the workers)
     objects_log = logging.getLogger("kopf.objects")
     if not any(isinstance(f, _QuietWatchHandlers) for f in objects_log.filters):
         objects_log.addFilter(_QuietWatchHandlers())
-    memo.stopping = threading.Event()
+    core.stopping = threading.Event()
     kube = memo.get("kube") or Api.from_environment()
-    memo.caches = Caches()
-    memo.reconciler = Reconciler(kube, caches=memo.caches)
-    memo.recorder = EventRecorder(kube)
-    memo.queue = WorkQueue()
-    memo.job_echo, memo.rayjob_echo = {}, {}  # key -> the last watch event was our own write
+    core.caches = Caches()
+    core.reconciler = Reconciler(kube, caches=core.caches)
+    core.recorder = EventRecorder(kube)
+    core.queue = WorkQueue()
+    core.job_echo, core.rayjob_echo = {}, {}
     # kopf calls event handlers only once every indexed kind is listed and indexed: the first
     # call says the caches are complete (with no object at all there is nothing to resync)
-    memo.synced = threading.Event()
+    core.synced = threading.Event()
     if memo.get("metrics_port") and not memo.get("metrics_started"):  # `lorarl run` starts it before the election
         start_http_server(int(memo.metrics_port), addr=memo.get("metrics_addr", "0.0.0.0"))
-    memo.workers = [threading.Thread(target=_worker, args=(memo,), name=f"lorarl-worker-{i}", daemon=True)
+    core.workers = [threading.Thread(target=_worker, args=(memo,), name=f"lorarl-worker-{i}", daemon=True)
                     for i in range(int(memo.get("workers", 32)))]
-    for thread in memo.workers:
+    for thread in core.workers:
         thread.start()
-    memo.resync_thread = threading.Thread(target=_resync_loop, args=(memo,), name="lorarl-resync", daemon=True)
-    memo.resync_thread.start()
+    core.resync_thread = threading.Thread(target=_resync_loop, args=(memo,), name="lorarl-resync", daemon=True)
+    core.resync_thread.start()
 
 
 @kopf.on.cleanup()
 def stop(memo: kopf.Memo, **_: Any) -> None:
     """Let in-flight reconciles finish and start no new one, so that nothing is written after
     kopf returns (a leader then releases its lease to a successor)."""
-    if memo.get("stopping") is None:
+    if memo.get("core") is None:
         return
-    memo.stopping.set()
-    memo.queue.shutdown()
-    memo.resync_thread.join(timeout=60)
-    for thread in memo.workers:  # each finishes the reconcile it is in, then sees the shutdown
+    memo.core.stopping.set()
+    memo.core.queue.shutdown()
+    memo.core.resync_thread.join(timeout=60)
+    for thread in memo.core.workers:  # each finishes the reconcile it is in, then sees the shutdown
         thread.join(timeout=60)
 
 
@@ -195,11 +222,11 @@ def _resync_loop(memo: Any) -> None:
     """Queue every unfinished cached job each ``resync_seconds`` (a backstop: it reads the
     cache and writes only what changed), and count jobs by phase. Finished jobs cost nothing."""
     interval = float(memo.get("resync_seconds", 30))
-    while not memo.stopping.wait(interval):
-        if not memo.synced.is_set():
+    while not memo.core.stopping.wait(interval):
+        if not memo.core.synced.is_set():
             continue  # kopf is still listing: a RayJob not yet cached would look deleted
         counts = {phase: 0 for phase in status.PHASES}
-        for body in memo.caches.jobs.values():
+        for body in memo.core.caches.jobs.values():
             meta, job_status = body["metadata"], body.get("status") or {}
             phase = job_status.get("phase")
             if phase in counts:
@@ -208,7 +235,7 @@ def _resync_loop(memo: Any) -> None:
             # (queued by its event, or backing off): the resync leaves both alone
             if (phase not in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation")
                     and _watched(memo, meta["namespace"])):
-                memo.queue.add((meta["namespace"], meta["name"]), "resync", respect_backoff=True)
+                memo.core.queue.add((meta["namespace"], meta["name"]), "resync", respect_backoff=True)
         for phase, count in counts.items():
             metrics.JOBS.labels(phase).set(count)
 
@@ -218,38 +245,38 @@ def _resync_loop(memo: Any) -> None:
 
 @kopf.index(**LORARLJOBS, id="cache-jobs")
 async def cache_job(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
-    memo.job_echo[(namespace, name)] = memo.caches.jobs.put({k: body[k] for k in body})
+    memo.core.job_echo[(namespace, name)] = memo.core.caches.jobs.put({k: body[k] for k in body})
 
 
 @kopf.index(**RAYJOBS, labels=OWNED, id="cache-rayjobs")
 async def cache_rayjob(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
-    memo.rayjob_echo[(namespace, name)] = memo.caches.rayjobs.put({k: body[k] for k in body})
+    memo.core.rayjob_echo[(namespace, name)] = memo.core.caches.rayjobs.put({k: body[k] for k in body})
 
 
 @kopf.on.event(**LORARLJOBS, id="observe-job")
 async def observe_job(type: str, body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
     """A new or changed spec ("change"), the reporter's status patches ("job-event"): reconcile.
     The echo of our own status write changes nothing."""
-    memo.synced.set()
+    memo.core.synced.set()
     key = (namespace, name)
-    if memo.job_echo.pop(key, False) and type != "DELETED":
+    if memo.core.job_echo.pop(key, False) and type != "DELETED":
         return
     if type == "DELETED":
-        memo.caches.jobs.delete({k: body[k] for k in body})
-        if memo.caches.jobs.get(key) is None:
-            memo.queue.remove(key)
+        memo.core.caches.jobs.delete({k: body[k] for k in body})
+        if memo.core.caches.jobs.get(key) is None:
+            memo.core.queue.remove(key)
         return
     observed = (body.get("status") or {}).get("observedGeneration")
-    memo.queue.add(key, "change" if type is None or observed != body["metadata"].get("generation") else "job-event")
+    memo.core.queue.add(key, "change" if type is None or observed != body["metadata"].get("generation") else "job-event")
 
 
 @kopf.on.event(**RAYJOBS, labels=OWNED, id="observe-rayjob")
 async def observe_rayjob(type: str, body: kopf.Body, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
     """Mirror the RayJob's status; a deleted RayJob is re-created for an unfinished job. The
     echo of our own apply changes nothing."""
-    memo.synced.set()
-    if memo.rayjob_echo.pop((namespace, name), False) and type != "DELETED":
+    memo.core.synced.set()
+    if memo.core.rayjob_echo.pop((namespace, name), False) and type != "DELETED":
         return
     if type == "DELETED":
-        memo.caches.rayjobs.delete({k: body[k] for k in body})
-    memo.queue.add((namespace, body["metadata"]["labels"][render.JOB_LABEL]), "rayjob-event")
+        memo.core.caches.rayjobs.delete({k: body[k] for k in body})
+    memo.core.queue.add((namespace, body["metadata"]["labels"][render.JOB_LABEL]), "rayjob-event")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from . import api, health, queueing, render, status
-from .cache import Caches, merge_patch
+from .cache import Caches, merge_patch, whole_job
 from .kube import FIELD_MANAGER as kube_field_manager
 from .kube import Api, ApiError
 from .validation import InvalidJob, parse_stored
@@ -112,6 +112,14 @@ def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> Optional[datet
     return None if finished is None else finished + datetime.timedelta(seconds=ttl)
 
 
+def settled_finished(body: dict[str, Any]) -> bool:
+    """A finished job whose every generation was seen: nothing is left for the operator but a
+    TTL (which it schedules) and events (which bring the whole object back)."""
+    meta, job_status = body.get("metadata") or {}, body.get("status") or {}
+    return (job_status.get("phase") in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation")
+            and not meta.get("deletionTimestamp"))
+
+
 def next_check(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], new_status: dict[str, Any], now: datetime.datetime) -> Optional[float]:
     """Seconds until a decision changes with time alone (None: only an event can change it):
     the startup deadline of a job not yet running, the TTL of a finished one."""
@@ -156,7 +164,7 @@ class Outcome:
 def _parse(body: dict[str, Any]) -> Any:
     try:
         # lenient: the API server admitted this object; never re-judge it by this version's rules
-        return parse_stored(body)
+        return parse_stored(whole_job(body))
     except InvalidJob as err:
         return err
 
@@ -171,7 +179,10 @@ class Reconciler:
         if self.caches is None:
             return self.kube.get(api_version, kind, namespace, name)
         store = self.caches.jobs if kind == api.KIND else self.caches.rayjobs
-        return store.get((namespace, name))
+        body, whole = store.read((namespace, name))
+        if body is not None and not whole:  # a finished job kept compact: the rare reconcile reads it all
+            return self.kube.get(api_version, kind, namespace, name)
+        return body
 
     def _memo(self, which: str, body: dict[str, Any], make: Callable[[], Any]) -> Any:
         if self.caches is None:

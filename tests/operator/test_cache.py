@@ -88,3 +88,47 @@ def test_rayjob_cache_keeps_who_owns_suspend_and_nothing_else_of_managed_fields(
     live["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"].pop("f:suspend")
     assert not queueing.owns_suspend(trim_rayjob(live))
     assert "managedFields" not in trim_rayjob(live)["metadata"]
+
+
+def test_a_cached_job_keeps_its_spec_as_text_and_gives_it_back_whole():
+    from lorarl.cache import SPEC_TEXT, trim_job, whole_job
+
+    body = job("1", {"phase": "Pending"})
+    body["spec"] = {"model": {"name": "Qwen/Qwen3-4B", "revision": "ünïcode"}, "extraArgs": ["--x", "1"], "suspend": False}
+    cached = trim_job(body)
+    assert "spec" not in cached and isinstance(cached[SPEC_TEXT], str)
+    assert whole_job(cached)["spec"] == body["spec"]
+    assert whole_job(cached)["status"] == body["status"] and SPEC_TEXT not in whole_job(cached)
+    assert whole_job(body) is body  # a whole object (a GET) passes through
+
+
+def test_settle_keeps_only_finished_observed_jobs_compact_and_drops_their_memos():
+    def finished(body):
+        st = body.get("status") or {}
+        return st.get("phase") == "Succeeded" and st.get("observedGeneration") == body["metadata"]["generation"]
+
+    caches = Caches()
+    key = ("ns", "a")
+    caches.jobs.put(job("1", {"phase": "Running", "observedGeneration": 1}))
+    caches.parsed.get(("u1", 1), lambda: "parsed")
+    caches.digests.get(("u1", 1), lambda: "digest")
+    assert caches.settle(key, finished) is False  # still running: stays whole
+    assert caches.jobs.read(key)[1] is True and len(caches.parsed) == 1
+
+    caches.jobs.put(job("2", {"phase": "Succeeded", "observedGeneration": 1, "conditions": [{"type": "Ready"}]}))
+    assert caches.settle(key, finished) is True
+    small, whole = caches.jobs.read(key)
+    assert whole is False and len(caches.parsed) == 0 and len(caches.digests) == 0
+    assert small == {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob",
+                     "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1, "resourceVersion": "2"},
+                     "status": {"phase": "Succeeded", "observedGeneration": 1}}
+    assert caches.settle(key, finished) is False  # already compact
+
+    # the next watch event brings the whole object back; a delete forgets the mark
+    caches.jobs.put(job("3", {"phase": "Succeeded", "observedGeneration": 1, "progress": {"rollout": 9}}))
+    assert caches.jobs.read(key)[1] is True
+    caches.settle(key, finished)
+    assert caches.jobs.delete(job("4")) is True and caches.jobs.read(key) == (None, True)
+    # a spec edit of a finished job (not yet observed) is not settled
+    caches.jobs.put(job("5", {"phase": "Succeeded", "observedGeneration": 1}, generation=2))
+    assert caches.settle(key, finished) is False

@@ -66,6 +66,28 @@ def test_finished_jobs_are_not_resynced(control_plane, namespace, kube, operator
     assert count_reconciles(operator, namespace, "(resync)") == before
 
 
+def test_a_finished_job_kept_compact_still_answers_its_events(control_plane, namespace, kube, operator):
+    """After its last write a finished job is cached as a compact stand-in (memory grows with
+    running jobs, not with history). A later RayJob event makes the operator read the whole job
+    (a reconcile of the stand-in alone would find no spec and call it invalid); a later job event
+    brings the whole job back: neither re-runs it nor rewrites its status."""
+    apply_job(control_plane, namespace, seed_doc())
+    ray = started(kube, namespace)
+    ray.initializing()
+    ray.succeeded()
+    wait_for(lambda: count_reconciles(operator, namespace, "phase Succeeded, 0 applied, status written") >= 1, what="the final write")
+    before = job(kube, namespace)["status"]
+    seen = count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged")
+    kube.delete("ray.io/v1", "RayJob", namespace, NAME)  # as KubeRay's ttlSecondsAfterFinished does
+    wait_for(lambda: count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged") > seen,
+             what="the reconcile of the RayJob's deletion")
+    assert rayjob(kube, namespace) is None and job(kube, namespace)["status"] == before
+    poke_and_await(kube, operator, namespace, "Succeeded", 7)
+    after = job(kube, namespace)["status"]
+    assert after.pop("progress") == {"rollout": 7} and after == before
+    assert count_reconciles(operator, namespace, "(job-event): phase Succeeded, 0 applied, status unchanged") == 1
+
+
 def test_ttl_after_finished_deletes_the_job(control_plane, namespace, kube, operator):
     doc = seed_doc()
     doc["spec"]["ttlSecondsAfterFinished"] = 3
