@@ -63,6 +63,7 @@ class AuditTail:
         self._offset = 0
         self._partial = b""
         self.last_write_at: dict[str, float] = {}
+        self.last_request_at: dict[str, float] = {}
 
     def poll(self) -> int:
         """Read what was appended; returns the number of requests recorded so far."""
@@ -92,6 +93,7 @@ class AuditTail:
             req = Request(user, event.get("verb", ""), resource, int((event.get("responseStatus") or {}).get("code", 0)),
                           event.get("userAgent", ""))
             self.requests.append(req)
+            self.last_request_at[user] = now
             if req.write:
                 self.last_write_at[user] = now
         return len(self.requests)

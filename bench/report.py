@@ -66,7 +66,8 @@ def targets(r: dict[str, Any]) -> list[tuple[str, Optional[bool], str]]:
         met = abs(many["requests_per_min"] - zero["requests_per_min"]) <= 1 and many["cpu_pct"] - zero["cpu_pct"] <= 0.5 and many["writes"] == 0
         out.append((f"idle cost with {many['jobs']:,} finished jobs equals idle cost with none", met,
                     f"{many['cpu_pct']:.2f}% vs {zero['cpu_pct']:.2f}% of a core; {many['requests_per_min']:.0f} vs "
-                    f"{zero['requests_per_min']:.0f} requests/min; {many['writes']} vs {zero['writes']} writes"))
+                    f"{zero['requests_per_min']:.0f} requests/min; {many['writes']} vs {zero['writes']} writes; RSS {many['rss_mib']:.0f} vs "
+                    f"{zero['rss_mib']:.0f} MiB"))
     else:
         out.append(("idle cost with 10,000 finished jobs equals idle cost with none", None, "not measured"))
     return out
@@ -198,10 +199,13 @@ def markdown(r: dict[str, Any], png: Optional[str]) -> str:
              [(f"{int(k):,} finished jobs (history)", hist[k]) for k in sorted(hist, key=int)]
     if points:
         out += ["**Idle (ours)**", "", "| state | window (s) | CPU (% of a core) | requests/min | writes | kube-apiserver CPU (%) | RSS (MiB) | "
-                "startup: every job seen once (s) |", "|---|---|---|---|---|---|---|---|"]
+                "peak RSS (MiB) | jobs cached whole / compact | startup: every job seen once (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
         for label, p in points:
+            cached = p.get("cached")
+            cached_text = f"{cached['whole']:,} / {cached['compact']:,}" if cached else "–"
             out.append(f"| {label} | {p['seconds']:.0f} | {p['cpu_pct']:.2f} | {p['requests_per_min']:.0f} | {p['writes']} | "
-                       f"{p['apiserver_cpu_pct']:.1f} | {p['rss_mib']:.0f} | {_f(p.get('startup_seconds'))} |")
+                       f"{p['apiserver_cpu_pct']:.1f} | {p['rss_mib']:.0f} | {_f(p.get('peak_rss_mib'), '{:.0f}')} | "
+                       f"{cached_text} | {_f(p.get('startup_seconds'))} |")
         out.append("")
         verbs = sorted({k for _, p in points for k in p["by_verb_per_min"]})
         if verbs:

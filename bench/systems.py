@@ -137,14 +137,22 @@ class Ours(System):
     def ready(self) -> bool:
         return _http_ok(f"http://127.0.0.1:{self.probe_port}/readyz")
 
-    def reconciles(self) -> float:
-        """lorarl_reconcile_total summed over triggers and results (the operator's own counter)."""
+    def metric(self, prefix: str) -> float:
+        """The operator's own metric lines that start with ``prefix``, summed."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
                 text = r.read().decode()
         except OSError:
             return 0.0
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("lorarl_reconcile_total{"))
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+    def reconciles(self) -> float:
+        """lorarl_reconcile_total summed over triggers and results (the operator's own counter)."""
+        return self.metric("lorarl_reconcile_total{")
+
+    def cached_jobs(self) -> dict[str, int]:
+        """LoraRLJobs in the operator's cache, whole and compact (as of its last resync)."""
+        return {form: int(self.metric(f'lorarl_cached_objects{{form="{form}",kind="LoraRLJob"}}')) for form in ("whole", "compact")}
 
 
 class Ceiling(System):

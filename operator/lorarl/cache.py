@@ -230,6 +230,10 @@ class Store:
         with self._lock:
             return len(self._items)
 
+    def compact_count(self) -> int:
+        with self._lock:
+            return len(self._compact)
+
 
 def _newer(current: dict[str, Any], body: dict[str, Any]) -> bool:
     """resourceVersions are opaque, but etcd's are integers: compare them when both are."""

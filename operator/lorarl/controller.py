@@ -186,6 +186,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     core.reconciler = Reconciler(kube, caches=core.caches)
     core.recorder = EventRecorder(kube)
     core.queue = WorkQueue()
+    caches = core.caches  # the cache gauges are read when scraped
+    metrics.CACHED.labels("LoraRLJob", "whole").set_function(lambda: len(caches.jobs) - caches.jobs.compact_count())
+    metrics.CACHED.labels("LoraRLJob", "compact").set_function(caches.jobs.compact_count)
+    metrics.CACHED.labels("RayJob", "whole").set_function(lambda: len(caches.rayjobs))
     core.job_echo, core.rayjob_echo = {}, {}
     # kopf calls event handlers only once every indexed kind is listed and indexed: the first
     # call says the caches are complete (with no object at all there is nothing to resync)

@@ -12,4 +12,6 @@ RECONCILE_SECONDS = Histogram(
 CHILDREN_APPLIED = Counter("lorarl_children_applied_total", "Child objects server-side applied.")
 STATUS_WRITES = Counter("lorarl_status_writes_total", "Status patches written by the operator.")
 JOBS = Gauge("lorarl_jobs", "LoraRLJobs by phase (as last reconciled).", ["phase"])
+CACHED = Gauge("lorarl_cached_objects", "Objects in the watch caches; form=compact: finished LoraRLJobs kept as a small stand-in.",
+               ["kind", "form"])
 LEADER = Gauge("lorarl_leader", "1 while this replica runs the operator (holds the Lease, or runs without leader election), 0 as a standby.")

@@ -56,6 +56,8 @@ def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_
         text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode()
         assert 'lorarl_reconcile_total{result="ok",trigger="change"}' in text
         assert "lorarl_reconcile_duration_seconds_bucket" in text
+        assert 'lorarl_cached_objects{form="whole",kind="LoraRLJob"} 1.0' in text  # the running job, kept whole
+        assert 'lorarl_cached_objects{form="whole",kind="RayJob"} 1.0' in text
         wait_for(lambda: 'lorarl_jobs{phase="Pending"} 1.0' in urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode(), what="jobs gauge")
     finally:
         proc.terminate()
