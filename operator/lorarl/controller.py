@@ -249,7 +249,10 @@ def _resync_loop(memo: Any) -> None:
 
 @kopf.index(**LORARLJOBS, id="cache-jobs")
 async def cache_job(body: kopf.Body, memo: kopf.Memo, namespace: str, name: str, **_: Any) -> None:
-    memo.core.job_echo[(namespace, name)] = memo.core.caches.jobs.put({k: body[k] for k in body})
+    caches, key = memo.core.caches, (namespace, name)
+    echo = memo.core.job_echo[key] = caches.jobs.put({k: body[k] for k in body})
+    if echo:  # the echo of a finished job's last status write: no reconcile follows to compact it
+        caches.settle(key, reconcile.settled_finished)
 
 
 @kopf.index(**RAYJOBS, labels=OWNED, id="cache-rayjobs")

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -28,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from lorarl_dev.controlplane import ControlPlane
 from lorarl_dev.kuberay import kuberay_crd_path
 from tests.chart.helm import CHART
-from tests.helpers import seed_doc, wait_for
+from tests.helpers import free_port, seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -43,12 +42,6 @@ def fresh_cp():
     with ControlPlane(verbose=True, install_default_crds=False) as cp:
         cp.install_crds([kuberay_crd_path(kind) for kind in ("RayJob", "RayCluster")])
         yield cp
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(cp, *args: str, check: bool = True):

@@ -132,3 +132,28 @@ def test_settle_keeps_only_finished_observed_jobs_compact_and_drops_their_memos(
     # a spec edit of a finished job (not yet observed) is not settled
     caches.jobs.put(job("5", {"phase": "Succeeded", "observedGeneration": 1}, generation=2))
     assert caches.settle(key, finished) is False
+
+
+def test_the_echo_of_a_finished_jobs_last_write_leaves_it_compact():
+    """The answer to the final status write comes back first and the job is settled; then the
+    watch delivers that write's echo (the whole object): no reconcile follows an echo, so the
+    cache handler itself keeps the job compact. A real change (not an echo) stays whole until
+    its reconcile."""
+    import asyncio
+
+    import kopf
+
+    from lorarl import controller, reconcile
+
+    memo = kopf.Memo(core=controller.Core())
+    memo.core.caches, memo.core.job_echo = Caches(), {}
+    caches, key = memo.core.caches, ("ns", "a")
+    final = job("5", {"phase": "Succeeded", "observedGeneration": 1})
+    caches.jobs.note_own_write(final)
+    assert caches.settle(key, reconcile.settled_finished) is True
+    asyncio.run(controller.cache_job(body=final, memo=memo, namespace="ns", name="a"))
+    assert memo.core.job_echo[key] is True and caches.jobs.read(key)[1] is False
+
+    asyncio.run(controller.cache_job(body=job("6", {"phase": "Succeeded", "observedGeneration": 1, "progress": {"rollout": 3}}),
+                                     memo=memo, namespace="ns", name="a"))
+    assert memo.core.job_echo[key] is False and caches.jobs.read(key)[1] is True

@@ -5,12 +5,13 @@ and repeated Events aggregated into one with a count."""
 from __future__ import annotations
 
 import datetime
+import urllib.request
 
 import pytest
 from kubernetes import client as k8s
 
 from lorarl.events import EventRecorder
-from tests.helpers import seed_doc, wait_for
+from tests.helpers import free_port, seed_doc, wait_for
 from tests.operator.test_operator import (
     NAME, apply_job, await_reconciles, count_reconciles, job, phase_is, poke_and_await, rayjob, started,
 )
@@ -66,26 +67,46 @@ def test_finished_jobs_are_not_resynced(control_plane, namespace, kube, operator
     assert count_reconciles(operator, namespace, "(resync)") == before
 
 
-def test_a_finished_job_kept_compact_still_answers_its_events(control_plane, namespace, kube, operator):
+def test_a_finished_job_kept_compact_still_answers_its_events(control_plane, namespace, kube, tmp_path):
     """After its last write a finished job is cached as a compact stand-in (memory grows with
-    running jobs, not with history). A later RayJob event makes the operator read the whole job
-    (a reconcile of the stand-in alone would find no spec and call it invalid); a later job event
-    brings the whole job back: neither re-runs it nor rewrites its status."""
-    apply_job(control_plane, namespace, seed_doc())
-    ray = started(kube, namespace)
-    ray.initializing()
-    ray.succeeded()
-    wait_for(lambda: count_reconciles(operator, namespace, "phase Succeeded, 0 applied, status written") >= 1, what="the final write")
-    before = job(kube, namespace)["status"]
-    seen = count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged")
-    kube.delete("ray.io/v1", "RayJob", namespace, NAME)  # as KubeRay's ttlSecondsAfterFinished does
-    wait_for(lambda: count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged") > seen,
-             what="the reconcile of the RayJob's deletion")
-    assert rayjob(kube, namespace) is None and job(kube, namespace)["status"] == before
-    poke_and_await(kube, operator, namespace, "Succeeded", 7)
-    after = job(kube, namespace)["status"]
-    assert after.pop("progress") == {"rollout": 7} and after == before
-    assert count_reconciles(operator, namespace, "(job-event): phase Succeeded, 0 applied, status unchanged") == 1
+    running jobs, not with history), whether that write's echo comes before or after the answer.
+    A later RayJob event makes the operator read the whole job (a reconcile of the stand-in alone
+    would find no spec and call it invalid); a later job event brings the whole job back: neither
+    re-runs it nor rewrites its status, and it is compact again afterwards."""
+    from tests.operator.conftest import OperatorProcess
+
+    port = free_port()
+    operator = OperatorProcess(control_plane, namespace, tmp_path, extra_args=("--metrics-port", str(port))).start()
+
+    def cached(form):
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError:
+            return None
+        return next((float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith(f'lorarl_cached_objects{{form="{form}",kind="LoraRLJob"}}')), None)
+
+    try:
+        apply_job(control_plane, namespace, seed_doc())
+        ray = started(kube, namespace)
+        wait_for(lambda: cached("whole") == 1 and cached("compact") == 0, what="the running job cached whole")
+        ray.initializing()
+        ray.succeeded()
+        wait_for(lambda: count_reconciles(operator, namespace, "phase Succeeded, 0 applied, status written") >= 1, what="the final write")
+        wait_for(lambda: cached("compact") == 1 and cached("whole") == 0, what="the finished job kept compact")
+        before = job(kube, namespace)["status"]
+        seen = count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged")
+        kube.delete("ray.io/v1", "RayJob", namespace, NAME)  # as KubeRay's ttlSecondsAfterFinished does
+        wait_for(lambda: count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged") > seen,
+                 what="the reconcile of the RayJob's deletion")
+        assert rayjob(kube, namespace) is None and job(kube, namespace)["status"] == before
+        poke_and_await(kube, operator, namespace, "Succeeded", 7)
+        after = job(kube, namespace)["status"]
+        assert after.pop("progress") == {"rollout": 7} and after == before
+        assert count_reconciles(operator, namespace, "(job-event): phase Succeeded, 0 applied, status unchanged") == 1
+        wait_for(lambda: cached("compact") == 1 and cached("whole") == 0, what="compact again after the job event")
+    finally:
+        operator.stop()
 
 
 def test_ttl_after_finished_deletes_the_job(control_plane, namespace, kube, operator):

@@ -5,7 +5,6 @@ metrics endpoints answer."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -14,17 +13,11 @@ import pytest
 import yaml
 
 from tests.chart.helm import operator_rbac
-from tests.helpers import seed_doc
+from tests.helpers import free_port, seed_doc
 from tests.helpers import wait_for
 from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob
 
 pytestmark = pytest.mark.controlplane
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_path, helm):
