@@ -63,11 +63,19 @@ def targets(r: dict[str, Any]) -> list[tuple[str, Optional[bool], str]]:
     zero = hist.get("0")
     many = next((hist[k] for k in sorted(hist, key=int, reverse=True) if k != "0"), None)
     if zero and many:
-        met = abs(many["requests_per_min"] - zero["requests_per_min"]) <= 1 and many["cpu_pct"] - zero["cpu_pct"] <= 0.5 and many["writes"] == 0
+        # a watch re-opens every few minutes with or without jobs (kopf's server timeout): in a
+        # 90 s window that is sampling luck, not a cost of history, so it is shown, not compared
+        def calls(p: dict[str, Any]) -> float:
+            return sum(v for k, v in p["by_verb_per_min"].items() if not k.startswith("watch "))
+
+        def reopens(p: dict[str, Any]) -> float:
+            return p["requests_per_min"] - calls(p)
+
+        met = abs(calls(many) - calls(zero)) <= 1 and many["cpu_pct"] - zero["cpu_pct"] <= 0.5 and many["writes"] == 0
         out.append((f"idle cost with {many['jobs']:,} finished jobs equals idle cost with none", met,
-                    f"{many['cpu_pct']:.2f}% vs {zero['cpu_pct']:.2f}% of a core; {many['requests_per_min']:.0f} vs "
-                    f"{zero['requests_per_min']:.0f} requests/min; {many['writes']} vs {zero['writes']} writes; RSS {many['rss_mib']:.0f} vs "
-                    f"{zero['rss_mib']:.0f} MiB"))
+                    f"{many['cpu_pct']:.2f}% vs {zero['cpu_pct']:.2f}% of a core; {calls(many):.0f} vs {calls(zero):.0f} requests/min "
+                    f"(+ {reopens(many):.0f} vs {reopens(zero):.0f} watch re-opens); {many['writes']} vs {zero['writes']} writes; "
+                    f"RSS {many['rss_mib']:.0f} vs {zero['rss_mib']:.0f} MiB"))
     else:
         out.append(("idle cost with 10,000 finished jobs equals idle cost with none", None, "not measured"))
     return out

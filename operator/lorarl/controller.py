@@ -170,7 +170,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.connect_timeout = 30
     # no paged listing (settings.watching.chunk_size): kopf handles every page's objects before it
     # asks for the next, and does not fall back to a full list when the continue token expires
-    # (410 after etcd's compaction; client-go's pager does, tools/pager/pager.go): with 10,000
+    # (410 after etcd's compaction; client-go v0.37.2 tools/pager/pager.go:108-120 does): with 10,000
     # jobs its listing restarted for ever
     # kopf's per-object worker keeps the object's last raw event while it waits for the next one
     # (default 5 s): in a burst that is every new job twice over; our handlers return at once
