@@ -174,7 +174,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # jobs its listing restarted for ever
     # kopf's per-object worker keeps the object's last raw event while it waits for the next one
     # (default 5 s): in a burst that is every new job twice over; our handlers return at once
-    settings.queueing.idle_timeout = 0.5
+    queueing = getattr(settings, "queueing", None) or settings.batching  # kopf 1.37 (our lowest) calls it batching
+    queueing.idle_timeout = 0.5
     settings.networking.request_timeout = 60
     core = memo.core = Core()
     core.settings = settings  # for object loggers outside kopf's handlers (the workers)
