@@ -285,11 +285,13 @@ class Caches:
 
     def settle(self, key: Key, finished: Callable[[dict[str, Any]], bool]) -> bool:
         """Keep a job compact that ``finished`` says has nothing left to do, and drop its
-        memos; True if it was whole before."""
+        memos (also when it was compact already: the reconcile of a stand-in parsed the job it
+        read); True if it was whole before."""
         replaced = self.jobs.compact(key, lambda body: compact_job(body) if finished(body) else None)
-        if replaced is None:
+        body, whole = self.jobs.read(key)
+        if body is None or whole:
             return False
-        meta = replaced["metadata"]
+        meta = body["metadata"]
         self.parsed.discard((meta.get("uid"), meta.get("generation")))
         self.digests.discard((meta.get("uid"), meta.get("generation")))
-        return True
+        return replaced is not None

@@ -122,7 +122,8 @@ def test_settle_keeps_only_finished_observed_jobs_compact_and_drops_their_memos(
     assert small == {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob",
                      "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1, "resourceVersion": "2"},
                      "status": {"phase": "Succeeded", "observedGeneration": 1}}
-    assert caches.settle(key, finished) is False  # already compact
+    caches.parsed.get(("u1", 1), lambda: "parsed again")  # the reconcile of the stand-in read and parsed the job
+    assert caches.settle(key, finished) is False and len(caches.parsed) == 0  # already compact; its memo dropped again
 
     # the next watch event brings the whole object back; a delete forgets the mark
     caches.jobs.put(job("3", {"phase": "Succeeded", "observedGeneration": 1, "progress": {"rollout": 9}}))
