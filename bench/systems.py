@@ -14,14 +14,13 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from typing import Optional
 
-from lorarl_dev.controlplane import ControlPlane
+from lorarl_dev.controlplane import ControlPlane, free_port
 
 from .measure import ProcMeter
 
@@ -34,12 +33,6 @@ def stop_all() -> None:
     """Stop every system still running (at exit, also after a signal)."""
     for system in list(_running):
         system.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def identity(cp: ControlPlane, name: str) -> tuple[str, pathlib.Path]:
@@ -151,7 +144,7 @@ class Ours(System):
         return self.metric("lorarl_reconcile_total{")
 
     def cached_jobs(self) -> dict[str, int]:
-        """LoraRLJobs in the operator's cache, whole and compact (as of its last resync)."""
+        """LoraRLJobs in the operator's cache, whole and compact (the gauge is read when scraped)."""
         return {form: int(self.metric(f'lorarl_cached_objects{{form="{form}",kind="LoraRLJob"}}')) for form in ("whole", "compact")}
 
 

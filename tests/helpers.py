@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import pathlib
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -37,13 +36,6 @@ def with_spec(**overrides: Any) -> dict[str, Any]:
     doc = seed_doc()
     doc["spec"].update(copy.deepcopy(overrides))
     return doc
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for an operator's probes or metrics)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):

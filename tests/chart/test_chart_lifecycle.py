@@ -27,7 +27,8 @@ from kubernetes.client.rest import ApiException
 from lorarl_dev.controlplane import ControlPlane
 from lorarl_dev.kuberay import kuberay_crd_path
 from tests.chart.helm import CHART
-from tests.helpers import free_port, seed_doc, wait_for
+from lorarl_dev.controlplane import free_port
+from tests.helpers import seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 

@@ -11,7 +11,8 @@ import pytest
 from kubernetes import client as k8s
 
 from lorarl.events import EventRecorder
-from tests.helpers import free_port, seed_doc, wait_for
+from lorarl_dev.controlplane import free_port
+from tests.helpers import seed_doc, wait_for
 from tests.operator.test_operator import (
     NAME, apply_job, await_reconciles, count_reconciles, job, phase_is, poke_and_await, rayjob, started,
 )

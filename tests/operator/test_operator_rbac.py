@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from tests.chart.helm import operator_rbac
-from tests.helpers import free_port, seed_doc
+from lorarl_dev.controlplane import free_port
+from tests.helpers import seed_doc
 from tests.helpers import wait_for
 from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob
 

