@@ -46,13 +46,18 @@ def _meta(meta: dict[str, Any]) -> dict[str, Any]:
 SPEC_TEXT = "lorarl.dev/spec-json"  # a cached job's spec as JSON text (see trim_job)
 
 
-def trim_job(body: dict[str, Any]) -> dict[str, Any]:
+def trim_job(body: dict[str, Any], cached: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The spec is kept as its JSON text: a fifth of the memory of the decoded dicts, and the
-    reconcile reads it only to parse a new generation (``whole_job``)."""
+    reconcile reads it only to parse a new generation (``whole_job``). The API server bumps
+    ``generation`` on every spec change (status is a subresource), so the text cached for the same
+    uid and generation is reused: status-only events (reporter patches, our echoes) encode nothing."""
     out = {k: v for k, v in body.items() if k != "spec"}
-    out["metadata"] = _meta(body.get("metadata") or {})
+    meta = out["metadata"] = _meta(body.get("metadata") or {})
     if "spec" in body:
-        out[SPEC_TEXT] = json.dumps(body["spec"], separators=(",", ":"))
+        cached_meta = (cached or {}).get("metadata") or {}
+        same = (SPEC_TEXT in (cached or {}) and meta.get("generation") is not None
+                and (cached_meta.get("uid"), cached_meta.get("generation")) == (meta.get("uid"), meta.get("generation")))
+        out[SPEC_TEXT] = cached[SPEC_TEXT] if same else json.dumps(body["spec"], separators=(",", ":"))
     return out
 
 
@@ -75,7 +80,8 @@ def _suspend_owners(meta: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def trim_rayjob(body: dict[str, Any]) -> dict[str, Any]:
+def trim_rayjob(body: dict[str, Any], cached: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """What the reconcile reads of a RayJob (``cached`` is unused: the same signature as trim_job)."""
     spec = body.get("spec") or {}
     meta = _meta(body.get("metadata") or {})
     owners = _suspend_owners(body.get("metadata") or {})
@@ -139,7 +145,7 @@ def key_of(body: dict[str, Any]) -> Key:
 class Store:
     """One kind's objects by (namespace, name), thread-safe."""
 
-    def __init__(self, trim: Callable[[dict[str, Any]], dict[str, Any]], fingerprint: Callable[[dict[str, Any]], Any]) -> None:
+    def __init__(self, trim: Callable[[dict[str, Any], Optional[dict[str, Any]]], dict[str, Any]], fingerprint: Callable[[dict[str, Any]], Any]) -> None:
         self._trim = trim
         self._fingerprint = fingerprint
         self._lock = threading.Lock()
@@ -157,7 +163,7 @@ class Store:
         """Store what the watch delivered; True if it is the echo of our own last write."""
         key, rv = key_of(body), body["metadata"].get("resourceVersion")
         with self._lock:
-            trimmed = self._items[key] = self._trim(body)
+            trimmed = self._items[key] = self._trim(body, self._items.get(key))
             self._compact.discard(key)
             if rv is not None and self._own.get(key) == rv:
                 del self._own[key]
@@ -177,7 +183,7 @@ class Store:
                 return  # a newer object of that name is cached already
             if current is not None and _newer(current, body):
                 return  # the watch already delivered something later
-            self._items[key] = self._trim(body)
+            self._items[key] = self._trim(body, current)
             self._compact.discard(key)
             if rv is not None:
                 self._own[key] = rv

@@ -102,6 +102,25 @@ def test_a_cached_job_keeps_its_spec_as_text_and_gives_it_back_whole():
     assert whole_job(body) is body  # a whole object (a GET) passes through
 
 
+def test_a_status_only_event_reuses_the_cached_spec_text_and_a_new_generation_does_not():
+    from lorarl.cache import SPEC_TEXT, whole_job
+
+    store, key = Caches().jobs, ("ns", "a")
+    store.put(job("1"))
+    text = store.read(key)[0][SPEC_TEXT]
+    store.put(job("2", {"phase": "Running"}))  # a reporter's status patch: same uid and generation
+    store.note_own_write(job("3", {"phase": "Running", "observedGeneration": 1}))
+    assert store.read(key)[0][SPEC_TEXT] is text  # not encoded again
+    edited = job("4", generation=2)
+    edited["spec"] = {"suspend": True}
+    store.put(edited)
+    assert whole_job(store.read(key)[0])["spec"] == {"suspend": True}
+    recreated = job("5", uid="u2")  # deleted and created again under the same name, generation 1
+    recreated["spec"] = {"suspend": False, "x": 1}
+    store.put(recreated)
+    assert whole_job(store.read(key)[0])["spec"] == {"suspend": False, "x": 1}
+
+
 def test_settle_keeps_only_finished_observed_jobs_compact_and_drops_their_memos():
     def finished(body):
         st = body.get("status") or {}
