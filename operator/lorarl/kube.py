@@ -73,20 +73,31 @@ class Api:
     request_timeout: float = 30.0
 
     @classmethod
-    def from_environment(cls) -> "Api":
+    def from_environment(cls, connections: Optional[int] = None) -> "Api":
         """In-cluster config, else $KUBECONFIG / ~/.kube/config."""
         try:
             kubernetes.config.load_incluster_config()
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config()
-        return cls(kubernetes.client.ApiClient())
+        return cls.from_configuration(kubernetes.client.Configuration.get_default_copy(), connections)
+
+    @classmethod
+    def from_configuration(cls, config: kubernetes.client.Configuration, connections: Optional[int] = None) -> "Api":
+        """``connections``: how many requests may be in flight at once (the reconcile workers).
+        The client's default pool (5 per CPU) is smaller than that on small machines, and urllib3
+        then drops a connection after each request over the pool ("Connection pool is full"):
+        the next request pays for a new TLS session."""
+        if connections is not None:
+            config.connection_pool_maxsize = max(config.connection_pool_maxsize, connections)
+        return cls(kubernetes.client.ApiClient(config))
 
     def __post_init__(self) -> None:
         # DynamicClient.request is the client's public raw-request API, the same from kubernetes 30
         # to 37 (ApiClient.call_api changed its signature in 37); we skip its API discovery.
         self._dynamic = DynamicClient(self.client, discoverer=_NoDiscovery)
 
-    def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None) -> dict[str, Any]:
+    def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None,
+              decode: bool = True) -> dict[str, Any]:
         try:
             response = self._dynamic.request(
                 method, url, body=body, query_params=list(query or []), content_type=content_type,
@@ -97,7 +108,7 @@ class Api:
             raise _api_error(err) from None
         except Exception as err:  # connection refused, TLS, timeouts: retryable
             raise ApiError(0, type(err).__name__, str(err)) from None
-        return json.loads(data) if data else {}
+        return json.loads(data) if data and decode else {}
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
         try:
@@ -111,14 +122,15 @@ class Api:
         query = [("labelSelector", label_selector)] if label_selector else None
         return self._call("GET", path(api_version, kind, namespace), query=query).get("items", [])
 
-    def apply(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER, force: bool = True, answer: bool = True) -> dict[str, Any]:
         """Server-side apply (by default with our field manager and force: idempotent, no
-        resourceVersion, no 409)."""
+        resourceVersion, no 409). ``answer=False``: the object as applied is not decoded ({} is
+        returned), for a caller that does not read it (a ConfigMap's answer is ~90 KB of JSON)."""
         meta = obj["metadata"]
         url = path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         return self._call(
             "PATCH", url, body=obj, content_type="application/apply-patch+yaml",
-            query=[("fieldManager", field_manager), ("force", "true" if force else "false")],
+            query=[("fieldManager", field_manager), ("force", "true" if force else "false")], decode=answer,
         )
 
     def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
