@@ -251,7 +251,8 @@ class Reconciler:
                     rj_meta.get("deletionTimestamp"), suspend, (rayjob or {}).get("status") or {}, digest))
             for child in to_apply:
                 try:
-                    result = self.kube.apply(child, field_manager=rayjob_manager if child["kind"] == "RayJob" else kube_field_manager)
+                    is_rayjob = child["kind"] == "RayJob"  # the one answer read (below)
+                    result = self.kube.apply(child, field_manager=rayjob_manager if is_rayjob else kube_field_manager, answer=is_rayjob)
                 except ApiError as err:
                     if not err.needs_fix:
                         raise  # transient: kopf retries soon
@@ -259,7 +260,7 @@ class Reconciler:
                     apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
                     break  # later children depend on earlier ones (the RayJob mounts the ConfigMap)
                 applied += 1
-                if child["kind"] == "RayJob":
+                if is_rayjob:
                     rayjob = result
                     if self.caches is not None:
                         self.caches.rayjobs.note_own_write(result)
