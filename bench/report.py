@@ -124,6 +124,13 @@ def _burst_table(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _loads(loads: list[float]) -> str:
+    """Load averages; a run merged from a stopped one may not have them (NaN)."""
+    if any(math.isnan(x) for x in loads):
+        return "not recorded"
+    return " / ".join(f"{x:.1f}" for x in loads)
+
+
 def markdown(r: dict[str, Any], png: Optional[str]) -> str:
     m, plan = r["machine"], r["plan"]
     out = [
@@ -173,9 +180,9 @@ def markdown(r: dict[str, Any], png: Optional[str]) -> str:
         "",
         f"- date: {r['started']} UTC; command: `{r['command']}`; {r['minutes']:.1f} min",
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}",
-        f"- load average (1/5/15 min) before: {' / '.join(f'{x:.1f}' for x in r['load_before'])}, after: "
-        f"{' / '.join(f'{x:.1f}' for x in r['load_after'])}" + (" (**a loaded machine: other work shared the cores**)"
-                                                                 if max(r['load_before'][:2]) > 1.5 else ""),
+        f"- load average (1/5/15 min) before: {_loads(r['load_before'])}, after: "
+        f"{_loads(r['load_after'])}" + (" (**a loaded machine: other work shared the cores**)"
+                                         if max(r['load_before'][:2]) > 1.5 else ""),
         f"- offline cost per job: `parse_stored` {r['render']['parse_stored_ms']:.2f} ms, `render.render` {r['render']['render_ms']:.2f} ms",
         "",
         "## Targets",
