@@ -169,7 +169,7 @@ def markdown(r: dict[str, Any], png: Optional[str]) -> str:
         "## How to run",
         "",
         "```sh",
-        "make bench                          # = .venv/bin/python -m bench --full (planned for < 20 min on 2 quiet cores)",
+        "make bench                          # = .venv/bin/python -m bench --full (~30 min on 2 quiet cores)",
         ".venv/bin/python -m bench --quick   # small N, short windows: a smoke run",
         ".venv/bin/python -m bench --jobs 100,500 --systems ours,ceiling --phases burst,idle --out /tmp/b",
         "```",
