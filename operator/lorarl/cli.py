@@ -120,7 +120,7 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     import kopf
     import kubernetes
 
-    from . import controller  # noqa: F401  (registers the handlers)
+    from . import controller  # registers the handlers
     from . import leader, probes, runner
     from .kube import Api
 
@@ -145,7 +145,7 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     # the same reference as an "object" key instead
     kopf.configure(verbose=verbose, log_format=fmt, log_prefix=fmt is not kopf.LogFormat.JSON, log_refkey="object")
     try:
-        kube = Api.from_environment(connections=workers + 4)  # + Events and the leader election
+        kube = Api.from_environment(connections=controller.api_connections(workers))
     except kubernetes.config.ConfigException as err:
         raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
     memo = kopf.Memo(metrics_port=metrics_port or None, resync_seconds=resync_seconds, workers=workers,

@@ -45,6 +45,11 @@ log = logging.getLogger("lorarl.controller")
 WATCH_HANDLERS = ("cache-jobs", "cache-rayjobs", "observe-job", "observe-rayjob")
 
 
+def api_connections(workers: int) -> int:
+    """Requests the operator may have in flight: one per worker, plus Events and the leader election."""
+    return workers + 4
+
+
 class _NoChangeDetection(kopf.DiffBaseStorage):
     """kopf deep-copies every event's body into an "essence" to detect changes for create/update/
     field handlers (kopf/_core/reactor/processing.py, _detect_causes, even when there are none).
@@ -201,7 +206,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if not any(isinstance(f, _QuietWatchHandlers) for f in objects_log.filters):
         objects_log.addFilter(_QuietWatchHandlers())
     core.stopping = threading.Event()
-    kube = memo.get("kube") or Api.from_environment(connections=int(memo.get("workers", 32)) + 4)
+    kube = memo.get("kube") or Api.from_environment(connections=api_connections(int(memo.get("workers", 32))))
     core.caches = Caches()
     core.reconciler = Reconciler(kube, caches=core.caches)
     core.recorder = EventRecorder(kube)
