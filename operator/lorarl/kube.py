@@ -97,7 +97,7 @@ class Api:
         self._dynamic = DynamicClient(self.client, discoverer=_NoDiscovery)
 
     def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None,
-              decode: bool = True) -> dict[str, Any]:
+              answer: bool = True) -> dict[str, Any]:
         try:
             response = self._dynamic.request(
                 method, url, body=body, query_params=list(query or []), content_type=content_type,
@@ -108,7 +108,7 @@ class Api:
             raise _api_error(err) from None
         except Exception as err:  # connection refused, TLS, timeouts: retryable
             raise ApiError(0, type(err).__name__, str(err)) from None
-        return json.loads(data) if data and decode else {}
+        return json.loads(data) if data and answer else {}
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
         try:
@@ -130,7 +130,7 @@ class Api:
         url = path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         return self._call(
             "PATCH", url, body=obj, content_type="application/apply-patch+yaml",
-            query=[("fieldManager", field_manager), ("force", "true" if force else "false")], decode=answer,
+            query=[("fieldManager", field_manager), ("force", "true" if force else "false")], answer=answer,
         )
 
     def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
