@@ -53,8 +53,8 @@ demo-down: setup
 	$(BIN)/lorarl-dev demo down
 
 # The benchmark: ours, the ceiling and KubeRay's operator on the embedded control plane; writes
-# docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks.json (29.5 min end to end on 2 quiet
-# cores, 14 of them kopf's start-up over the 10,000 finished jobs of the history point).
+# docs/benchmarks.md, docs/benchmarks.png and docs/benchmarks.json (31.4 min end to end on 2 quiet
+# cores, 13 of them kopf's start-up over the 10,000 finished jobs of the history point).
 bench: controlplane
 	$(BIN)/python -m bench --full
 

@@ -123,7 +123,7 @@ def _burst_table(r: dict[str, Any]) -> list[str]:
             o, c = _get(burst, n, "ours", key), _get(burst, n, "ceiling", key)
             ratio = _f(o / c, "{:.2f}") if o is not None and c else "–"
             out.append(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
-        if any(burst[n][s].get("runs_seconds") for s in systems):
+        if any(len(burst[n][s].get("runs_seconds") or []) > 1 for s in systems):
             out.append("| seconds, every round (the median run is the one above) | "
                        + " | ".join(", ".join(f"{x:.1f}" for x in burst[n][s].get("runs_seconds") or []) or "–" for s in systems) + " | |")
         out.append("")

@@ -396,7 +396,8 @@ def median_run(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median duration (the slower of the middle two for an even count), with
     every run's duration beside it."""
     ordered = sorted(outs, key=lambda o: o["seconds"])
-    return {**ordered[len(ordered) // 2], "runs_seconds": [o["seconds"] for o in outs]}
+    median = ordered[len(ordered) // 2]
+    return {**median, "runs_seconds": [o["seconds"] for o in outs]} if len(outs) > 1 else median
 
 
 def machine() -> dict[str, Any]:
