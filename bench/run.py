@@ -443,7 +443,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--settled-jobs", type=int, help="jobs settled for the idle figure (default: the largest-but-one burst size)")
     parser.add_argument("--history-jobs", type=int)
     parser.add_argument("--ceiling-concurrency", type=int)
-    parser.add_argument("--rounds", type=int, help="rounds of each burst of up to 200 jobs (the median run is reported)")
+    parser.add_argument("--rounds", type=int, help=f"rounds of each burst of up to {Plan.repeat_max_jobs} jobs (the median run is reported)")
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs", help="where benchmarks.md/.png/.json go")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--cleanup", action="store_true", help="delete each phase's namespace before the next (slower)")
