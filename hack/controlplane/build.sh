@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build the embedded control-plane binaries (etcd, kube-apiserver,
-# kube-controller-manager, optionally kube-scheduler, helm, kwok,
-# kuberay-operator, kueue and kstatus) from the Go module proxy into a per-version
-# cache outside the repository.
+# kube-controller-manager, optionally kube-scheduler, kubelet, kube-proxy, helm,
+# kwok, kuberay-operator, kueue and kstatus) from the Go module proxy into a
+# per-version cache outside the repository. The binaries of this module (etcd and
+# every k8s.io/kubernetes command) that are missing are built by one `go build`,
+# so their shared dependency graph is compiled and loaded once.
 #
 # Idempotent: a binary that is already in the cache is not rebuilt. Each
 # binary is written to a temporary name and renamed into place, so an
@@ -10,7 +12,8 @@
 #
 # Usage: hack/controlplane/build.sh [--print-bin-dir] [BINARY...]
 #   BINARY is one of: etcd kube-apiserver kube-controller-manager
-#                     kube-scheduler helm kwok kuberay-operator kueue kstatus
+#                     kube-scheduler kubelet kube-proxy helm kwok kuberay-operator
+#                     kueue kstatus
 #   Default: etcd kube-apiserver kube-controller-manager
 #
 # Environment:
@@ -95,6 +98,8 @@ pkg_for() {
 	kube-apiserver) echo "k8s.io/kubernetes/cmd/kube-apiserver" ;;
 	kube-controller-manager) echo "k8s.io/kubernetes/cmd/kube-controller-manager" ;;
 	kube-scheduler) echo "k8s.io/kubernetes/cmd/kube-scheduler" ;;
+	kubelet) echo "k8s.io/kubernetes/cmd/kubelet" ;;
+	kube-proxy) echo "k8s.io/kubernetes/cmd/kube-proxy" ;;
 	helm) echo "helm.sh/helm/v4/cmd/helm" ;;
 	kwok) echo "sigs.k8s.io/kwok/cmd/kwok" ;;
 	kuberay-operator) echo "github.com/ray-project/kuberay/ray-operator" ;;
@@ -118,6 +123,8 @@ estimate_for() {
 	kube-apiserver) echo "cold build may take ~10 min on 2 cores" ;;
 	kube-controller-manager) echo "~4 min after kube-apiserver, longer alone" ;;
 	kube-scheduler) echo "~2 min after kube-apiserver" ;;
+	kubelet) echo "~3 min after kube-apiserver" ;;
+	kube-proxy) echo "~1 min after kube-apiserver" ;;
 	etcd) echo "cold build may take ~2 min" ;;
 	helm) echo "cold build may take ~2 min" ;;
 	kwok) echo "cold build may take ~3 min" ;;
@@ -127,27 +134,74 @@ estimate_for() {
 	esac
 }
 
+# go build runs in the background so that an INT/TERM/HUP to this script stops
+# it (SIGINT makes the go command stop its compilers) and the partial output is
+# removed; only finished binaries are renamed into place.
+run_build() { # run_build DIR LDFLAGS OUT PKG...
+	local dir="$1" flags="$2" outarg="$3"
+	shift 3
+	(cd "$dir" && exec go build -trimpath -p "$parallel" -ldflags "$flags" -o "$outarg" "$@") &
+	local child=$!
+	trap 'kill -INT "$child" 2>/dev/null; wait "$child" 2>/dev/null; rm -rf "$outarg"; echo "build.sh: interrupted" >&2; exit 130' INT TERM HUP
+	local rc=0
+	wait "$child" || rc=$?
+	trap - INT TERM HUP
+	return $rc
+}
+
 status=0
+shared=() # missing binaries of this module: one go build
+others=()
 for name in "${targets[@]}"; do
 	if ! pkg="$(pkg_for "$name")"; then
 		echo "build.sh: unknown binary '$name'" >&2
 		exit 2
 	fi
-	out="$bin_dir/$name"
-	if [[ -x "$out" ]]; then
-		echo "$name: up to date ($out)"
-		continue
+	if [[ -x "$bin_dir/$name" ]]; then
+		echo "$name: up to date ($bin_dir/$name)"
+	elif [[ "$(dir_for "$name")" == "$here" ]]; then
+		shared+=("$name")
+	else
+		others+=("$name")
 	fi
+done
+
+if [[ ${#shared[@]} -gt 0 ]]; then
+	pkgs=()
+	for name in "${shared[@]}"; do
+		pkgs+=("$(pkg_for "$name")")
+		echo "building $name $(version_for "$name") ($(estimate_for "$name"))..."
+	done
+	start=$(date +%s)
+	tmpdir="$bin_dir/.build.$$"
+	mkdir -p "$tmpdir"
+	if [[ ${#shared[@]} -eq 1 ]]; then
+		outarg="$tmpdir/${shared[0]}"
+	else
+		outarg="$tmpdir/" # go build -o DIR/ writes each command under its own name
+	fi
+	if run_build "$here" "$ldflags" "$outarg" "${pkgs[@]}"; then
+		for name in "${shared[@]}"; do
+			built="$tmpdir/$name"
+			# etcd's package is go.etcd.io/etcd/server/v3: go names it "server" (the element
+			# before the major-version suffix)
+			[[ "$name" == etcd && ! -e "$built" ]] && built="$tmpdir/server"
+			mv -f "$built" "$bin_dir/$name"
+		done
+		echo "built ${shared[*]} in $(($(date +%s) - start))s -> $bin_dir"
+	else
+		echo "build.sh: building ${shared[*]} failed" >&2
+		status=1
+	fi
+	rm -rf "$tmpdir"
+fi
+
+for name in "${others[@]}"; do
+	out="$bin_dir/$name"
 	echo "building $name $(version_for "$name") ($(estimate_for "$name"))..."
 	start=$(date +%s)
 	tmp="$out.tmp.$$"
-	# go build runs in the background so that an INT/TERM/HUP to this script
-	# stops it (SIGINT makes the go command stop its compilers) and the
-	# partial output is removed; only a finished binary is renamed into place.
-	(cd "$(dir_for "$name")" && exec go build -trimpath -p "$parallel" -ldflags "$(ldflags_for "$name")" -o "$tmp" "$pkg") &
-	child=$!
-	trap 'kill -INT "$child" 2>/dev/null; wait "$child" 2>/dev/null; rm -f "$tmp"; echo "build.sh: interrupted" >&2; exit 130' INT TERM HUP
-	if wait "$child"; then
+	if run_build "$(dir_for "$name")" "$(ldflags_for "$name")" "$tmp" "$(pkg_for "$name")"; then
 		mv -f "$tmp" "$out"
 		echo "built $name in $(($(date +%s) - start))s -> $out"
 	else
@@ -155,7 +209,6 @@ for name in "${targets[@]}"; do
 		echo "build.sh: building $name failed" >&2
 		status=1
 	fi
-	trap - INT TERM HUP
 done
 
 # kwok needs Stage configs (fake node heartbeat, pod ready/complete/delete);
