@@ -20,8 +20,9 @@ import signal
 import sys
 from typing import Any
 
-from lorarl import health, queueing, reconcile, render, status
-from lorarl.validation import parse_stored
+from lorarl.control import health, queueing, reconcile, status
+from lorarl.job import render
+from lorarl.admission.validation import parse_stored
 
 from .kclient import Client
 

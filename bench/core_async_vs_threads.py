@@ -1,5 +1,5 @@
 """Decides threads vs asyncio for the reconcile workers (docs/architecture.md): server-side applies of N ConfigMaps to the real API server: 8 threads on the blocking client
-(lorarl.kube.Api, kubernetes/urllib3) vs 8 asyncio tasks on aiohttp. Wall time and this
+(lorarl.runtime.kube.Api, kubernetes/urllib3) vs 8 asyncio tasks on aiohttp. Wall time and this
 process's CPU seconds (the operator's cost per request).
 
     .venv/bin/python bench/core_async_vs_threads.py [N]
@@ -7,7 +7,7 @@ process's CPU seconds (the operator's cost per request).
 import asyncio, json, ssl, sys, threading, time, queue
 import aiohttp
 from lorarl_dev.controlplane import ControlPlane
-from lorarl.kube import Api, path
+from lorarl.runtime.kube import Api, path
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 600
 CONC = 8

@@ -78,7 +78,7 @@ def main():
                 d = copy.deepcopy(doc); d["metadata"].update(name=f"job-{i:04d}", namespace="bench"); docs.append(d)
             _, start_line = op_requests(cp.audit_log_path)
             cpu0 = cpu_seconds(op.pid)
-            from lorarl.kube import Api, path
+            from lorarl.runtime.kube import Api, path
             import threading, queue as q_
             kube = Api(cp.api_client())
             work = q_.Queue()

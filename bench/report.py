@@ -176,7 +176,7 @@ def markdown(r: dict[str, Any], png: Optional[str]) -> str:
         "writes of the KubeRay stand-in (`lorarl_dev.kuberay_sim.FakeKubeRay`: initializing, submitted, running (, succeeded),",
         "folded into one write); once the operator shows those phases and has stopped writing, a window is measured. History:",
         "the same idle window over an empty namespace and over N finished LoraRLJobs created directly through the API with the",
-        "status `lorarl.status.compute` makes of that sequence (the operator keeps no record of its own on the object)",
+        "status `lorarl.control.status.compute` makes of that sequence (the operator keeps no record of its own on the object)",
         "(jobs a running operator finished long ago; their RayJobs gone, as KubeRay's `ttlSecondsAfterFinished` does), after",
         "a fresh operator has seen each of them once; on a control plane of its own, started after the other phases (what",
         "they leave behind would otherwise weigh on the API server during the history point).",

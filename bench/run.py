@@ -416,8 +416,8 @@ def machine() -> dict[str, Any]:
 
 
 def render_cost(n: int = 200) -> dict[str, float]:
-    from lorarl import render
-    from lorarl.validation import parse_stored
+    from lorarl.job import render
+    from lorarl.admission.validation import parse_stored
 
     doc = stored(lorarl_job("bench", 0))
     t = time.perf_counter()

@@ -5,7 +5,7 @@
   owner reference (its owner does not exist in KubeRay's namespace).
 * Finished jobs: the RayJob statuses that the KubeRay stand-in ``lorarl_dev.kuberay_sim.FakeKubeRay``
   writes for initializing -> submitted -> running (-> succeeded), folded into one status; and
-  LoraRLJobs whose status is what ``lorarl.status.compute`` makes of that sequence (jobs a
+  LoraRLJobs whose status is what ``lorarl.control.status.compute`` makes of that sequence (jobs a
   running operator handled long ago: the operator keeps no record on the object itself).
 * ``Tracker``: the first time each job reached each mark, from watches.
 """
@@ -20,8 +20,9 @@ from typing import Any, Callable, Iterable, Optional
 
 import yaml
 
-from lorarl import health, reconcile, render, status
-from lorarl.validation import parse_stored
+from lorarl.control import health, reconcile, status
+from lorarl.job import render
+from lorarl.admission.validation import parse_stored
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from .kclient import Client

@@ -3,7 +3,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from lorarl.kube import Api
+from lorarl.runtime.kube import Api
 
 pytest_plugins = ["lorarl_dev.pytest_plugin"]
 

@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import yaml
 
-from lorarl import api
-from lorarl.validation import parse_job
+from lorarl.api import types as api
+from lorarl.admission.validation import parse_job
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"

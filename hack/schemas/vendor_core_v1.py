@@ -7,7 +7,7 @@ pod template is checked against. Run after a KubeRay bump:
 
     .venv/bin/python hack/schemas/vendor_core_v1.py      (--stdout: print instead of writing)
 
-The output is written verbatim (descriptions dropped to keep the CRD small); lorarl.crdgen adds
+The output is written verbatim (descriptions dropped to keep the CRD small); lorarl.admission.crdgen adds
 size bounds when it embeds it.
 """
 
@@ -21,7 +21,7 @@ import yaml
 
 from lorarl_dev.kuberay import KUBERAY_VERSION, kuberay_crd_path
 
-OUT = pathlib.Path(__file__).resolve().parents[2] / "operator" / "lorarl" / "schemas" / "core_v1_affinity.json"
+OUT = pathlib.Path(__file__).resolve().parents[2] / "operator" / "lorarl" / "admission" / "schemas" / "core_v1_affinity.json"
 POD_SPEC = ("spec", "rayClusterSpec", "headGroupSpec", "template", "spec")
 
 

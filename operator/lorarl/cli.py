@@ -11,7 +11,8 @@ from typing import Any, Iterator, TextIO
 import click
 import yaml
 
-from . import __version__, api
+from . import __version__
+from .api import types as api
 
 
 def _documents(stream: TextIO, source: str) -> Iterator[tuple[str, Any]]:
@@ -46,8 +47,8 @@ def main() -> None:
 @click.option("-n", "--namespace", default=None, help="Namespace to render into when the file names none.")
 def render(file: TextIO, namespace: str | None) -> None:
     """Print the child objects of a LoraRLJob as multi-document YAML (offline)."""
-    from .render import render as render_children, to_yaml
-    from .validation import validate
+    from .job.render import render as render_children, to_yaml
+    from .admission.validation import validate
 
     objects: list[dict] = []
     failed = False
@@ -70,7 +71,7 @@ def render(file: TextIO, namespace: str | None) -> None:
 @click.option("-f", "--filename", "file", type=click.File("r"), required=True, help="LoraRLJob YAML ('-' for stdin).")
 def validate(file: TextIO) -> None:
     """Check a LoraRLJob: schema, the CRD's CEL rules and semantic checks."""
-    from .validation import validate as validate_doc
+    from .admission.validation import validate as validate_doc
 
     failed = False
     for where, doc in _jobs(file, file.name):
@@ -89,7 +90,7 @@ def validate(file: TextIO) -> None:
 @main.command()
 def crd() -> None:
     """Print the LoraRLJob CustomResourceDefinition."""
-    from .crdgen import crd_yaml
+    from .admission.crdgen import crd_yaml
 
     click.echo(crd_yaml(), nl=False)
 
@@ -121,8 +122,8 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     import kubernetes
 
     from . import controller  # registers the handlers
-    from . import leader, probes, runner
-    from .kube import Api
+    from .runtime import leader, probes, runner
+    from .runtime.kube import Api
 
     if not namespaces and not all_namespaces:
         raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")

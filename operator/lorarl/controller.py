@@ -31,12 +31,15 @@ from typing import Any, Optional
 import kopf
 from prometheus_client import start_http_server
 
-from . import api, metrics, reconcile, render, status
-from .cache import Caches
-from .events import EventRecorder
-from .kube import Api, ApiError
-from .reconcile import Reconciler, timed
-from .workqueue import WorkQueue
+from .api import types as api
+from .runtime import metrics
+from .control import reconcile, status
+from .job import render
+from .control.cache import Caches
+from .runtime.events import EventRecorder
+from .runtime.kube import Api, ApiError
+from .control.reconcile import Reconciler, timed
+from .control.workqueue import WorkQueue
 
 LORARLJOBS = {"group": api.GROUP, "version": api.VERSION, "plural": api.PLURAL}
 RAYJOBS = {"group": "ray.io", "version": "v1", "plural": "rayjobs"}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from lorarl import api
+from lorarl.api import types as api
 
 _UNKNOWN = re.compile(r'unknown field "([^"]+)"')
 _DUPLICATE = re.compile(r'duplicate field "([^"]+)"')

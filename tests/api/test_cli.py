@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from lorarl import crdgen
+from lorarl.admission import crdgen
 from tests.helpers import SEED
 
 LORARL = [sys.executable, "-m", "lorarl.cli"]

@@ -13,7 +13,7 @@ import copy
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from lorarl.validation import validate
+from lorarl.admission.validation import validate
 from tests.api.apiserver import dry_run_create
 from tests.api.test_fuzz import valid_specs
 

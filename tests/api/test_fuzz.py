@@ -16,8 +16,9 @@ import urllib.parse
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
-from lorarl import api, command, render
-from lorarl.validation import validate
+from lorarl.api import types as api
+from lorarl.job import command, render
+from lorarl.admission.validation import validate
 from tests.api.quoting_chain import Chain, every_variant
 from tests.helpers import seed_doc
 from tests.kuberay_schema import rayjob_errors
@@ -170,7 +171,7 @@ def flag_value(argv: list[str], flag: str) -> str:
 
 
 def expected_words(spec: dict) -> dict[str, str]:
-    """Flag -> value, read from the spec document itself (not from lorarl.command)."""
+    """Flag -> value, read from the spec document itself (not from lorarl.job.command)."""
     out = {
         "--input-key": spec["rollout"]["inputKey"],
         "--num-rollout": str(spec["rollout"]["numRollouts"]),

@@ -20,8 +20,8 @@ import copy
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from lorarl import command, render
-from lorarl.validation import parse_stored, validate
+from lorarl.job import command, render
+from lorarl.admission.validation import parse_stored, validate
 from tests.api.apiserver import dry_run_apply, pods_of
 from tests.api.quoting_chain import Chain, every_variant
 from tests.api.test_fuzz import FUZZ_EXAMPLES, expected_words, flag_value, valid_specs
@@ -34,7 +34,7 @@ def dry_run_create_stored(kube_api, namespace: str, doc: dict):
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from lorarl import api
+    from lorarl.api import types as api
 
     body = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
     try:

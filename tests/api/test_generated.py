@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lorarl import crdgen
+from lorarl.admission import crdgen
 from lorarl_dev import docsgen
 from tests.helpers import REPO
 
@@ -113,7 +113,7 @@ def test_status_schema_declares_what_writers_send():
 
 def _documented_flags(model, seen=None):
     """Every train.py flag the API docs promise (field metadata `flag`)."""
-    from lorarl.crdgen import model_in
+    from lorarl.admission.crdgen import model_in
 
     flags = set()
     for field in model.model_fields.values():
@@ -127,7 +127,8 @@ def _documented_flags(model, seen=None):
 
 def test_documented_flags_are_what_the_renderer_emits():
     """docs/api.md names a flag per field: each must really appear in a command that sets it."""
-    from lorarl import api, command
+    from lorarl.api import types as api
+    from lorarl.job import command
     from tests.helpers import job_from, with_spec
 
     doc = with_spec(
@@ -141,13 +142,13 @@ def test_documented_flags_are_what_the_renderer_emits():
 
 
 def test_vendored_core_schema_is_kuberays():
-    """operator/lorarl/schemas/core_v1_affinity.json is what hack/schemas/vendor_core_v1.py
+    """operator/lorarl/admission/schemas/core_v1_affinity.json is what hack/schemas/vendor_core_v1.py
     extracts from the KubeRay CRD the tests run against."""
     import json
     import subprocess
     import sys
 
-    vendored = (REPO / "operator" / "lorarl" / "schemas" / "core_v1_affinity.json").read_text()
+    vendored = (REPO / "operator" / "lorarl" / "admission" / "schemas" / "core_v1_affinity.json").read_text()
     fresh = subprocess.run([sys.executable, str(REPO / "hack" / "schemas" / "vendor_core_v1.py"), "--stdout"],
                            check=True, capture_output=True, text=True).stdout
     assert fresh == vendored, "stale: run hack/schemas/vendor_core_v1.py"

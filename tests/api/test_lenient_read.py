@@ -6,9 +6,9 @@ import datetime
 
 import pytest
 
-from lorarl import command
-from lorarl.reconcile import parse_time
-from lorarl.validation import InvalidJob, parse_stored, validate
+from lorarl.job import command
+from lorarl.control.reconcile import parse_time
+from lorarl.admission.validation import InvalidJob, parse_stored, validate
 from tests.helpers import seed_doc
 
 UTC = datetime.timezone.utc

@@ -8,7 +8,8 @@ import string
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lorarl import api, command, render
+from lorarl.api import types as api
+from lorarl.job import command, render
 from lorarl.reporter.cli import build_parser, split_argv
 from tests.api.quoting_chain import Chain, every_variant, runtime_env_json_given_to_ray
 from tests.helpers import job_from, seed_doc, with_spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from lorarl import crdgen
+from lorarl.admission import crdgen
 from tests.helpers import REPO
 
 README = REPO / "README.md"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lorarl.validation import validate
+from lorarl.admission.validation import validate
 from tests.helpers import seed_doc, with_spec
 
 

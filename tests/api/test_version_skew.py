@@ -12,7 +12,7 @@ import json
 import pytest
 import yaml
 
-from lorarl import crdgen
+from lorarl.admission import crdgen
 from lorarl_dev.kuberay_sim import FakeKubeRay
 from tests.api.apiserver import dry_run_create
 from tests.helpers import seed_doc, wait_for
@@ -81,7 +81,7 @@ def create(control_plane, namespace, name, **hardware):
 
 
 def test_todays_operator_keeps_reconciling_under_a_newer_crd(control_plane, namespace, kube_api, newer_crd_installed, tmp_path):
-    from lorarl.kube import Api
+    from lorarl.runtime.kube import Api
 
     kube = Api(kube_api)
     create(control_plane, namespace, "skew-defaulted")  # the API server adds topologyAware: true

@@ -23,7 +23,7 @@ import uuid
 
 import pytest
 
-from lorarl.kube import Api
+from lorarl.runtime.kube import Api
 from lorarl_dev.controlplane import ControlPlane
 from lorarl_dev.operatorproc import OperatorProcess
 

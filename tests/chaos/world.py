@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import yaml
 
-from lorarl.kube import Api
+from lorarl.runtime.kube import Api
 from lorarl_dev.kuberay_sim import FakeKubeRay
 from tests.helpers import seed_doc, wait_for
 

@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from lorarl.validation import validate
+from lorarl.admission.validation import validate
 from tests.helpers import REPO
 
 DOC = REPO / "docs" / "gitops.md"

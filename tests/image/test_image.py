@@ -140,13 +140,13 @@ def test_wheel_holds_the_runtime_package_only(installed):
     assert tops == {"lorarl", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
     assert not [n for n in names if re.search(r"lorarl_dev|(^|/)tests?/|testing|conftest", n)]
     # the in-job reporter package (zipped into each job by the operator) and prepare.sh ship too
-    assert {"lorarl/reporter/cli.py", "lorarl/assets/prepare.sh", "lorarl/py.typed"} <= set(names)
+    assert {"lorarl/reporter/cli.py", "lorarl/job/assets/prepare.sh", "lorarl/py.typed"} <= set(names)
 
 
 def test_runtime_package_imports_and_cli_runs(installed):
     _, venv, _, _ = installed
     python = str(venv / "bin" / "python")
-    result = run_in(installed, python, "-c", "import lorarl.controller, lorarl.cli, lorarl.render; print(lorarl.__file__)")
+    result = run_in(installed, python, "-c", "import lorarl.controller, lorarl.cli, lorarl.job.render; print(lorarl.__file__)")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith(str(venv)), "lorarl imported from outside the image's venv"
     help_ = run_in(installed, "lorarl", "--help")

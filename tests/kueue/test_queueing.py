@@ -1,11 +1,11 @@
-"""Pure Kueue decisions and their status mapping (lorarl.queueing, lorarl.status)."""
+"""Pure Kueue decisions and their status mapping (lorarl.control.queueing, lorarl.control.status)."""
 
 from __future__ import annotations
 
-from lorarl import status
-from lorarl.health import Verdict
-from lorarl.kube import FIELD_MANAGER
-from lorarl.queueing import (CREATE_MANAGER, DEACTIVATED_BY, Admission, admission, find_workload, owns_suspend,
+from lorarl.control import status
+from lorarl.control.health import Verdict
+from lorarl.runtime.kube import FIELD_MANAGER
+from lorarl.control.queueing import (CREATE_MANAGER, DEACTIVATED_BY, Admission, admission, find_workload, owns_suspend,
                              suspend_handoff, suspend_reason, workload_patch)
 from tests.helpers import job_from, with_spec
 

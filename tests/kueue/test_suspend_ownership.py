@@ -1,14 +1,14 @@
 """Server-side apply field ownership of a queued RayJob's spec.suspend, on the real API server:
-the facts lorarl.queueing relies on to leave the field to Kueue after creation."""
+the facts lorarl.control.queueing relies on to leave the field to Kueue after creation."""
 
 from __future__ import annotations
 
 import pytest
 
-from lorarl import render
-from lorarl.health import Verdict
-from lorarl.kube import Api
-from lorarl.queueing import CREATE_MANAGER, owns_suspend, rayjob_apply, suspend_handoff
+from lorarl.job import render
+from lorarl.control.health import Verdict
+from lorarl.runtime.kube import Api
+from lorarl.control.queueing import CREATE_MANAGER, owns_suspend, rayjob_apply, suspend_handoff
 from tests.helpers import job_from, seed_doc
 
 pytestmark = pytest.mark.controlplane

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lorarl.cache import Caches, Memo, merge_patch
+from lorarl.control.cache import Caches, Memo, merge_patch
 
 
 def job(rv, status=None, generation=1, uid="u1", **meta):
@@ -68,8 +68,8 @@ def test_memo_is_bounded_and_computes_once():
 
 def test_rayjob_cache_keeps_who_owns_suspend_and_nothing_else_of_managed_fields():
     """queueing.owns_suspend reads managedFields: the cached RayJob must still answer it."""
-    from lorarl import queueing
-    from lorarl.cache import trim_rayjob
+    from lorarl.control import queueing
+    from lorarl.control.cache import trim_rayjob
 
     live = {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
@@ -91,7 +91,7 @@ def test_rayjob_cache_keeps_who_owns_suspend_and_nothing_else_of_managed_fields(
 
 
 def test_a_cached_job_keeps_its_spec_as_text_and_gives_it_back_whole():
-    from lorarl.cache import SPEC_TEXT, trim_job, whole_job
+    from lorarl.control.cache import SPEC_TEXT, trim_job, whole_job
 
     body = job("1", {"phase": "Pending"})
     body["spec"] = {"model": {"name": "Qwen/Qwen3-4B", "revision": "ünïcode"}, "extraArgs": ["--x", "1"], "suspend": False}
@@ -103,7 +103,7 @@ def test_a_cached_job_keeps_its_spec_as_text_and_gives_it_back_whole():
 
 
 def test_a_status_only_event_reuses_the_cached_spec_text_and_a_new_generation_does_not():
-    from lorarl.cache import SPEC_TEXT, whole_job
+    from lorarl.control.cache import SPEC_TEXT, whole_job
 
     store, key = Caches().jobs, ("ns", "a")
     store.put(job("1"))
@@ -163,7 +163,8 @@ def test_the_echo_of_a_finished_jobs_last_write_leaves_it_compact():
 
     import kopf
 
-    from lorarl import controller, reconcile
+    from lorarl import controller
+    from lorarl.control import reconcile
 
     memo = kopf.Memo(core=controller.Core())
     memo.core.caches, memo.core.job_echo = Caches(), {}

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from lorarl import leader
+from lorarl.runtime import leader
 from lorarl_dev.certs import TinyCA
 from lorarl_dev.kuberay_sim import FakeKubeRay
 from tests.chart.helm import operator_rbac

@@ -1,5 +1,5 @@
-from lorarl.api import HealthSpec
-from lorarl.health import evaluate
+from lorarl.api.types import HealthSpec
+from lorarl.control.health import evaluate
 
 
 def test_awaiting_metrics():

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.controlplane
 
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 DENIED = "is written only by the lorarl operator"
-# what the operator writes (lorarl/status.py compute) and a forged value for each
+# what the operator writes (lorarl/control/status.py compute) and a forged value for each
 FORGED = {
     "phase": "Succeeded",
     "conditions": [{"type": "Succeeded", "status": "True", "reason": "Forged", "message": "",
@@ -142,7 +142,7 @@ def test_a_job_with_its_own_service_account_is_held_to_the_same_keys(enforced, c
     doc["metadata"]["name"] = "job-c"
     doc["spec"].setdefault("scheduling", {})["serviceAccountName"] = "team-runner"
     apply_job(control_plane, namespace, doc)
-    from lorarl.reconcile import Reconciler
+    from lorarl.control.reconcile import Reconciler
     Reconciler(kube).reconcile(namespace, "job-c")
     token = control_plane.service_account_token(namespace, "team-runner")
     assert patch_status(control_plane, token, namespace, "job-c", {"progress": REPORTER_WRITES["progress"]}) == (200, "")
@@ -204,8 +204,8 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
     confines it to objects a LoraRLJob controls. The operator runs one reconcile as the chart's
     ServiceAccount with the chart's RBAC: a job named after someone else's RayJob and ConfigMap
     gets ApplyFailed, and those objects are untouched; its own children are applied as usual."""
-    from lorarl import render
-    from lorarl.kube import Api
+    from lorarl.job import render
+    from lorarl.runtime.kube import Api
     from tests.chart.helm import operator_rbac
     from tests.helpers import job_from
 
@@ -255,9 +255,10 @@ def _reconcile_as_the_operator(operator_kube, namespace, name):
     """One reconcile as the operator runs it: reading from caches filled the way its watches fill
     them (a LIST of the jobs and of the RayJobs carrying the job label; its RBAC has no `get` on
     RayJobs), writing with the operator's identity."""
-    from lorarl import api, render
-    from lorarl.cache import Caches
-    from lorarl.reconcile import Reconciler
+    from lorarl.api import types as api
+    from lorarl.job import render
+    from lorarl.control.cache import Caches
+    from lorarl.control.reconcile import Reconciler
     caches = Caches()
     for body in operator_kube.list(api.API_VERSION, api.KIND, namespace):
         caches.jobs.put(body)
@@ -267,7 +268,7 @@ def _reconcile_as_the_operator(operator_kube, namespace, name):
 
 
 def _reconciled(operator_kube, namespace, name):
-    from lorarl.kube import ApiError
+    from lorarl.runtime.kube import ApiError
     try:
         return _reconcile_as_the_operator(operator_kube, namespace, name)
     except ApiError:  # RBAC just granted may take a moment to be seen

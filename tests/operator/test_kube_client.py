@@ -7,7 +7,7 @@ import threading
 
 import kubernetes
 
-from lorarl.kube import Api
+from lorarl.runtime.kube import Api
 
 
 def test_the_client_keeps_a_connection_per_worker_in_flight(control_plane, caplog):

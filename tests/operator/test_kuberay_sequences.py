@@ -11,8 +11,8 @@ import copy
 
 import pytest
 
-from lorarl import status
-from lorarl.health import Verdict
+from lorarl.control import status
+from lorarl.control.health import Verdict
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 UNKNOWN = Verdict("Unknown", "AwaitingMetrics", "no step yet")

@@ -1,4 +1,4 @@
-"""The pure decisions of the leader election (lorarl.leader), with a fake clock, and the flags."""
+"""The pure decisions of the leader election (lorarl.runtime.leader), with a fake clock, and the flags."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import datetime
 import pytest
 from click.testing import CliRunner
 
-from lorarl import cli, leader
-from lorarl.leader import Record
+from lorarl import cli
+from lorarl.runtime import leader
+from lorarl.runtime.leader import Record
 
 ME, OTHER = "op-a_1", "op-b_2"
 

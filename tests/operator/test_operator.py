@@ -10,8 +10,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from lorarl import render
-from lorarl.validation import parse_job
+from lorarl.job import render
+from lorarl.admission.validation import parse_job
 from tests.helpers import seed_doc
 from tests.helpers import wait_for
 from lorarl_dev.kuberay_sim import FakeKubeRay

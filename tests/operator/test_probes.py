@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from lorarl import probes, runner
+from lorarl.runtime import probes, runner
 from tests.helpers import http_get as get
 from tests.operator.test_operator_rbac import free_port
 

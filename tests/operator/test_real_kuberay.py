@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from lorarl.kube import Api
+from lorarl.runtime.kube import Api
 from tests.helpers import seed_doc
 from tests.helpers import wait_for
 

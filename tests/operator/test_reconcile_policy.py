@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime
 
-from lorarl.health import Verdict
-from lorarl import render
-from lorarl.queueing import CREATE_MANAGER, rayjob_apply
-from lorarl.kube import FIELD_MANAGER
-from lorarl.reconcile import startup_timed_out, suspend_drifted
+from lorarl.control.health import Verdict
+from lorarl.job import render
+from lorarl.control.queueing import CREATE_MANAGER, rayjob_apply
+from lorarl.runtime.kube import FIELD_MANAGER
+from lorarl.control.reconcile import startup_timed_out, suspend_drifted
 from tests.helpers import job_from, with_spec
 
 OK = Verdict("True", "WithinThresholds", "")
@@ -57,7 +57,7 @@ def test_startup_timeout_counts_from_the_current_attempt():
 
 
 def test_next_check_is_the_startup_deadline_of_a_job_not_yet_running():
-    from lorarl.reconcile import next_check
+    from lorarl.control.reconcile import next_check
 
     job = job_from(with_spec(runPolicy={"startupTimeoutSeconds": 3600}))
     pending = {"phase": "Pending", "conditions": []}
@@ -71,7 +71,7 @@ def test_next_check_is_the_startup_deadline_of_a_job_not_yet_running():
 
 
 def test_ttl_after_finished_is_opt_in_and_counts_from_completion():
-    from lorarl.reconcile import next_check, ttl_expiry
+    from lorarl.control.reconcile import next_check, ttl_expiry
 
     done = {"phase": "Succeeded", "completionTime": "2026-11-30T11:59:00Z"}
     assert ttl_expiry(job_from(with_spec()), done) is None  # unset: kept
@@ -84,7 +84,7 @@ def test_ttl_after_finished_is_opt_in_and_counts_from_completion():
 
 
 def test_a_deadline_already_past_schedules_nothing():
-    from lorarl.reconcile import next_check
+    from lorarl.control.reconcile import next_check
 
     job = job_from(with_spec(runPolicy={"startupTimeoutSeconds": 3600}, scheduling={"queueName": "q"}))
     # created 2 h ago and queued (not stalled while Kueue holds it): no timer in a loop
@@ -92,7 +92,7 @@ def test_a_deadline_already_past_schedules_nothing():
 
 
 def test_a_ttl_already_past_when_the_job_finishes_is_due_at_once():
-    from lorarl.reconcile import next_check
+    from lorarl.control.reconcile import next_check
 
     job = job_from(with_spec(ttlSecondsAfterFinished=0))
     # the reconcile that writes the finished status: the next one (from the queue) deletes

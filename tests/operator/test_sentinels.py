@@ -16,7 +16,7 @@ import sys
 import pytest
 import yaml
 
-from lorarl import render
+from lorarl.job import render
 from tests.chart.helm import operator_rbac
 from tests.helpers import seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
@@ -110,6 +110,6 @@ def test_no_sentinel_leaves_its_secret(helm, control_plane, namespace, kube, tmp
 
 
 def job_from_cluster(kube, namespace):
-    from lorarl.validation import parse_stored
+    from lorarl.admission.validation import parse_stored
 
     return parse_stored(job(kube, namespace))[0]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lorarl import status
-from lorarl.health import Verdict
+from lorarl.control import status
+from lorarl.control.health import Verdict
 
 OK = Verdict("True", "WithinThresholds", "fine")
 UNKNOWN = Verdict("Unknown", "AwaitingMetrics", "no step yet")
@@ -33,7 +33,7 @@ REFUSED = 'applying RayJob ns/j: 422 Unprocessable Entity: RayJob.ray.io "j" is 
 
 # Written by hand from docs/status.md (KubeRay states) and kstatus's rules (sigs.k8s.io/cli-utils
 # v0.37.2 pkg/kstatus/status: Reconciling=True -> InProgress, else Stalled=True -> Failed, else
-# Ready=True -> Current, Ready=False -> InProgress); never computed from lorarl.status.
+# Ready=True -> Current, Ready=False -> InProgress); never computed from lorarl.control.status.
 # KubeRay's failure reasons are the JobFailedReason values of ray-operator v1.5.0
 # apis/ray/v1/rayjob_types.go plus the deadline/timeout reasons of docs/status.md.
 # id: (RayJob (deployment, jobStatus, reason) or None, Facts overrides,
@@ -82,7 +82,7 @@ TABLE = {
 
 
 def computed(case):
-    """The status lorarl.status computes for one TABLE row."""
+    """The status lorarl.control.status computes for one TABLE row."""
     ray, overrides = TABLE[case][:2]
     rj = None if ray is None else rayjob(*ray[:4], **(ray[4] if len(ray) > 4 else {}))
     if ray is not None and len(ray) > 5:
@@ -204,7 +204,7 @@ def test_changed():
 
 def test_every_written_key_is_in_the_schema():
     """A key the CRD does not declare is silently pruned by the API server: catch it here."""
-    from lorarl import api
+    from lorarl.api import types as api
 
     rj = rayjob("Running", "RUNNING", rayClusterName="c", dashboardURL="d:8265", jobId="i", failed=1, succeeded=0, reason="AppFailed", message="m")
     out, _ = status.compute({}, rj, facts(verdict=OK))
@@ -223,7 +223,7 @@ NEEDS_FIX = {400: True, 401: True, 403: True, 404: True, 405: True, 409: False, 
 
 @pytest.mark.parametrize("code", NEEDS_FIX)
 def test_which_refusals_need_a_fix(code):
-    from lorarl.kube import ApiError
+    from lorarl.runtime.kube import ApiError
 
     err = ApiError(code, "Reason", "message")
     assert err.needs_fix is NEEDS_FIX[code]

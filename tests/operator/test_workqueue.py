@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from lorarl.status import apply_backoff
-from lorarl.workqueue import WorkQueue
+from lorarl.control.status import apply_backoff
+from lorarl.control.workqueue import WorkQueue
 
 
 class Clock:

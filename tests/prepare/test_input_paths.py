@@ -3,7 +3,7 @@
 Jobs on one ``existingClaim`` see the same /root/models and /root/datasets; a directory named
 by the repository's last path part alone let ``org1/math`` and ``org2/math`` (or two revisions
 of one model) overwrite each other's files. The oracle here is a decoder written from the
-layout's description, independent of ``lorarl.command``.
+layout's description, independent of ``lorarl.job.command``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import urllib.parse
 
 from hypothesis import example, given, settings, strategies as st
 
-from lorarl import api, command, render
+from lorarl.api import types as api
+from lorarl.job import command, render
 from tests.helpers import job_from, with_spec
 
 SEGMENT_MAX = 255  # NAME_MAX of Linux file systems, in bytes

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from lorarl import render
+from lorarl.job import render
 from tests.helpers import job_from, wait_for, with_spec
 
 SCRIPT = render.asset_path("prepare.sh")

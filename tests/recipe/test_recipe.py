@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from lorarl import command
+from lorarl.job import command
 from tests.helpers import REPO, job_from, seed_doc, with_spec
 
 RECORDED = pathlib.Path(__file__).with_name("recorded_train_args.txt")
@@ -53,7 +53,7 @@ SEED_NAME = seed_doc()["metadata"]["name"]
 
 # The recipe runs on one user's machine and names input directories by the repository's last
 # path part. The operator's volumes may be shared by many jobs, so it keys them by repository
-# and revision (lorarl.command.input_dir; tests/prepare). These are the seed's directories and
+# and revision (lorarl.job.command.input_dir; tests/prepare). These are the seed's directories and
 # the recipe's, written out: the comparison maps ours to the recipe's and nothing else, and
 # test_only_input_directories_and_number_spelling_differ pins that this is the whole difference.
 KEYED_TO_RECIPE = (
@@ -126,7 +126,7 @@ def test_wandb_block_is_the_recording_without_the_key():
 
 
 def test_eval_off_drops_block_and_download():
-    from lorarl.render import downloads
+    from lorarl.job.render import downloads
 
     job = job_from(with_spec(eval={"enabled": False}))
     assert "eval" not in dict(command.train_blocks(job))

@@ -13,7 +13,7 @@ import pathlib
 import pytest
 import yaml
 
-from lorarl import command, render
+from lorarl.job import command, render
 from tests.helpers import MANIFESTS, job_from, load, seed_doc, with_spec
 
 SNAPSHOTS = pathlib.Path(__file__).with_name("snapshots")
@@ -170,7 +170,7 @@ def test_configmap_ships_reporter_and_prepare_script():
     assert cm["data"] == {"prepare.sh": (assets / "prepare.sh").read_text()}
     pyz = base64.b64decode(cm["binaryData"]["reporter.pyz"])
     with zipfile.ZipFile(io.BytesIO(pyz)) as z:  # every reporter module, and only those
-        sources = pathlib.Path(render.__file__).with_name("reporter")
+        sources = pathlib.Path(render.__file__).parents[1] / "reporter"
         expected = {f"lorarl_reporter/{p.name}" for p in sources.glob("*.py") if p.name != "__main__.py"}
         assert set(z.namelist()) == expected | {"__main__.py"}
         assert z.read("lorarl_reporter/launcher.py").decode() == (sources / "launcher.py").read_text()

@@ -15,7 +15,7 @@ import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from lorarl import artifact
+from lorarl.job import artifact
 from lorarl.reporter import attempts, checkpoints, kubeapi, launcher, logparse, rounding, summary
 from lorarl_dev import mileslog
 from lorarl_dev.mileslog import BASE_TIME, AttemptLog, attempt_log  # noqa: F401 (re-exported)

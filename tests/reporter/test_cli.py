@@ -211,7 +211,7 @@ def test_checkpoints_from_the_save_dir(tmp_path, fake_api, token_file):
 
 
 def test_artifact_is_deterministic_small_and_stdlib_only(artifact_path):
-    from lorarl import artifact, render
+    from lorarl.job import artifact, render
     from tests.helpers import job_from, seed_doc
 
     artifact.reporter_zipapp.cache_clear()

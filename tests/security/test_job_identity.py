@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from lorarl import render
+from lorarl.job import render
 from lorarl.reporter.kubeapi import OWNED_FIELDS
 from tests.helpers import REPO, job_from, seed_doc
 

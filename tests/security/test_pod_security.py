@@ -8,8 +8,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from lorarl import render
-from lorarl.profiles import PROFILES
+from lorarl.job import render
+from lorarl.job.profiles import PROFILES
 from tests.helpers import job_from, seed_doc
 from tests.security.test_scanners import doc_table
 

@@ -20,9 +20,9 @@ from typing import Optional
 import click
 import yaml
 
-from lorarl import artifact, command, render
-from lorarl.kube import Api
-from lorarl.validation import parse_job
+from lorarl.job import artifact, command, render
+from lorarl.runtime.kube import Api
+from lorarl.admission.validation import parse_job
 from . import controlplane, mileslog
 from .kuberay_sim import FakeKubeRay
 

@@ -32,7 +32,7 @@ import random
 import string
 from typing import Any, Optional
 
-from lorarl.kube import Api
+from lorarl.runtime.kube import Api
 
 NEW = ""  # JobDeploymentStatusNew and JobStatusNew (apis/ray/v1/rayjob_types.go:18,48)
 

@@ -28,7 +28,9 @@ import celpy
 import jsonschema
 from pydantic import ValidationError
 
-from . import api, command, crdgen
+from ..api import types as api
+from ..job import command
+from . import crdgen
 
 INT64 = (-(2**63), 2**63 - 1)
 

@@ -26,11 +26,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import api, health, queueing, render, status
+from ..api import types as api
+from . import health, queueing, status
+from ..job import render
 from .cache import Caches, merge_patch, whole_job
-from .kube import FIELD_MANAGER as kube_field_manager
-from .kube import Api, ApiError
-from .validation import InvalidJob, parse_stored
+from ..runtime.kube import FIELD_MANAGER as kube_field_manager
+from ..runtime.kube import Api, ApiError
+from ..admission.validation import InvalidJob, parse_stored
 
 log = logging.getLogger("lorarl.reconcile")
 

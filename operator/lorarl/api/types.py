@@ -1,7 +1,7 @@
 """The LoraRLJob API (lorarl.dev/v1alpha1), typed once.
 
 This module is the single source of truth for the schema: the CRD in ``crds/`` and
-``docs/api.md`` are generated from these models (``lorarl.crdgen`` / ``lorarl.docsgen``) and a
+``docs/api.md`` are generated from these models (``lorarl.admission.crdgen`` / ``lorarl.docsgen``) and a
 test fails when they drift. Defaults reproduce the validated miles Qwen3-4B GRPO LoRA recipe
 (``shared/reference/recipe-qwen3-4b-lora-amd.md``); the ``flag`` metadata on a field names the
 ``train.py`` flag it becomes, for the generated docs.
@@ -34,7 +34,7 @@ DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 # Every string that reaches the training command is checked against this: such a token passes
 # unchanged through KubeRay's submitter bash, Ray's list2cmdline re-quoting and the head's
-# shell (see lorarl.command). Anything else could change the command's meaning.
+# shell (see lorarl.job.command). Anything else could change the command's meaning.
 SHELL_SAFE = r"^[A-Za-z0-9_@%+=:,./-]+$"
 SHELL_SAFE_HELP = "letters, digits and _@%+=:,./-"
 HF_REPO_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -43,7 +43,7 @@ K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A resource quantity is checked with the API server's own parser: the Kubernetes CEL quantity
 # library (isQuantity/quantity, k8s.io/apiserver pkg/cel/library/quantity.go, in the CRD
 # validation environment since 1.28: pkg/cel/environment/base.go) calls
-# k8s.io/apimachinery/pkg/api/resource.ParseQuantity; lorarl.validation implements the same
+# k8s.io/apimachinery/pkg/api/resource.ParseQuantity; lorarl.admission.validation implements the same
 # grammar for `lorarl validate`. Zero and negative sizes are refused (a pod cannot use them).
 QUANTITY_RULE = {
     "rule": "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
@@ -206,7 +206,7 @@ class ModelSpec(ApiModel):
 
 
 class AcceleratorProfile(str, Enum):
-    """Known accelerator profiles (see lorarl.profiles): AMD Instinct and, beyond the seed, NVIDIA."""
+    """Known accelerator profiles (see lorarl.job.profiles): AMD Instinct and, beyond the seed, NVIDIA."""
 
     MI300X = "MI300X"
     MI325X = "MI325X"
@@ -314,7 +314,7 @@ class HardwareSpec(ApiModel):
     )
     affinity: Optional[dict[str, Any]] = Field(
         None, description="A core/v1 Affinity for every Ray pod (passed through unchanged).",
-        # the CRD embeds the real core/v1 Affinity schema here (lorarl/schemas, see crdgen)
+        # the CRD embeds the real core/v1 Affinity schema here (lorarl/admission/schemas, see crdgen)
         json_schema_extra={"x-lorarl-core-schema": "core_v1_affinity"},
     )
 

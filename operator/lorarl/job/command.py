@@ -22,7 +22,7 @@ import posixpath
 import re
 import urllib.parse
 
-from .api import (CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, ACCESS_KEY_SHAPED_VALUE, DatasetRef,
+from ..api.types import (CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, ACCESS_KEY_SHAPED_VALUE, DatasetRef,
                   EvalDataset, LoraRLJob)
 from .profiles import MODEL_PRESETS, PROFILES, HardwareProfile, ModelShape
 

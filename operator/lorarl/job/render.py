@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from . import artifact, command
-from .api import API_VERSION, KIND, LoraRLJob
+from ..api.types import API_VERSION, KIND, LoraRLJob
 
 RAYJOB_API_VERSION = "ray.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -112,8 +112,8 @@ def metadata(job: LoraRLJob, name: str, component: str, extra_labels: dict[str, 
 
 
 def asset_path(name: str):
-    """A file shipped in lorarl/assets (the prepare script)."""
-    return importlib.resources.files("lorarl").joinpath("assets", name)
+    """A file shipped in lorarl/job/assets (the prepare script)."""
+    return importlib.resources.files("lorarl.job").joinpath("assets", name)
 
 
 @functools.cache
@@ -175,7 +175,7 @@ def configmap(job: LoraRLJob) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": metadata(job, configmap_name(job), "reporter"),
         "data": {"prepare.sh": asset("prepare.sh")},
-        # the reporter modules as one zipapp (lorarl.artifact), mounted as /opt/lorarl/reporter.pyz
+        # the reporter modules as one zipapp (lorarl.job.artifact), mounted as /opt/lorarl/reporter.pyz
         "binaryData": {command.REPORTER_FILE: base64.b64encode(artifact.reporter_zipapp()).decode("ascii")},
     }
 
@@ -415,7 +415,7 @@ def rayjob(job: LoraRLJob) -> dict[str, Any]:
             "backoffLimit": run.backoff_limit,
             "submitterConfig": {"backoffLimit": run.submitter_backoff_limit},
             # Kueue admits a queued job by flipping suspend to false; the controller decides
-            # who writes this field (lorarl.queueing.rayjob_apply).
+            # who writes this field (lorarl.control.queueing.rayjob_apply).
             "suspend": bool(job.spec.suspend or queue),
             "rayClusterSpec": ray_cluster_spec(job),
         },

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .api import HealthSpec
+from ..api.types import HealthSpec
 
 Status = Literal["True", "False", "Unknown"]
 

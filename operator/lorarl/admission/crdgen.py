@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from . import api
+from ..api import types as api
 
 CRD_NAME = f"{api.PLURAL}.{api.GROUP}"
 CRD_FILE = f"{api.GROUP}_{api.PLURAL}.yaml"
@@ -109,7 +109,7 @@ CORE_MAX_PROPERTIES = 32
 
 @functools.cache
 def _vendored(name: str) -> dict[str, Any]:
-    text = resources.files("lorarl").joinpath("schemas", f"{name}.json").read_text()
+    text = resources.files("lorarl.admission").joinpath("schemas", f"{name}.json").read_text()
     return json.loads(text)["schema"]
 
 
@@ -185,7 +185,7 @@ def owned_flags() -> list[str]:
     """Every train.py flag the renderer derives from the spec, over jobs that switch each optional
     block on (W&B, an explicit architecture, eval, NVIDIA and AMD profiles): extraArgs must not
     override them (a duplicate flag would silently fight the spec's value)."""
-    from . import command
+    from ..job import command
 
     base = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"}}
     shapes = [

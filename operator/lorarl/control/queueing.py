@@ -26,8 +26,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import api, health
-from .kube import FIELD_MANAGER
+from ..api import types as api
+from . import health
+from ..runtime.kube import FIELD_MANAGER
 
 WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"

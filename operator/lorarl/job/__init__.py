@@ -1,0 +1,1 @@
+"""The job itself, pure: profiles, the train.py command, the child manifests, the reporter artifact."""
