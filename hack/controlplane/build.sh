@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the embedded control-plane binaries (etcd, kube-apiserver,
-# kube-controller-manager, optionally kube-scheduler, kubelet, kube-proxy, helm,
-# kwok, kuberay-operator, kueue and kstatus) from the Go module proxy into a
+# kube-controller-manager, optionally kube-scheduler, kubelet, kube-proxy, fakegpu,
+# coredns, helm, kwok, kuberay-operator, kueue and kstatus) from the Go module proxy into a
 # per-version cache outside the repository. The binaries of this module (etcd and
 # every k8s.io/kubernetes command) that are missing are built by one `go build`,
 # so their shared dependency graph is compiled and loaded once.
@@ -13,7 +13,7 @@
 # Usage: hack/controlplane/build.sh [--print-bin-dir] [BINARY...]
 #   BINARY is one of: etcd kube-apiserver kube-controller-manager
 #                     kube-scheduler kubelet kube-proxy helm kwok kuberay-operator
-#                     kueue kstatus
+#                     kueue kstatus coredns fakegpu
 #   Default: etcd kube-apiserver kube-controller-manager
 #
 # Environment:
@@ -74,7 +74,7 @@ helm_version="$(awk '$1 == "require" && $2 == "helm.sh/helm/v4" {print $3; exit}
 ldflags_for() {
 	case "$1" in
 	helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitTreeState=clean" ;;
-	kwok | kuberay-operator | kstatus) echo "-s -w" ;;
+	kwok | kuberay-operator | kstatus | coredns | fakegpu) echo "-s -w" ;;
 	kueue) echo "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$(version_for kueue)" ;;
 	*) echo "$ldflags" ;;
 	esac
@@ -86,6 +86,7 @@ version_for() {
 	kuberay-operator) awk '$1 == "require" && $2 == "github.com/ray-project/kuberay/ray-operator" {print $3; exit}' kuberay/go.mod ;;
 	kueue) awk '$1 == "require" && $2 == "sigs.k8s.io/kueue" {print $3; exit}' "$here/kueue/go.mod" ;;
 	kstatus) awk '$1 == "sigs.k8s.io/cli-utils" {print $2; exit}' ../kstatus/go.mod ;;
+	coredns) awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3; exit}' coredns/go.mod ;;
 	etcd) awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' go.mod ;;
 	*) echo "$k8s_version" ;;
 	esac
@@ -105,6 +106,8 @@ pkg_for() {
 	kuberay-operator) echo "github.com/ray-project/kuberay/ray-operator" ;;
 	kueue) echo "sigs.k8s.io/kueue/cmd/kueue" ;;
 	kstatus) echo "lorarl.dev/hack/kstatus" ;;
+	coredns) echo "lorarl.dev/hack/controlplane/coredns" ;;
+	fakegpu) echo "lorarl.dev/hack/controlplane/fakegpu" ;;
 	*) return 1 ;;
 	esac
 }
@@ -115,6 +118,7 @@ dir_for() {
 	kuberay-operator) echo "$here/kuberay" ;;
 	kueue) echo "$here/kueue" ;;
 	kstatus) echo "$here/../kstatus" ;;
+	coredns) echo "$here/coredns" ;;
 	*) echo "$here" ;;
 	esac
 }
@@ -131,6 +135,8 @@ estimate_for() {
 	kuberay-operator) echo "cold build may take ~4 min" ;;
 	kueue) echo "cold build may take ~10 min on 2 busy cores" ;;
 	kstatus) echo "cold build may take ~1 min" ;;
+	coredns) echo "cold build may take ~4 min" ;;
+	fakegpu) echo "~1 min after the kubelet" ;;
 	esac
 }
 
