@@ -46,11 +46,18 @@ def controlplane_build() -> None:
 
 @controlplane.command("up")
 @click.option("--state-dir", default=None, help="Where pids, logs, certificates and the kubeconfig live.")
-def controlplane_up(state_dir: str | None) -> None:
+@click.option("--node", is_flag=True, help="Also run one real node (containerd, kubelet, kube-proxy, CoreDNS), "
+              "the whole cluster in a network namespace of its own (root and hack/node/packages.sh needed).")
+@click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=0),
+              help="With --node: how many fake amd.com/gpu the node's device plugin advertises.")
+def controlplane_up(state_dir: str | None, node: bool, gpus: int) -> None:
     """Start a control plane that outlives this command (or reuse a healthy one)."""
     from . import controlplane as cp_mod
 
-    cp = cp_mod.up(state_dir)
+    try:
+        cp = cp_mod.up(state_dir, **({"node": True, "gpus": gpus} if node else {}))
+    except cp_mod.ControlPlaneError as err:
+        raise click.ClickException(str(err)) from err
     click.echo(f"export KUBECONFIG={cp.kubeconfig}")
 
 

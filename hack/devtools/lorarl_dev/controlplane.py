@@ -66,7 +66,11 @@ __all__ = [
 REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 #: The order processes are stopped in (reverse of start order).
-_STOP_ORDER = ("kueue", "kuberay-operator", "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+_STOP_ORDER = ("kueue", "kuberay-operator", "kwok", "fakegpu", "coredns", "kube-proxy", "kubelet", "containerd",
+               "kube-scheduler", "kube-controller-manager", "relay", "kube-apiserver", "etcd")
+
+#: The binaries a real node (``node=True``) adds to the control plane's.
+NODE_BINARIES = ("kube-scheduler", "kubelet", "kube-proxy", "coredns", "fakegpu")
 
 #: Annotation that tells kwok to manage (fake) a Node.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -304,7 +308,14 @@ def _pid_is(pid: int, name: str) -> bool:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return _pid_alive(pid)
-    return os.path.basename(exe.removesuffix(" (deleted)")) == name
+    if os.path.basename(exe.removesuffix(" (deleted)")) == name:
+        return True
+    # a Python child (the real node's relay) is known by its module
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f"lorarl_dev.node.{name}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _kill_group(pid: int, name: str, timeout: float = 10.0) -> None:
@@ -339,6 +350,13 @@ def sweep_stale_workdirs(parent: str | os.PathLike[str] | None = None) -> list[p
             continue
         if any(_pid_alive(int(pid)) and _pid_is(int(pid), name) for name, pid in pids.items()):
             continue
+        if (d / "node").exists():
+            from lorarl_dev.node import realnode
+
+            # mounts, cgroups and namespaces of a killed real node first (never rmtree into a mount)
+            realnode.sweep()
+            if realnode._mounts_under([str(d)]):
+                continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     return removed
@@ -386,6 +404,12 @@ class ControlPlane:
     Attributes (valid after :meth:`start`): ``kubeconfig``, ``server``,
     ``ca_file``, ``bin_dir``, ``workdir``, ``version``, ``audit_log_path``
     (the API server's JSON-lines audit log, see :data:`AUDIT_POLICY`).
+
+    ``node=True``: the whole cluster runs in a network namespace of its own with one real node
+    (containerd, kubelet, kube-proxy, CoreDNS, ``gpus`` fake ``amd.com/gpu`` from a device
+    plugin, labelled as a ``node_profile`` node) and kube-scheduler; ``server`` is then a relay on
+    127.0.0.1 into the namespace, and ``node`` is the :class:`lorarl_dev.node.realnode.RealNode`
+    (``node.import_image(archive)``). Needs root and the Debian packages of hack/node/packages.sh.
     """
 
     def __init__(
@@ -405,6 +429,9 @@ class ControlPlane:
         gpu_resource: str = "amd.com/gpu",
         kuberay_operator: bool = False,
         kueue: bool = False,
+        node: bool = False,
+        gpus: int = 8,
+        node_profile: str = "MI355X",
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = pathlib.Path(workdir) if workdir is not None else None
@@ -416,7 +443,14 @@ class ControlPlane:
         self.start_timeout = start_timeout
         self.verbose = verbose
         self.fake_nodes = fake_nodes
-        self.scheduler = bool(fake_nodes) if scheduler is None else scheduler
+        self.scheduler = bool(fake_nodes or node) if scheduler is None else scheduler
+        self.real_node = node
+        self.gpus = gpus
+        self.node_profile = node_profile
+        self.netns: str | None = None  # the cluster's network namespace (node=True)
+        self.node = None  # the RealNode (node=True), after start()
+        self._inner_server: str | None = None  # the API server's address inside the namespace
+        self._netns_thread = None
         self.gpus_per_node = gpus_per_node
         self.gpu_resource = gpu_resource
         self.kuberay_operator = kuberay_operator
@@ -429,6 +463,7 @@ class ControlPlane:
         self._procs: dict[str, subprocess.Popen] = {}
         self._ports: dict[str, int] = {}
         self._args: dict[str, list[str]] = {}  # each child's flags, to restart it the same way
+        self._exes: dict[str, str] = {}  # children that are not in bin_dir (containerd)
         self._ssl: ssl.SSLContext | None = None
         self._api_client = None
 
@@ -460,6 +495,8 @@ class ControlPlane:
             names.append("kuberay-operator")
         if self.kueue:
             names.append("kueue")
+        if self.real_node:
+            names += [n for n in NODE_BINARIES if n not in names]
         return names
 
     @property
@@ -480,6 +517,12 @@ class ControlPlane:
             missing = _missing(self.bin_dir, self.binaries)
             if missing:
                 raise ControlPlaneError(f"{self.bin_dir} lacks {', '.join(missing)}")
+        if self.real_node:
+            from lorarl_dev.node.realnode import missing_requirements
+
+            reasons = missing_requirements()
+            if reasons:
+                raise ControlPlaneError("cannot start a real node: " + "; ".join(reasons))
         if self.workdir is None:
             sweep_stale_workdirs()
             self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="lorarl-cp-"))
@@ -489,6 +532,8 @@ class ControlPlane:
             _live.add(self)
         try:
             self._write_certs()
+            if self.real_node:
+                self._create_netns()
             self._start_etcd()
             self._start_apiserver()
             self._wait_ready()
@@ -508,6 +553,12 @@ class ControlPlane:
                 self._start_kueue()
             self._write_state()
             self._wait_controller_manager()
+            if self.real_node:
+                from lorarl_dev.node.realnode import RealNode
+
+                self.node = RealNode(self, gpus=self.gpus, profile=self.node_profile)
+                self.node.start()
+                self._write_state()
         except BaseException:
             self.stop()
             raise
@@ -515,7 +566,19 @@ class ControlPlane:
         return self
 
     def stop(self) -> None:
-        """Kill every child (process group), wait for it, and remove a temporary workdir."""
+        """Kill every child (process group), wait for it, and remove a temporary workdir.
+
+        A real node goes first: its processes, then its pods and shims, mounts, cgroups and the
+        directories it wrote (:func:`lorarl_dev.node.realnode.teardown`); the namespace last.
+        """
+        if self.netns is not None:
+            from lorarl_dev.node import realnode
+
+            with contextlib.suppress(OSError, ValueError):
+                state = json.loads(realnode.RECORD.read_text())
+                if state.get("netns") == self.netns:
+                    state["pids"] = dict(self.pids)
+                    realnode.teardown(state)
         for name in _STOP_ORDER:
             pid = self.pids.get(name)
             if pid is None:
@@ -532,6 +595,13 @@ class ControlPlane:
                         stream.close()
         self._procs.clear()
         _live.discard(self)
+        if self.netns is not None:
+            from lorarl_dev.node import netns
+
+            if self._netns_thread is not None:
+                self._netns_thread.close()
+                self._netns_thread = None
+            netns.delete(self.netns)
         if self._api_client is not None:
             with contextlib.suppress(Exception):
                 self._api_client.close()
@@ -559,7 +629,7 @@ class ControlPlane:
             proc.wait(timeout=30)
 
     def _respawn(self, name: str) -> None:
-        self._spawn(name, self._args[name])
+        self._spawn(name, self._args[name], exe=self._exes.get(name))
         self._write_state()
 
     def stop_apiserver(self, sig: int = signal.SIGKILL) -> None:
@@ -598,11 +668,16 @@ class ControlPlane:
         self.ca_file.write_bytes(ca.cert_pem)
         (pki / "ca.key").write_bytes(ca.key_pem)
         (pki / "ca.key").chmod(0o600)
+        from lorarl_dev.node.realnode import NODE_IP
+
+        self._ca = ca
         serving = ca.serving_cert(
             "kube-apiserver",
-            ["127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default",
+            ["127.0.0.1", "localhost", "10.0.0.1", NODE_IP, "kubernetes", "kubernetes.default",
              "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
         )
+        # the API server's identity towards the kubelet (logs, exec, port-forward)
+        ca.client_cert("kube-apiserver-kubelet-client", ("system:masters",)).write(pki, "apiserver-kubelet-client")
         serving.write(pki, "apiserver")
         self._admin = ca.client_cert("lorarl-admin", ("system:masters",))
         self._admin.write(pki, "admin")
@@ -620,11 +695,45 @@ class ControlPlane:
         ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
         self._ssl = ctx
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _create_netns(self) -> None:
+        """The cluster's network namespace, claimed as this machine's one real node."""
+        from lorarl_dev.node import netns, realnode
+
+        name = "lorarl-" + self.workdir.name.rsplit("-", 1)[-1][:8].lower()
+        realnode.claim(name, self.workdir)  # refuses a second live node; sweeps a dead one
+        netns.delete(name)  # a leftover of the same name (claim swept its processes)
+        netns.create(name, realnode.NODE_IP)
+        self.netns = name
+        self._netns_thread = netns.NetnsThread(name)
+
+    def _start_relay(self, port: int) -> str:
+        """A relay from 127.0.0.1:<free port> (root namespace) to the API server in ours."""
+        from lorarl_dev.node.realnode import NODE_IP
+
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        try:
+            fd = listener.fileno()
+            devtools = str(pathlib.Path(__file__).resolve().parents[1])
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([devtools, os.environ.get("PYTHONPATH", "")])}
+            self._spawn("relay", ["-m", "lorarl_dev.node.relay", f"--listen-fd={fd}", f"--to={NODE_IP}:{port}"],
+                        exe=sys.executable, pass_fds=(fd,), env=env)
+            return f"https://127.0.0.1:{listener.getsockname()[1]}"
+        finally:
+            listener.close()  # the relay holds its own copy
+
+    def _spawn(self, name: str, args: list[str], *, exe: str | None = None, pass_fds: Sequence[int] = (),
+               env: Mapping[str, str] | None = None) -> None:
         logs = self.workdir / "logs"
         logs.mkdir(exist_ok=True)
         log = open(logs / f"{name}.log", "ab")
-        cmd = [str(self.bin_dir / name), *args]
+        cmd = [exe or str(self.bin_dir / name), *args]
+        if self.netns is not None:
+            from lorarl_dev.node.netns import nsenter_prefix
+
+            cmd = [*nsenter_prefix(self.netns), *cmd]
         self._log("starting " + " ".join(cmd))
         kwargs: dict[str, Any] = {}
         if not self.detached and threading.current_thread() is threading.main_thread():
@@ -639,17 +748,25 @@ class ControlPlane:
                 start_new_session=True,
                 cwd=self.workdir,
                 close_fds=True,
+                pass_fds=tuple(pass_fds),
+                env=dict(env) if env is not None else None,
                 **kwargs,
             )
         finally:
             log.close()
         self._procs[name] = proc
         self._args[name] = args
+        if exe is not None:
+            self._exes[name] = exe
         self.pids[name] = proc.pid
         self._write_pids()
 
     def _write_pids(self) -> None:
         _write_json(self.workdir / "pids.json", self.pids, 0o644)
+        if self.netns is not None:
+            from lorarl_dev.node import realnode
+
+            realnode.record_pids(self.pids)
 
     def _log_tail(self, name: str, lines: int = 30) -> str:
         try:
@@ -691,11 +808,42 @@ class ControlPlane:
         self._wait_http("etcd", f"http://127.0.0.1:{client}/health", 30,
                         lambda body: json.loads(body).get("health") == "true")
 
+    def _node_apiserver_flags(self, pki: pathlib.Path) -> list[str]:
+        """What a cluster with a real node needs: the API server on the node IP (the ``kubernetes``
+        Service's endpoint, reachable from pods), ServiceAccount admission (projected tokens),
+        the Node authorizer and NodeRestriction for the kubelet, and a client certificate to
+        reach the kubelet (logs, exec) whose serving certificate it verifies."""
+        from lorarl_dev.node.realnode import NODE_IP
+
+        return [
+            f"--bind-address={NODE_IP}",
+            f"--advertise-address={NODE_IP}",
+            "--authorization-mode=Node,RBAC",
+            "--endpoint-reconciler-type=lease",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ]
+
     def _start_apiserver(self) -> None:
-        port = free_port()
-        self._ports["apiserver"] = port
-        self.server = f"https://127.0.0.1:{port}"
         pki = self.workdir / "pki"
+        if self.netns is not None:
+            from lorarl_dev.node.realnode import APISERVER_PORT, NODE_IP
+
+            port = APISERVER_PORT  # the namespace is ours: every port is free in it
+            self._inner_server = f"https://{NODE_IP}:{port}"
+            address_flags = self._node_apiserver_flags(pki)
+            admission = [f.replace("--enable-admission-plugins=", "--enable-admission-plugins=NodeRestriction,")
+                         for f in _admission_and_audit_flags(self.workdir)]
+        else:
+            port = free_port()
+            self._inner_server = f"https://127.0.0.1:{port}"
+            address_flags = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                             "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
+                             "--endpoint-reconciler-type=none"]
+            admission = _admission_and_audit_flags(self.workdir)
+        self._ports["apiserver"] = port
         self._spawn(
             "kube-apiserver",
             [
@@ -704,23 +852,24 @@ class ControlPlane:
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                *address_flags,
                 f"--secure-port={port}",
                 f"--service-cluster-ip-range={_SERVICE_CIDR}",
                 "--allow-privileged=true",
-                "--authorization-mode=RBAC",
-                "--disable-admission-plugins=ServiceAccount",
                 f"--service-account-issuer={_SA_ISSUER}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--endpoint-reconciler-type=none",
                 "--v=0",
-                *_admission_and_audit_flags(self.workdir),
+                *admission,
             ],
         )
+        self.server = self._start_relay(port) if self.netns is not None else self._inner_server
         kubeconfig = _kubeconfig(self.server, self._ca_pem, "lorarl-admin",
                                  self._admin.cert_pem, self._admin.key_pem)
+        if self.netns is not None:
+            # for children inside the namespace (kwok, the KubeRay operator, Kueue)
+            _write_json(self.workdir / "kubeconfig-inner", _kubeconfig(
+                self._inner_server, self._ca_pem, "lorarl-admin", self._admin.cert_pem, self._admin.key_pem))
         self.kubeconfig = self.workdir / "kubeconfig"
         _write_json(self.kubeconfig, kubeconfig)
 
@@ -759,9 +908,11 @@ class ControlPlane:
         kcm_kubeconfig = self.workdir / "kube-controller-manager.kubeconfig"
         _write_json(
             kcm_kubeconfig,
-            _kubeconfig(self.server, self._ca_pem, "system:kube-controller-manager",
+            _kubeconfig(self._inner_server, self._ca_pem, "system:kube-controller-manager",
                         self._kcm.cert_pem, self._kcm.key_pem),
         )
+        # a real node's PVCs bind through KCM's own hostpath provisioner (realnode.STORAGE_CLASS)
+        node_flags = ["--enable-hostpath-provisioner=true"] if self.real_node else []
         self._spawn(
             "kube-controller-manager",
             [
@@ -778,14 +929,26 @@ class ControlPlane:
                 f"--service-cluster-ip-range={_SERVICE_CIDR}",
                 f"--controllers={self.controllers}",
                 "--concurrent-gc-syncs=5",
+                *node_flags,
                 "--v=0",
             ],
         )
 
-    def _component_kubeconfig(self, name: str, pair) -> pathlib.Path:
+    def _component_kubeconfig(self, name: str, pair, *, inner: bool = True, context: str | None = None) -> pathlib.Path:
+        """A kubeconfig for child ``name``; ``inner``: the API server's address as seen from
+        inside the cluster's namespace (the same as ``server`` without a real node)."""
         path = self.workdir / f"{name}.kubeconfig"
-        _write_json(path, _kubeconfig(self.server, self._ca_pem, name, pair.cert_pem, pair.key_pem))
+        config = _kubeconfig(self._inner_server if inner else self.server, self._ca_pem, name,
+                             pair.cert_pem, pair.key_pem)
+        if context:
+            config["contexts"][0]["name"] = config["current-context"] = context
+        _write_json(path, config)
         return path
+
+    @property
+    def child_kubeconfig(self) -> pathlib.Path:
+        """The admin kubeconfig for children this harness starts (inside the namespace if any)."""
+        return self.workdir / "kubeconfig-inner" if self.netns is not None else self.kubeconfig
 
     def _start_scheduler(self) -> None:
         kubeconfig = self._component_kubeconfig("kube-scheduler", self._sched)
@@ -810,7 +973,7 @@ class ControlPlane:
         self._spawn(
             "kwok",
             [
-                f"--kubeconfig={self.kubeconfig}",
+                f"--kubeconfig={self.child_kubeconfig}",
                 f"--config={stages}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
@@ -857,7 +1020,7 @@ class ControlPlane:
         self._spawn(
             "kuberay-operator",
             [
-                f"--kubeconfig={self.kubeconfig}",
+                f"--kubeconfig={self.child_kubeconfig}",
                 f"--metrics-addr=127.0.0.1:{metrics}",
                 f"--health-probe-bind-address=127.0.0.1:{probes}",
                 "--enable-leader-election=false",
@@ -888,7 +1051,7 @@ class ControlPlane:
         config = self.workdir / "kueue-config.yaml"
         _write_json(config, manager_config(webhook_port=webhook, cert_dir=certs, health_port=health), 0o644)
         self.kubectl("create", "namespace", "kueue-system", check=False)
-        self._spawn("kueue", [f"--kubeconfig={self.kubeconfig}", f"--config={config}", "--zap-log-level=2"])
+        self._spawn("kueue", [f"--kubeconfig={self.child_kubeconfig}", f"--config={config}", "--zap-log-level=2"])
         self._wait_http("kueue", f"http://127.0.0.1:{health}/readyz", 90)
         hooks = webhook_configurations(f"https://127.0.0.1:{webhook}", ca.cert_pem)
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-",
@@ -900,14 +1063,21 @@ class ControlPlane:
         while True:
             self._check_alive(name)
             try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200 and healthy(r.read()):
-                        return
+                if self._http_ok(url, healthy):
+                    return
             except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
                 raise ControlPlaneError(f"{name} not healthy after {timeout:.0f}s:\n{self._log_tail(name)}")
             time.sleep(0.2)
+
+    def _http_ok(self, url: str, healthy) -> bool:
+        """GET ``url`` (in the cluster's namespace if there is one): 200 and ``healthy(body)``."""
+        def get() -> bool:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return r.status == 200 and healthy(r.read())
+
+        return self._netns_thread.call(get) if self._netns_thread is not None else get()
 
     def _wait_controller_manager(self, timeout: float = 60.0) -> None:
         """The serviceaccount controller creating ``default/default`` proves KCM is working."""
@@ -957,6 +1127,9 @@ class ControlPlane:
             "version": self.version,
             "pids": self.pids,
             "own_workdir": self._own_workdir,
+            "netns": self.netns,
+            "inner_server": self._inner_server,
+            "gpus": self.gpus if self.real_node else None,
         }
         _write_json(self.workdir / "state.json", state, 0o644)
 
@@ -1074,6 +1247,14 @@ class ControlPlane:
         cp.version = state.get("version")
         cp.pids = {k: int(v) for k, v in state["pids"].items()}
         cp._ca_pem = cp.ca_file.read_bytes()
+        cp._inner_server = state.get("inner_server") or cp.server
+        if state.get("netns"):
+            from lorarl_dev.node.netns import NetnsThread
+            from lorarl_dev.node.realnode import RealNode
+
+            cp.netns, cp.real_node, cp.gpus = state["netns"], True, state.get("gpus") or 0
+            cp._netns_thread = NetnsThread(cp.netns)
+            cp.node = RealNode(cp, gpus=cp.gpus)
         ctx = ssl.create_default_context(cafile=str(cp.ca_file))
         ctx.load_cert_chain(str(workdir / "pki" / "admin.crt"), str(workdir / "pki" / "admin.key"))
         cp._ssl = ctx
@@ -1131,14 +1312,27 @@ def down(state_dir: str | os.PathLike[str] | None = None) -> bool:
         pids = data.get("pids", data) if fname == "state.json" else data
         if pids:
             break
-    was_running = False
+    was_running = any(_pid_alive(int(p)) and _pid_is(int(p), n) for n, p in pids.items())
+    netns_name = None
+    with contextlib.suppress(OSError, ValueError):
+        netns_name = json.loads((workdir / "state.json").read_text()).get("netns")
+    if netns_name:
+        from lorarl_dev.node import realnode
+
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(realnode.RECORD.read_text())
+            if record.get("netns") == netns_name:
+                record["pids"] = {**record.get("pids", {}), **pids}
+                realnode.teardown(record)  # the node, its pods, mounts and cgroups first
     for name in _STOP_ORDER:
         pid = pids.get(name)
         if pid is None:
             continue
-        if _pid_alive(int(pid)) and _pid_is(int(pid), name):
-            was_running = True
         _kill_group(int(pid), name)
+    if netns_name:
+        from lorarl_dev.node import netns
+
+        netns.delete(netns_name)
     shutil.rmtree(workdir, ignore_errors=True)
     return was_running
 

@@ -25,6 +25,13 @@ conftest. Fixtures:
     labelled as an MI355X node) that also runs the real Kueue manager
     (:mod:`lorarl_dev.kueue`, webhooks registered), with the ResourceFlavor ``mi355x`` and the
     WorkloadPriorityClasses ``lorarl-low`` (100) and ``lorarl-high`` (1000).
+``real_node_cluster``
+    session-scoped control plane with one real node (:mod:`lorarl_dev.node`): containerd,
+    kubelet, kube-proxy, CoreDNS and 8 fake ``amd.com/gpu`` from a device plugin, the node labelled
+    as an MI355X node, the busybox image imported (``lorarl_dev.node.images.BUSYBOX_IMAGE``), a
+    default StorageClass; the whole cluster inside a network namespace of its own. Tests using
+    it are marked ``node``; they are skipped (with the reason) only when not root or the Debian
+    packages of hack/node/packages.sh are missing.
 ``kueue_queue``
     a fresh namespace with its own ClusterQueue (quota: 8 ``amd.com/gpu`` of flavor ``mi355x``,
     i.e. exactly one seed job; preemption of lower priority within the queue) and a LocalQueue
@@ -47,13 +54,21 @@ import pytest
 
 from lorarl_dev.controlplane import ControlPlane
 
-_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue"}
+_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue",
+             "real_node_cluster"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "node: runs pods on the real node (root and Debian packages needed)")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        names = getattr(item, "fixturenames", ())
+        if _FIXTURES.intersection(names):
             item.add_marker(pytest.mark.controlplane)
+        if "real_node_cluster" in names:
+            item.add_marker(pytest.mark.node)
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +87,17 @@ def control_plane():
 @pytest.fixture(scope="session")
 def fake_cluster():
     with ControlPlane(verbose=True, fake_nodes=2, gpus_per_node=8, kuberay_operator=True) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def real_node_cluster():
+    from lorarl_dev.node.realnode import missing_requirements
+
+    reasons = missing_requirements()
+    if reasons:
+        pytest.skip("real node: " + "; ".join(reasons))
+    with ControlPlane(verbose=True, node=True, gpus=8, node_profile="MI355X") as cp:
         yield cp
 
 

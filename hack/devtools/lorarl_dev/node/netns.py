@@ -1,0 +1,107 @@
+"""The cluster's network namespace: created, entered and deleted by the harness.
+
+Everything of the real-node cluster runs in one namespace ``lorarl-<id>`` (``ip netns add``):
+its loopback carries the node IP as a second address, the pods' CNI bridge and every pod address
+live inside it, so no address or route is ever added to the machine's own interfaces.
+
+Processes are started in it with ``nsenter --net=/run/netns/NAME`` (network namespace only; ``ip
+netns exec`` would also give them a private mount namespace, hiding the kubelet's mounts from
+containerd). The harness itself talks to addresses inside it from a thread that has entered it
+(:class:`NetnsThread`): ``setns(CLONE_NEWNET)`` changes only the calling thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import os
+import pathlib
+import subprocess
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+NETNS_DIR = pathlib.Path("/run/netns")
+_CLONE_NEWNET = 0x40000000
+
+
+def netns_path(name: str) -> pathlib.Path:
+    return NETNS_DIR / name
+
+
+def nsenter_prefix(name: str) -> list[str]:
+    """The command prefix that runs a program in namespace ``name`` (network only)."""
+    return ["nsenter", f"--net={netns_path(name)}", "--"]
+
+
+def _ip(*args: str, netns: str | None = None) -> None:
+    cmd = ["ip", *(("-n", netns) if netns else ()), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise OSError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
+
+
+def create(name: str, node_ip: str) -> None:
+    """``ip netns add NAME``, loopback up with ``node_ip``/32 on it, IPv4 forwarding on.
+
+    Forwarding is needed inside the namespace only: a pod reaching another pod through a
+    ClusterIP is DNATed at the bridge gateway and routed back out of the bridge.
+    """
+    _ip("netns", "add", name)
+    try:
+        _ip("link", "set", "lo", "up", netns=name)
+        _ip("addr", "add", f"{node_ip}/32", "dev", "lo", netns=name)
+        sysctl(name, "net.ipv4.ip_forward", "1")
+    except BaseException:
+        delete(name)
+        raise
+
+
+def sysctl(name: str, key: str, value: str) -> None:
+    """Set a per-namespace sysctl inside namespace ``name``."""
+    cmd = [*nsenter_prefix(name), "sysctl", "-q", "-w", f"{key}={value}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise OSError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
+
+
+def delete(name: str) -> None:
+    """Delete the namespace (its interfaces, addresses, routes and iptables rules go with it)."""
+    if netns_path(name).exists():
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
+
+
+def _enter(name: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(netns_path(name), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({netns_path(name)}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+class NetnsThread:
+    """One worker thread that lives in namespace ``name``: sockets it opens are in there."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"netns-{name}", initializer=_enter, initargs=(name,))
+
+    def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        return self._pool.submit(fn, *args, **kwargs).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_in(name: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` once in namespace ``name`` (a short-lived thread)."""
+    t = NetnsThread(name)
+    try:
+        return t.call(fn)
+    finally:
+        t.close()
