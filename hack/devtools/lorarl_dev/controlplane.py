@@ -571,14 +571,17 @@ class ControlPlane:
         A real node goes first: its processes, then its pods and shims, mounts, cgroups and the
         directories it wrote (:func:`lorarl_dev.node.realnode.teardown`); the namespace last.
         """
+        node_state = None
         if self.netns is not None:
             from lorarl_dev.node import realnode
 
             with contextlib.suppress(OSError, ValueError):
-                state = json.loads(realnode.RECORD.read_text())
-                if state.get("netns") == self.netns:
-                    state["pids"] = dict(self.pids)
-                    realnode.teardown(state)
+                node_state = json.loads(realnode.RECORD.read_text())
+                if node_state.get("netns") == self.netns:
+                    node_state["pids"] = dict(self.pids)
+                    realnode.teardown(node_state)
+                else:
+                    node_state = None
         for name in _STOP_ORDER:
             pid = self.pids.get(name)
             if pid is None:
@@ -602,6 +605,12 @@ class ControlPlane:
                 self._netns_thread.close()
                 self._netns_thread = None
             netns.delete(self.netns)
+            if node_state is not None:
+                from lorarl_dev.node import realnode
+
+                realnode.release(node_state)
+            self.netns = None
+            self.node = None
         if self._api_client is not None:
             with contextlib.suppress(Exception):
                 self._api_client.close()
@@ -611,6 +620,7 @@ class ControlPlane:
                 (self.workdir / "pids.json").unlink()
             if self._own_workdir and not os.environ.get("LORARL_KEEP_CONTROLPLANE"):
                 shutil.rmtree(self.workdir, ignore_errors=True)
+                self.workdir = None  # a later start() makes a fresh one
         self.pids = {}
 
     # -- faults, for the chaos tests ------------------------------------
@@ -702,7 +712,7 @@ class ControlPlane:
         name = "lorarl-" + self.workdir.name.rsplit("-", 1)[-1][:8].lower()
         realnode.claim(name, self.workdir)  # refuses a second live node; sweeps a dead one
         netns.delete(name)  # a leftover of the same name (claim swept its processes)
-        netns.create(name, realnode.NODE_IP)
+        netns.create(name, realnode.NODE_IP, service_cidr=_SERVICE_CIDR)
         self.netns = name
         self._netns_thread = netns.NetnsThread(name)
 
@@ -1330,9 +1340,13 @@ def down(state_dir: str | os.PathLike[str] | None = None) -> bool:
             continue
         _kill_group(int(pid), name)
     if netns_name:
-        from lorarl_dev.node import netns
+        from lorarl_dev.node import netns, realnode
 
         netns.delete(netns_name)
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(realnode.RECORD.read_text())
+            if record.get("netns") == netns_name:
+                realnode.release(record)
     shutil.rmtree(workdir, ignore_errors=True)
     return was_running
 

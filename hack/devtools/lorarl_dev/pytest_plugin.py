@@ -90,13 +90,19 @@ def fake_cluster():
         yield cp
 
 
-@pytest.fixture(scope="session")
-def real_node_cluster():
-    from lorarl_dev.node.realnode import missing_requirements
+#: The machine as it was before the session's real node started (lorarl_dev.node.realnode.machine_snapshot).
+REAL_NODE_BASELINE = pytest.StashKey[dict]()
 
-    reasons = missing_requirements()
+
+@pytest.fixture(scope="session")
+def real_node_cluster(request):
+    from lorarl_dev.node import realnode
+
+    reasons = realnode.missing_requirements()
     if reasons:
         pytest.skip("real node: " + "; ".join(reasons))
+    realnode.sweep()  # a node left by a killed run goes before the baseline is taken
+    request.config.stash[REAL_NODE_BASELINE] = realnode.machine_snapshot()
     with ControlPlane(verbose=True, node=True, gpus=8, node_profile="MI355X") as cp:
         yield cp
 

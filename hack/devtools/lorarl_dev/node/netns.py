@@ -42,16 +42,21 @@ def _ip(*args: str, netns: str | None = None) -> None:
         raise OSError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
 
 
-def create(name: str, node_ip: str) -> None:
+def create(name: str, node_ip: str, service_cidr: str | None = None) -> None:
     """``ip netns add NAME``, loopback up with ``node_ip``/32 on it, IPv4 forwarding on.
 
     Forwarding is needed inside the namespace only: a pod reaching another pod through a
     ClusterIP is DNATed at the bridge gateway and routed back out of the bridge.
+    ``service_cidr`` gets a route (on lo, inside the namespace): a process in the namespace
+    itself (a hostNetwork pod, an operator) needs one for connect() to a ClusterIP to reach
+    kube-proxy's OUTPUT DNAT, which then reroutes the packet to the pod.
     """
     _ip("netns", "add", name)
     try:
         _ip("link", "set", "lo", "up", netns=name)
         _ip("addr", "add", f"{node_ip}/32", "dev", "lo", netns=name)
+        if service_cidr:
+            _ip("route", "add", service_cidr, "dev", "lo", "src", node_ip, netns=name)
         sysctl(name, "net.ipv4.ip_forward", "1")
     except BaseException:
         delete(name)

@@ -236,7 +236,6 @@ def corefile(kubeconfig: pathlib.Path) -> str:
         fallthrough in-addr.arpa ip6.arpa
     }}
     cache 5
-    loop
 }}
 """
 
@@ -462,7 +461,10 @@ def claim(netns_name: str, workdir: pathlib.Path) -> None:
         "workdir": str(workdir),
         "pids": {},
         "sysctls": {k: _read_sysctl(k) for k in KUBELET_SYSCTLS},
-        "created": {str(p): not p.exists() for p in (CONTAINERD_RUN, HOSTPATH_PV, *FIXED_DIRS, DEVICE_PLUGIN_DIR)},
+        "created": {str(p): not p.exists() for p in (CONTAINERD_RUN, HOSTPATH_PV, *FIXED_DIRS, DEVICE_PLUGIN_DIR,
+                                                     netns.NETNS_DIR)},
+        # `ip netns add` makes /run/netns a (shared) mount point the first time
+        "netns_dir_was_mount": os.path.ismount(netns.NETNS_DIR),
     }
     _write(RECORD, json.dumps(state, indent=2))
 
@@ -483,6 +485,9 @@ def sweep() -> bool:
     if _any_alive(state.get("pids", {})):
         return False
     teardown(state)
+    if state.get("netns"):
+        netns.delete(state["netns"])
+    release(state)
     return True
 
 
@@ -636,8 +641,20 @@ def teardown(state: Mapping[str, Any]) -> None:
         if value is not None and _read_sysctl(key) != value:
             with contextlib.suppress(OSError):
                 pathlib.Path("/proc/sys", key).write_text(value + "\n")
+
+
+def release(state: Mapping[str, Any]) -> None:
+    """After the namespace is deleted: /run/netns as it was, and the machine's node record gone."""
+    d = netns.NETNS_DIR
+    if not state.get("netns_dir_was_mount", True) and d.is_dir() and not any(d.iterdir()):
+        _unmount_all([str(d)])
+        if state.get("created", {}).get(str(d)):
+            with contextlib.suppress(OSError):
+                d.rmdir()
     with contextlib.suppress(OSError):
         RECORD.unlink()
+    with contextlib.suppress(OSError):
+        RECORD.parent.rmdir()
 
 
 def wait_tcp(thread: netns.NetnsThread, host: str, port: int, timeout: float = 30) -> bool:
@@ -653,3 +670,25 @@ def wait_tcp(thread: netns.NetnsThread, host: str, port: int, timeout: float = 3
                 return True
         time.sleep(0.1)
     return False
+
+
+def machine_snapshot() -> dict[str, list[str]]:
+    """What a node could leave behind on the machine, for before/after comparisons: mounts,
+    network namespaces, the root namespace's iptables rules, the top level of every cgroup
+    hierarchy, and the fixed directories the kubelet and containerd write."""
+    def lines(*cmd: str) -> list[str]:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.splitlines()
+
+    iptables = [line for line in lines("iptables-save") if line and not line.startswith(("#", ":"))]
+    # chain declarations without their packet counters
+    iptables += [line.split()[0] for line in lines("iptables-save") if line.startswith(":")]
+    cgroups = sorted(f"{m}/{c.name}" for m in _cgroup_mounts() if m.is_dir() for c in m.iterdir() if c.is_dir())
+    return {
+        "mounts": sorted(lines("findmnt", "-rn", "-o", "TARGET,FSTYPE")),
+        "netns": sorted(lines("ip", "netns", "list")),
+        "iptables": sorted(iptables),
+        "cgroups": cgroups,
+        "paths": sorted(str(p) for p in (*FIXED_DIRS, CONTAINERD_RUN, HOSTPATH_PV, DEVICE_PLUGIN_DIR, RECORD)
+                        if p.exists()),
+        "sysctls": [f"{k}={_read_sysctl(k)}" for k in KUBELET_SYSCTLS],
+    }

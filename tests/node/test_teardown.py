@@ -1,0 +1,55 @@
+"""Stopping the real node leaves nothing on the machine: no mount, network namespace, iptables
+rule in the root namespace, cgroup, fixed directory, changed sysctl, or process of ours. The
+oracle is the machine itself (findmnt, ip netns, iptables-save, the cgroup dirs, /proc), read
+before the node started and after it stopped; then the node is started again (warm) for the tests
+that follow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from lorarl_dev.controlplane import _pid_alive
+from lorarl_dev.node import images, realnode
+from lorarl_dev.pytest_plugin import REAL_NODE_BASELINE
+
+pytestmark = pytest.mark.node
+
+
+def test_stop_removes_everything_the_node_made_and_a_warm_start_works(real_node_cluster, request):
+    cp = real_node_cluster
+    before = request.config.stash[REAL_NODE_BASELINE]
+    # something that leaves traces: a running pod on the bridge with a volume
+    cp.kubectl("create", "namespace", "teardown-check")
+    cp.kubectl("run", "-n", "teardown-check", "sleeper", f"--image={images.BUSYBOX_IMAGE}",
+               "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "3600")
+    cp.kubectl("wait", "-n", "teardown-check", "pod/sleeper", "--for=condition=Ready", "--timeout=120s", timeout=150)
+    pids = dict(cp.pids)
+    netns_inode = os.stat(f"/run/netns/{cp.netns}").st_ino
+    during = realnode.machine_snapshot()
+    assert during != before  # the snapshot sees what a node adds (so it can fail)
+
+    cp.stop()
+    after = realnode.machine_snapshot()
+    assert after == before
+    assert [name for name, pid in pids.items() if _pid_alive(pid)] == []
+    in_our_netns = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}/ns/net").st_ino == netns_inode:
+                    in_our_netns.append(d)
+            except OSError:
+                pass
+    assert in_our_netns == []
+
+    t0 = time.monotonic()
+    cp.start()  # warm: binaries and images cached
+    print(f"real node warm start: {time.monotonic() - t0:.1f}s")
+    nodes = json.loads(cp.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    assert [n["metadata"]["name"] for n in nodes] == [realnode.NODE_NAME]
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count("lorarl-") == 1
