@@ -542,7 +542,7 @@ def _kubepods_cgroups() -> list[pathlib.Path]:
     for mount in _cgroup_mounts():
         top = mount / "kubepods"
         if top.is_dir():
-            found += [p for p, _, _ in os.walk(top)]
+            found += [pathlib.Path(p) for p, _, _ in os.walk(top)]
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
