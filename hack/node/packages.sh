@@ -4,14 +4,14 @@
 #
 #   containerd runc containernetworking-plugins   the container runtime and the CNI plugins
 #   iptables conntrack iproute2 util-linux         kube-proxy, the network namespace, nsenter
-#   umoci busybox-static gcc libc6-dev             the images (OCI layouts; the pause binary is gcc -static)
+#   umoci busybox-static openssl gcc libc6-dev     the images (OCI layouts; the pause binary is gcc -static)
 #
 # Debian's containerd package would start a service: a policy-rc.d that refuses (exit 101) keeps it
 # from running one; the harness starts containerd itself with a config of its own.
 set -euo pipefail
 
 packages=(containerd runc containernetworking-plugins iptables conntrack iproute2 util-linux
-	umoci busybox-static gcc libc6-dev)
+	umoci busybox-static openssl gcc libc6-dev)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -97,8 +97,9 @@ class TinyCA:
     def key_pem(self) -> bytes:
         return _key_pem(self._key)
 
-    def _issue(self, subject: x509.Name, usages, sans: list[x509.GeneralName] | None = None) -> KeyPair:
-        key = ec.generate_private_key(ec.SECP256R1())
+    def _issue(self, subject: x509.Name, usages, sans: list[x509.GeneralName] | None = None,
+               rsa_key: bool = False) -> KeyPair:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048) if rsa_key else ec.generate_private_key(ec.SECP256R1())
         builder = (
             _builder(subject, self._name, key.public_key(), ca=False)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
@@ -111,14 +112,16 @@ class TinyCA:
         cert = builder.sign(self._key, hashes.SHA256())
         return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
-    def serving_cert(self, cn: str, hosts: list[str]) -> KeyPair:
+    def serving_cert(self, cn: str, hosts: list[str], *, rsa_key: bool = False) -> KeyPair:
+        """A server certificate for ``hosts`` (IPs or DNS names); ``rsa_key``: an RSA-2048 key
+        (kubeadm's default) instead of P-256, for TLS clients that offer only RSA signatures."""
         sans: list[x509.GeneralName] = []
         for host in hosts:
             try:
                 sans.append(x509.IPAddress(ipaddress.ip_address(host)))
             except ValueError:
                 sans.append(x509.DNSName(host))
-        return self._issue(_name(cn), [ExtendedKeyUsageOID.SERVER_AUTH], sans)
+        return self._issue(_name(cn), [ExtendedKeyUsageOID.SERVER_AUTH], sans, rsa_key=rsa_key)
 
     def client_cert(self, user: str, groups: tuple[str, ...] = ()) -> KeyPair:
         return self._issue(_name(user, groups), [ExtendedKeyUsageOID.CLIENT_AUTH])

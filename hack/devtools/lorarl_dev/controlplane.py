@@ -685,6 +685,9 @@ class ControlPlane:
             "kube-apiserver",
             ["127.0.0.1", "localhost", "10.0.0.1", NODE_IP, "kubernetes", "kubernetes.default",
              "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
+            # with pods: RSA, as kubeadm issues it; busybox's TLS client (wget in the node's test
+            # pods) offers only rsa_pkcs1 signatures, and Go refuses a P-256 key to such a client
+            rsa_key=self.real_node,
         )
         # the API server's identity towards the kubelet (logs, exec, port-forward)
         ca.client_cert("kube-apiserver-kubelet-client", ("system:masters",)).write(pki, "apiserver-kubelet-client")
@@ -709,7 +712,9 @@ class ControlPlane:
         """The cluster's network namespace, claimed as this machine's one real node."""
         from lorarl_dev.node import netns, realnode
 
-        name = "lorarl-" + self.workdir.name.rsplit("-", 1)[-1][:8].lower()
+        import hashlib
+
+        name = "lorarl-" + hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:8]
         realnode.claim(name, self.workdir)  # refuses a second live node; sweeps a dead one
         netns.delete(name)  # a leftover of the same name (claim swept its processes)
         netns.create(name, realnode.NODE_IP, service_cidr=_SERVICE_CIDR)

@@ -4,7 +4,10 @@
   k8s.io/kubernetes module in the Go module cache (the same source the upstream
   registry.k8s.io/pause image is built from);
 - a tiny busybox image from Debian's ``busybox-static`` (``/bin/busybox`` and its applet links),
-  for the node's own tests (sh, wget, nslookup).
+  for the node's own tests (sh, wget, nslookup, httpd), plus Debian's ``openssl`` binary and the
+  libraries it links: busybox's wget runs ``openssl s_client`` for https when it finds one, and its
+  own TLS client offers only SHA-1 signatures, which Go (>= 1.25, GODEBUG tlssha1) and OpenSSL 3
+  refuse, so without it a pod could not reach the API server over TLS.
 
 Each is packed with ``umoci`` into an OCI image layout, tarred, and cached as
 ``~/.cache/lorarl/images/<name>-<sha256 of the inputs>.tar``; the manifest carries
@@ -28,6 +31,7 @@ from lorarl_dev.controlplane import ControlPlaneError, cache_root, kubernetes_ve
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10-lorarl"
 BUSYBOX_IMAGE = "docker.io/library/busybox:lorarl"
 BUSYBOX_BINARY = pathlib.Path("/bin/busybox")  # Debian's busybox-static
+OPENSSL_BINARY = pathlib.Path("/usr/bin/openssl")  # Debian's openssl
 
 
 def images_dir() -> pathlib.Path:
@@ -39,6 +43,18 @@ def _run(*cmd: str, cwd: str | os.PathLike[str] | None = None) -> str:
     if proc.returncode != 0:
         raise ControlPlaneError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return proc.stdout
+
+
+def _with_libraries(binary: pathlib.Path) -> dict[str, bytes]:
+    """``binary`` and every shared library ``ldd`` says it loads, at their paths (no leading /)."""
+    files = {str(binary).lstrip("/"): binary.read_bytes()}
+    for line in _run("ldd", str(binary)).splitlines():
+        parts = line.split()
+        path = parts[2] if "=>" in parts and len(parts) > 2 else parts[0]
+        if path.startswith("/"):
+            real = pathlib.Path(path).resolve()
+            files[path.lstrip("/")] = real.read_bytes()
+    return files
 
 
 def _layer_tar(path: pathlib.Path, files: dict[str, bytes], links: dict[str, str]) -> None:
@@ -123,16 +139,18 @@ def busybox_archive() -> pathlib.Path:
     """A busybox image: Debian's static busybox and a link for every applet it lists."""
     if not BUSYBOX_BINARY.is_file():
         raise ControlPlaneError(f"{BUSYBOX_BINARY} missing: apt-get install busybox-static")
-    binary = BUSYBOX_BINARY.read_bytes()
-    out = _cached("busybox", [binary, BUSYBOX_IMAGE.encode()])
+    if not OPENSSL_BINARY.is_file():
+        raise ControlPlaneError(f"{OPENSSL_BINARY} missing: apt-get install openssl")
+    files = {"bin/busybox": BUSYBOX_BINARY.read_bytes(), **_with_libraries(OPENSSL_BINARY)}
+    out = _cached("busybox", [*(k.encode() + v for k, v in sorted(files.items())), BUSYBOX_IMAGE.encode()])
     if out.is_file():
         return out
     applets = _run(str(BUSYBOX_BINARY), "--list").split()
     links = {f"bin/{a}": "busybox" for a in applets if a != "busybox"}
     with tempfile.TemporaryDirectory(prefix="lorarl-busybox-") as tmp:
         layer = pathlib.Path(tmp) / "layer.tar"
-        _layer_tar(layer, {"bin/busybox": binary}, links)
-        _oci_archive(out, BUSYBOX_IMAGE, layer, ["--config.cmd", "sh", "--config.env", "PATH=/bin"])
+        _layer_tar(layer, files, links)
+        _oci_archive(out, BUSYBOX_IMAGE, layer, ["--config.cmd", "sh", "--config.env", "PATH=/bin:/usr/bin"])
     return out
 
 

@@ -65,6 +65,7 @@ PACKAGES = {
     "containernetworking-plugins": "/usr/lib/cni/bridge",
     "umoci": "/usr/bin/umoci",
     "busybox-static": "/bin/busybox",
+    "openssl": "/usr/bin/openssl",
     "iptables": "/usr/sbin/iptables",
     "conntrack": "/usr/sbin/conntrack",
     "iproute2": "/usr/bin/ip",
