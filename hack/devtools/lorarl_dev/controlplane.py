@@ -350,13 +350,12 @@ def sweep_stale_workdirs(parent: str | os.PathLike[str] | None = None) -> list[p
             continue
         if any(_pid_alive(int(pid)) and _pid_is(int(pid), name) for name, pid in pids.items()):
             continue
-        if (d / "node").exists():
-            from lorarl_dev.node import realnode
+        from lorarl_dev.node import realnode
 
-            # mounts, cgroups and namespaces of a killed real node first (never rmtree into a mount)
-            realnode.sweep()
-            if realnode._mounts_under([str(d)]):
-                continue
+        # mounts, cgroups and namespaces of a killed real node first
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(realnode.RECORD.read_text()).get("workdir") == str(d):
+                realnode.sweep()
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     return removed

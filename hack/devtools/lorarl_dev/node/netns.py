@@ -23,6 +23,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 NETNS_DIR = pathlib.Path("/run/netns")
+ETC_NETNS_DIR = pathlib.Path("/etc/netns")  # `ip netns exec NAME` bind-mounts /etc/netns/NAME/* over /etc
 _CLONE_NEWNET = 0x40000000
 
 

@@ -42,6 +42,14 @@ CLUSTER_DOMAIN = "cluster.local"
 
 #: The one-node-per-machine record (tmpfs: it goes when the mounts it describes go).
 RECORD = pathlib.Path("/run/lorarl/realnode.json")
+#: The node's state (containerd, kubelet, CNI, configs): a short path, because unix sockets live in
+#: it (containerd's, the kubelet's pod-resources and plugin sockets: at most 104-108 bytes), and on
+#: disk, because containerd's snapshots (unpacked images) do.
+NODE_ROOT = pathlib.Path("/var/lib/lorarl")
+
+
+def node_dir(netns_name: str) -> pathlib.Path:
+    return NODE_ROOT / netns_name
 
 #: The node's processes in the order they are stopped.
 STOP_ORDER = ("fakegpu", "coredns", "kube-proxy", "kubelet", "containerd")
@@ -284,7 +292,7 @@ class RealNode:
         self.cp = cp
         self.gpus = gpus
         self.profile = profile
-        self.dir = cp.workdir / "node"
+        self.dir = node_dir(cp.netns)
         self.containerd_dir = self.dir / "containerd"
         self.runtime_sock = self.containerd_dir / "containerd.sock"
         self.kubelet_dir = self.dir / "kubelet"
@@ -426,6 +434,15 @@ class RealNode:
                 raise ControlPlaneError(f"{name}: not ready after {timeout:.0f}s:\n{self.cp._log_tail(name)}")
             time.sleep(0.2)
 
+    def dns_exec_prefix(self) -> list[str]:
+        """A command prefix for a process that must resolve cluster names (the KubeRay operator
+        calls ``<head>-svc.<ns>.svc.cluster.local``): ``ip netns exec`` with a resolv.conf naming
+        CoreDNS (``/etc/netns/NAME/resolv.conf``, removed at tear-down). Its private mount
+        namespace does not matter for such a client (it is not containerd or the kubelet)."""
+        _write(netns.ETC_NETNS_DIR / self.cp.netns / "resolv.conf",
+               f"nameserver {NODE_IP}\nsearch svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}\noptions ndots:5\n")
+        return ["ip", "netns", "exec", self.cp.netns]
+
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of each node process (for the README's numbers)."""
         out = {}
@@ -462,8 +479,9 @@ def claim(netns_name: str, workdir: pathlib.Path) -> None:
         "workdir": str(workdir),
         "pids": {},
         "sysctls": {k: _read_sysctl(k) for k in KUBELET_SYSCTLS},
+        "node_dir": str(node_dir(netns_name)),
         "created": {str(p): not p.exists() for p in (CONTAINERD_RUN, HOSTPATH_PV, *FIXED_DIRS, DEVICE_PLUGIN_DIR,
-                                                     netns.NETNS_DIR)},
+                                                     netns.NETNS_DIR, NODE_ROOT)},
         # `ip netns add` makes /run/netns a (shared) mount point the first time
         "netns_dir_was_mount": os.path.ismount(netns.NETNS_DIR),
     }
@@ -616,10 +634,9 @@ def teardown(state: Mapping[str, Any]) -> None:
             break
         _kill_pids(victims)
         _wait_gone(victims)
-    workdir = state.get("workdir")
-    node_dir = str(pathlib.Path(workdir) / "node") if workdir else None
+    ndir = state.get("node_dir")
     created = state.get("created", {})
-    prefixes = [p for p in (node_dir, str(CONTAINERD_RUN), "/var/lib/kubelet") if p]
+    prefixes = [p for p in (ndir, str(CONTAINERD_RUN), "/var/lib/kubelet") if p]
     _unmount_all(prefixes)
     run_netns = netns.NETNS_DIR
     if run_netns.is_dir():
@@ -630,8 +647,11 @@ def teardown(state: Mapping[str, Any]) -> None:
     for cg in _kubepods_cgroups():
         with contextlib.suppress(OSError):
             cg.rmdir()
-    if node_dir:
-        shutil.rmtree(node_dir, ignore_errors=True)
+    if ndir:
+        shutil.rmtree(ndir, ignore_errors=True)
+        if created.get(str(NODE_ROOT)):
+            with contextlib.suppress(OSError):
+                NODE_ROOT.rmdir()
     shutil.rmtree(DEVICE_PLUGIN_DIR, ignore_errors=True)
     with contextlib.suppress(OSError):
         DEVICE_PLUGIN_DIR.parent.rmdir()  # /var/lib/kubelet, if nothing else is in it
@@ -646,6 +666,9 @@ def teardown(state: Mapping[str, Any]) -> None:
 
 def release(state: Mapping[str, Any]) -> None:
     """After the namespace is deleted: /run/netns as it was, and the machine's node record gone."""
+    if state.get("netns"):
+        # a per-namespace resolv.conf for `ip netns exec` (cluster DNS for a process that needs it)
+        shutil.rmtree(netns.ETC_NETNS_DIR / state["netns"], ignore_errors=True)
     d = netns.NETNS_DIR
     if not state.get("netns_dir_was_mount", True) and d.is_dir() and not any(d.iterdir()):
         _unmount_all([str(d)])
@@ -673,23 +696,37 @@ def wait_tcp(thread: netns.NetnsThread, host: str, port: int, timeout: float = 3
     return False
 
 
+#: Where a node's mounts can be: its state dir, the kubelet's and containerd's fixed paths, the
+#: pods' network namespaces, the provisioner's volumes; plus mount types only a runtime makes.
+_NODE_MOUNT_PREFIXES = (str(NODE_ROOT), "/var/lib/kubelet", str(CONTAINERD_RUN), str(netns.NETNS_DIR),
+                        str(HOSTPATH_PV), "/tmp/lorarl-cp-")
+_NODE_MOUNT_TYPES = ("overlay", "nsfs")
+
+
 def machine_snapshot() -> dict[str, list[str]]:
-    """What a node could leave behind on the machine, for before/after comparisons: mounts,
-    network namespaces, the root namespace's iptables rules, the top level of every cgroup
-    hierarchy, and the fixed directories the kubelet and containerd write."""
+    """What a node could leave behind on the machine, for before/after comparisons: its mounts,
+    network namespaces, the root namespace's iptables rules, the ``kubepods`` cgroups, the fixed
+    directories the kubelet and containerd write, and the kubelet's sysctls.
+
+    Mounts, namespaces and cgroups are limited to the places and kinds a node makes (other jobs
+    on the machine, such as image builds, mount and unmount chroots of their own meanwhile)."""
     def lines(*cmd: str) -> list[str]:
         return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.splitlines()
 
     iptables = [line for line in lines("iptables-save") if line and not line.startswith(("#", ":"))]
     # chain declarations without their packet counters
     iptables += [line.split()[0] for line in lines("iptables-save") if line.startswith(":")]
-    cgroups = sorted(f"{m}/{c.name}" for m in _cgroup_mounts() if m.is_dir() for c in m.iterdir() if c.is_dir())
+    cgroups = sorted(f"{m}/{c.name}" for m in _cgroup_mounts() if m.is_dir() for c in m.iterdir()
+                     if c.is_dir() and c.name.startswith("kubepods"))
+    mounts = [line for line in lines("findmnt", "-rn", "-o", "TARGET,FSTYPE")
+              if line.rsplit(" ", 1)[-1] in _NODE_MOUNT_TYPES
+              or any(line.startswith(p) for p in _NODE_MOUNT_PREFIXES)]
     return {
-        "mounts": sorted(lines("findmnt", "-rn", "-o", "TARGET,FSTYPE")),
-        "netns": sorted(lines("ip", "netns", "list")),
+        "mounts": sorted(mounts),
+        "netns": sorted(n for n in lines("ip", "netns", "list") if n.startswith(("lorarl-", "cni-"))),
         "iptables": sorted(iptables),
         "cgroups": cgroups,
-        "paths": sorted(str(p) for p in (*FIXED_DIRS, CONTAINERD_RUN, HOSTPATH_PV, DEVICE_PLUGIN_DIR, RECORD)
-                        if p.exists()),
+        "paths": sorted(str(p) for p in (*FIXED_DIRS, CONTAINERD_RUN, HOSTPATH_PV, DEVICE_PLUGIN_DIR, RECORD,
+                                         NODE_ROOT) if p.exists()),
         "sysctls": [f"{k}={_read_sysctl(k)}" for k in KUBELET_SYSCTLS],
     }
