@@ -83,13 +83,13 @@ PACKAGES = {
 }
 
 #: What the AMD GPU node labeller publishes per profile (amd.com/gpu.device-id is what lorarl's
-#: profiles select on; see lorarl.profiles and /work/shared/reference/kuberay-and-amd-on-kubernetes.md).
+#: profiles select on; see lorarl.job.profiles and /work/shared/reference/kuberay-and-amd-on-kubernetes.md).
 _PRODUCT_NAMES = {"MI300X": "AMD_Instinct_MI300X_OAM", "MI325X": "AMD_Instinct_MI325X_OAM",
                   "MI350X": "AMD_Instinct_MI350X_OAM", "MI355X": "AMD_Instinct_MI355X_OAM"}
 
 
 def node_labels(profile: str) -> dict[str, str]:
-    from lorarl.profiles import PROFILES
+    from lorarl.job.profiles import PROFILES
 
     labels = dict(PROFILES[profile].node_selector)
     if profile in _PRODUCT_NAMES:
