@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from lorarl_dev.node import images, realnode
+from lorarl_dev.pytest_plugin import REAL_NODE_GPUS
 
 pytestmark = pytest.mark.node
 
@@ -60,8 +61,8 @@ def test_node_is_ready_with_the_device_plugins_gpus_and_the_labellers_labels(rea
     node = json.loads(real_node_cluster.kubectl("get", "node", realnode.NODE_NAME, "-o", "json").stdout)
     ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
     assert ready == "True"
-    assert node["status"]["capacity"]["amd.com/gpu"] == "8"
-    assert node["status"]["allocatable"]["amd.com/gpu"] == "8"
+    assert node["status"]["capacity"]["amd.com/gpu"] == str(REAL_NODE_GPUS)
+    assert node["status"]["allocatable"]["amd.com/gpu"] == str(REAL_NODE_GPUS)
     assert node["metadata"]["labels"]["amd.com/gpu.device-id"] == "75a3"  # the MI355X profile's selector
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6")
     assert {"type": "InternalIP", "address": realnode.NODE_IP} in node["status"]["addresses"]
@@ -69,7 +70,7 @@ def test_node_is_ready_with_the_device_plugins_gpus_and_the_labellers_labels(rea
     # lists the registered resource
     checkpoint = json.loads((realnode.DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint").read_text())
     assert "amd.com/gpu" in checkpoint["Data"]["RegisteredDevices"]
-    assert len(checkpoint["Data"]["RegisteredDevices"]["amd.com/gpu"]) == 8
+    assert len(checkpoint["Data"]["RegisteredDevices"]["amd.com/gpu"]) == REAL_NODE_GPUS
 
 
 def test_gpu_pod_runs_with_two_devices_and_a_pod_over_capacity_stays_pending(real_node_cluster, ns):
@@ -82,7 +83,7 @@ def test_gpu_pod_runs_with_two_devices_and_a_pod_over_capacity_stays_pending(rea
     assert len(mine) == 1 and mine[0]["ResourceName"] == "amd.com/gpu"
     assert sum(len(ids) for ids in mine[0]["DeviceIDs"].values()) == 2
 
-    _apply(cp, ns, _pod("too-many", "true", gpus=7))  # 2 + 7 > 8
+    _apply(cp, ns, _pod("too-many", "true", gpus=REAL_NODE_GPUS - 1))  # 2 + (N - 1) > N
     cp.kubectl("wait", "-n", ns, "pod/too-many", "--for=condition=PodScheduled=False", "--timeout=60s", timeout=90)
     cond = next(c for c in json.loads(cp.kubectl("get", "pod", "-n", ns, "too-many", "-o", "json").stdout)
                 ["status"]["conditions"] if c["type"] == "PodScheduled")

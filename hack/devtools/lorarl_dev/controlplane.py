@@ -463,6 +463,7 @@ class ControlPlane:
         self._ports: dict[str, int] = {}
         self._args: dict[str, list[str]] = {}  # each child's flags, to restart it the same way
         self._exes: dict[str, str] = {}  # children that are not in bin_dir (containerd)
+        self._prefixes: dict[str, list[str]] = {}  # children entered into the netns another way
         self._ssl: ssl.SSLContext | None = None
         self._api_client = None
 
@@ -546,7 +547,7 @@ class ControlPlane:
                 self._install_default_crds()
             if self.extra_crds:
                 self.install_crds(self.extra_crds)
-            if self.kuberay_operator:
+            if self.kuberay_operator and not self.real_node:
                 self._start_kuberay_operator()
             if self.kueue:
                 self._start_kueue()
@@ -558,6 +559,9 @@ class ControlPlane:
                 self.node = RealNode(self, gpus=self.gpus, profile=self.node_profile)
                 self.node.start()
                 self._write_state()
+                if self.kuberay_operator:  # after CoreDNS: it calls each head's dashboard by name
+                    self._start_kuberay_operator()
+                    self._write_state()
         except BaseException:
             self.stop()
             raise
@@ -638,7 +642,7 @@ class ControlPlane:
             proc.wait(timeout=30)
 
     def _respawn(self, name: str) -> None:
-        self._spawn(name, self._args[name], exe=self._exes.get(name))
+        self._spawn(name, self._args[name], exe=self._exes.get(name), prefix=self._prefixes.get(name))
         self._write_state()
 
     def stop_apiserver(self, sig: int = signal.SIGKILL) -> None:
@@ -739,12 +743,17 @@ class ControlPlane:
             listener.close()  # the relay holds its own copy
 
     def _spawn(self, name: str, args: list[str], *, exe: str | None = None, pass_fds: Sequence[int] = (),
-               env: Mapping[str, str] | None = None) -> None:
+               env: Mapping[str, str] | None = None, prefix: Sequence[str] | None = None) -> None:
+        """Start child ``name``; in the cluster's namespace with ``nsenter``, or with ``prefix``
+        (e.g. :meth:`lorarl_dev.node.realnode.RealNode.dns_exec_prefix`) when given."""
         logs = self.workdir / "logs"
         logs.mkdir(exist_ok=True)
         log = open(logs / f"{name}.log", "ab")
         cmd = [exe or str(self.bin_dir / name), *args]
-        if self.netns is not None:
+        if prefix is not None:
+            cmd = [*prefix, *cmd]
+            self._prefixes[name] = list(prefix)
+        elif self.netns is not None:
             from lorarl_dev.node.netns import nsenter_prefix
 
             cmd = [*nsenter_prefix(self.netns), *cmd]
@@ -1031,6 +1040,10 @@ class ControlPlane:
         # it watches all three kinds and will not start without their CRDs
         self.install_crds([kuberay_crd_path(k) for k in ("RayCluster", "RayJob", "RayService")])
         metrics, probes = free_port(), free_port()
+        # with a real node it runs in the cluster's namespace and resolves cluster names through
+        # CoreDNS: it GETs http://<head-svc>.<ns>.svc.cluster.local:8265 for each RayJob
+        # (ray-operator/controllers/ray/utils/dashboardclient, v1.5.0)
+        prefix = self.node.dns_exec_prefix() if self.node is not None else None
         self._spawn(
             "kuberay-operator",
             [
@@ -1039,6 +1052,7 @@ class ControlPlane:
                 f"--health-probe-bind-address=127.0.0.1:{probes}",
                 "--enable-leader-election=false",
             ],
+            prefix=prefix,
         )
         self._wait_http("kuberay-operator", f"http://127.0.0.1:{probes}/readyz", 60)
 

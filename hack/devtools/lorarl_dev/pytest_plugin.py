@@ -27,7 +27,8 @@ conftest. Fixtures:
     WorkloadPriorityClasses ``lorarl-low`` (100) and ``lorarl-high`` (1000).
 ``real_node_cluster``
     session-scoped control plane with one real node (:mod:`lorarl_dev.node`): containerd,
-    kubelet, kube-proxy, CoreDNS and 8 fake ``amd.com/gpu`` from a device plugin, the node labelled
+    kubelet, kube-proxy, CoreDNS and :data:`REAL_NODE_GPUS` fake ``amd.com/gpu`` from a device
+    plugin (two seed-sized Ray pods), the real KubeRay operator in the cluster's namespace, the node labelled
     as an MI355X node, the busybox image imported (``lorarl_dev.node.images.BUSYBOX_IMAGE``), a
     default StorageClass; the whole cluster inside a network namespace of its own. Tests using
     it are marked ``node``; they are skipped (with the reason) only when not root or the Debian
@@ -103,8 +104,13 @@ def real_node_cluster(request):
         pytest.skip("real node: " + "; ".join(reasons))
     realnode.sweep()  # a node left by a killed run goes before the baseline is taken
     request.config.stash[REAL_NODE_BASELINE] = realnode.machine_snapshot()
-    with ControlPlane(verbose=True, node=True, gpus=8, node_profile="MI355X") as cp:
+    with ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X",
+                      kuberay_operator=True) as cp:
         yield cp
+
+
+#: The real node's fake GPUs: a 2-node seed job (head + worker, 8 each) fits.
+REAL_NODE_GPUS = 16
 
 
 @pytest.fixture(scope="session")
