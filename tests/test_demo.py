@@ -25,6 +25,11 @@ def test_demo_runs_and_cleans_up(tmp_path):
         assert "{'amd.com/gpu': '8'}" in out.stdout
         final = [line for line in out.stdout.splitlines() if line.startswith("qwen3-4b-lora-amd")][-1].split()
         assert final[1:4] == ["Succeeded", "100", "100"]
+        # the reporter ran with the rendered entrypoint's arguments: it knows the GPUs (gpuHours)
+        progress = next(line for line in out.stdout.splitlines() if "progress: rollout" in line)
+        assert "rollout 100/100" in progress
+        gpu_hours = progress.split("gpuHours ")[1].split(",")[0]
+        assert gpu_hours != "None" and float(gpu_hours) > 0, progress
         kubeconfig = state / "controlplane" / "kubeconfig"
         assert f"export KUBECONFIG={kubeconfig}" in out.stdout
         # the user can kubectl against it

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,6 +39,22 @@ for line in open(sys.argv[1], encoding="utf-8"):
     if "log_utils.py:542 - step " in line:  # each step is printed twice; pause once per step
         time.sleep(pause)
 """
+
+
+def _on_volume(path: str, volume: str) -> str:
+    """A path under the job volume's mount point (/root/shared_data) moved under ``volume``."""
+    if path == command.SHARED_DIR or path.startswith(command.SHARED_DIR + "/"):
+        return volume + path[len(command.SHARED_DIR):]
+    return path
+
+
+def simulated_reporter_args(entrypoint: str, volume: str) -> list[str]:
+    """The reporter's arguments from the RayJob's entrypoint (``python3 reporter.pyz ARGS --
+    train.py ...``), with paths on the job volume moved under the local directory ``volume``."""
+    words = shlex.split(entrypoint)
+    if len(words) < 3 or not words[1].endswith(command.REPORTER_FILE) or "--" not in words:
+        raise click.ClickException(f"the RayJob's entrypoint does not start the reporter: {entrypoint[:120]}")
+    return [_on_volume(w, volume) for w in words[2:words.index("--")]]
 
 
 def state_dir(base: Optional[str]) -> pathlib.Path:
@@ -97,6 +114,13 @@ def _show_jobs(cp: controlplane.ControlPlane) -> None:
     click.echo(out)
 
 
+def _show_progress(job: dict) -> None:
+    progress = (job.get("status") or {}).get("progress") or {}
+    checkpoints = (job.get("status") or {}).get("checkpoints") or {}
+    click.echo(f"      progress: rollout {progress.get('rollout')}/{progress.get('total')}, "
+               f"gpuHours {progress.get('gpuHours')}, latest checkpoint {checkpoints.get('latestPath')}")
+
+
 def run(base: Optional[str], pace: float) -> None:
     state = state_dir(base)
     state.mkdir(parents=True, exist_ok=True)
@@ -139,9 +163,15 @@ def run(base: Optional[str], pace: float) -> None:
     ray.submitted()
     ray.running()
     with tempfile.TemporaryDirectory() as tmp:
+        # the reporter gets exactly the rendered entrypoint's arguments (so it reports what it
+        # reports in a pod: gpuHours, checkpoints, attempts); only the volume's mount point is
+        # a local directory, and the trainer after "--" is the paced synthetic log
+        volume = pathlib.Path(tmp) / "volume"
+        reporter_args = simulated_reporter_args(rayjob["spec"]["entrypoint"], str(volume))
         log_file = pathlib.Path(tmp) / "miles.log"
         eval_interval = job.spec.eval.interval if job.spec.eval.enabled else None
-        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval, command.save_dir(job))
+        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval,
+                                  _on_volume(command.save_dir(job), str(volume)))
         log_file.write_text("\n".join(log) + "\n")
         shipped = pathlib.Path(tmp) / command.REPORTER_FILE  # the zipapp the job's ConfigMap carries
         shipped.write_bytes(artifact.reporter_zipapp())
@@ -150,8 +180,8 @@ def run(base: Optional[str], pace: float) -> None:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")},
                "LORARL_API_SERVER": cp.server, "LORARL_TOKEN_FILE": str(token), "LORARL_CA_FILE": str(cp.ca_file)}
         reporter = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(shipped), "--namespace", NAMESPACE, "--name", name,
-             "--total-rollouts", str(rollouts), "--interval", "1", "--", sys.executable, "-c", PACED_PRINTER, str(log_file), str(pace)],
+            [sys.executable, "-I", "-S", str(shipped), *reporter_args, "--interval", "1",
+             "--", sys.executable, "-c", PACED_PRINTER, str(log_file), str(pace)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
         )
         while reporter.poll() is None:
@@ -162,6 +192,7 @@ def run(base: Optional[str], pace: float) -> None:
     ray.succeeded()
     _wait(lambda: (kube.get("lorarl.dev/v1alpha1", "LoraRLJob", NAMESPACE, name).get("status") or {}).get("phase") == "Succeeded", 60, "phase Succeeded")
     _show_jobs(cp)
+    _show_progress(kube.get("lorarl.dev/v1alpha1", "LoraRLJob", NAMESPACE, name))
     client.close()
     click.echo()
     click.secho("Done. The control plane and the operator keep running:", bold=True)
