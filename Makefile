@@ -64,6 +64,7 @@ generate: setup
 	cp crds/lorarl.dev_lorarljobs.yaml charts/lorarl-operator/crds/lorarl.dev_lorarljobs.yaml
 	bash hack/gen-install-manifests.sh
 	$(BIN)/lorarl-dev docs -o docs/api.md
+	$(BIN)/lorarl-dev known-fields -o operator/lorarl/control/known_fields.json
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .pytest_cache .hypothesis

@@ -22,7 +22,7 @@ from typing import Any
 
 from lorarl.control import health, queueing, reconcile, status
 from lorarl.job import render
-from lorarl.admission.validation import parse_stored
+from lorarl.control.stored import parse_stored
 
 from .kclient import Client
 

@@ -417,7 +417,7 @@ def machine() -> dict[str, Any]:
 
 def render_cost(n: int = 200) -> dict[str, float]:
     from lorarl.job import render
-    from lorarl.admission.validation import parse_stored
+    from lorarl.control.stored import parse_stored
 
     doc = stored(lorarl_job("bench", 0))
     t = time.perf_counter()

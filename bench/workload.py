@@ -22,7 +22,7 @@ import yaml
 
 from lorarl.control import health, reconcile, status
 from lorarl.job import render
-from lorarl.admission.validation import parse_stored
+from lorarl.control.stored import parse_stored
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from .kclient import Client

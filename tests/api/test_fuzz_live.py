@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lorarl.job import command, render
-from lorarl.admission.validation import parse_stored, validate
+from lorarl.admission.validation import validate
+from lorarl.control.stored import parse_stored
 from tests.api.apiserver import dry_run_apply, pods_of
 from tests.api.quoting_chain import Chain, every_variant
 from tests.api.test_fuzz import FUZZ_EXAMPLES, expected_words, flag_value, valid_specs

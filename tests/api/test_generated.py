@@ -14,6 +14,12 @@ def test_crd_has_not_drifted():
     assert CRD_PATH.read_text() == crdgen.crd_yaml(), "crds/ is stale: run `lorarl crd > crds/lorarl.dev_lorarljobs.yaml`"
 
 
+def test_known_fields_have_not_drifted():
+    """The controller's lenient read prunes by this file instead of generating the CRD."""
+    path = REPO / "operator" / "lorarl" / "control" / "known_fields.json"
+    assert path.read_text() == crdgen.known_fields_json(), f"{path} is stale: run `make generate`"
+
+
 def test_api_doc_has_not_drifted():
     assert API_DOC.read_text() == docsgen.api_markdown(), "docs/api.md is stale: run `lorarl-dev docs -o docs/api.md`"
 

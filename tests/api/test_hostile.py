@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from lorarl.job import command, render
-from lorarl.admission.validation import parse_stored, validate
+from lorarl.admission.validation import validate
+from lorarl.control.stored import parse_stored
 from tests.api.quoting_chain import Chain, every_variant
 from tests.kuberay_schema import rayjob_errors
 
@@ -194,7 +195,7 @@ def test_the_renderer_refuses_a_token_admitted_under_an_older_crd():
     """The controller's read skips the CRD's rules (the server ran them at admission); a token in
     extraArgs of a job admitted before the rule existed still never reaches the command line,
     and the message does not repeat it."""
-    from lorarl.admission.validation import InvalidJob
+    from lorarl.api.problems import InvalidJob
     from tests.helpers import seed_doc
 
     token = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"

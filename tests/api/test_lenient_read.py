@@ -8,7 +8,9 @@ import pytest
 
 from lorarl.job import command
 from lorarl.control.reconcile import parse_time
-from lorarl.admission.validation import InvalidJob, parse_stored, validate
+from lorarl.admission.validation import validate
+from lorarl.api.problems import InvalidJob
+from lorarl.control.stored import parse_stored
 from tests.helpers import seed_doc
 
 UTC = datetime.timezone.utc

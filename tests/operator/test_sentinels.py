@@ -110,6 +110,6 @@ def test_no_sentinel_leaves_its_secret(helm, control_plane, namespace, kube, tmp
 
 
 def job_from_cluster(kube, namespace):
-    from lorarl.admission.validation import parse_stored
+    from lorarl.control.stored import parse_stored
 
     return parse_stored(job(kube, namespace))[0]

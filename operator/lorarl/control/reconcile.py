@@ -32,7 +32,8 @@ from ..job import render
 from .cache import Caches, merge_patch, whole_job
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
-from ..admission.validation import InvalidJob, parse_stored
+from ..api.problems import InvalidJob
+from .stored import parse_stored
 
 log = logging.getLogger("lorarl.reconcile")
 

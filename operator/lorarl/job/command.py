@@ -25,6 +25,7 @@ import urllib.parse
 from ..api.types import (CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, ACCESS_KEY_SHAPED_VALUE, DatasetRef,
                   EvalDataset, LoraRLJob)
 from .profiles import MODEL_PRESETS, PROFILES, HardwareProfile, ModelShape
+from ..api.problems import Problem
 
 MILES_ROOT = "/root/miles"
 MEGATRON_ROOT = "/root/Megatron-LM"
@@ -384,3 +385,13 @@ def entrypoint(job: LoraRLJob) -> str:
     check_tokens(argv)
     return " ".join(argv)
 
+
+
+def command_problems(job: LoraRLJob) -> list[Problem]:
+    """Defence in depth: the schema already keeps every word shell-inert and every path inside
+    its directory; the renderer checks again."""
+    try:
+        entrypoint(job)
+    except (UnsafeTokenError, ValueError) as err:
+        return [Problem("spec", str(err))]
+    return []
