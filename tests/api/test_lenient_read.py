@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from lorarl.job import command
+from lorarl.job import command, paths
 from lorarl.control.reconcile import parse_time
 from lorarl.admission.validation import validate
 from lorarl.api.problems import InvalidJob
@@ -59,7 +59,7 @@ def test_parse_time(text, expected):
 
 
 def test_check_tokens_refuses_a_trailing_newline():
-    with pytest.raises(command.UnsafeTokenError):
+    with pytest.raises(paths.UnsafeTokenError):
         command.check_tokens(["--input-key", "prompt\n"])
 
 

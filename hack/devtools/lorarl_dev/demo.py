@@ -20,7 +20,7 @@ from typing import Optional
 import click
 import yaml
 
-from lorarl.job import artifact, command, render
+from lorarl.job import artifact, paths, render
 from lorarl.runtime.kube import Api
 from lorarl.admission.validation import parse_job
 from . import controlplane, mileslog
@@ -141,9 +141,9 @@ def run(base: Optional[str], pace: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log_file = pathlib.Path(tmp) / "miles.log"
         eval_interval = job.spec.eval.interval if job.spec.eval.enabled else None
-        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval, command.save_dir(job))
+        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval, paths.save_dir(job))
         log_file.write_text("\n".join(log) + "\n")
-        shipped = pathlib.Path(tmp) / command.REPORTER_FILE  # the zipapp the job's ConfigMap carries
+        shipped = pathlib.Path(tmp) / paths.REPORTER_FILE  # the zipapp the job's ConfigMap carries
         shipped.write_bytes(artifact.reporter_zipapp())
         token = pathlib.Path(tmp) / "token"
         token.write_text(cp.service_account_token(NAMESPACE, render.reporter_account_name(job)))
