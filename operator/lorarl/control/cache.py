@@ -111,8 +111,13 @@ def compact_job(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# the digest of the rendered children, on the RayJob: a reconcile re-applies when it differs
+CHILDREN_DIGEST = "lorarl.dev/children-digest"
+
+
 def job_fingerprint(body: dict[str, Any]) -> Any:
-    """What a reconcile reads of a LoraRLJob that others may change."""
+    """What a reconcile reads of a LoraRLJob that others may change (of a watched object, and of
+    the object the reconcile's own status write will leave: the one shape of both)."""
     meta = body.get("metadata") or {}
     return meta.get("generation"), meta.get("deletionTimestamp"), body.get("status") or {}
 
@@ -121,7 +126,7 @@ def rayjob_fingerprint(body: dict[str, Any]) -> Any:
     """What a reconcile reads of a RayJob that others may change."""
     meta = body.get("metadata") or {}
     return (meta.get("deletionTimestamp"), bool((body.get("spec") or {}).get("suspend")), body.get("status") or {},
-            (meta.get("annotations") or {}).get("lorarl.dev/children-digest"))
+            (meta.get("annotations") or {}).get(CHILDREN_DIGEST))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

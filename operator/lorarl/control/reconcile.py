@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 from ..api import types as api
 from . import health, queueing, status
 from ..job import render
-from .cache import Caches, merge_patch, whole_job
+from .cache import CHILDREN_DIGEST, Caches, job_fingerprint, merge_patch, rayjob_fingerprint, whole_job
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
 from ..api.problems import InvalidJob
@@ -142,7 +142,6 @@ def next_check(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], new_status:
     return (min(due) - now).total_seconds() + 1.0
 
 
-CHILDREN_DIGEST = "lorarl.dev/children-digest"
 
 
 def children_digest(children: list[dict[str, Any]]) -> str:
@@ -242,16 +241,18 @@ class Reconciler:
             if rayjob is None and (previous.get("rayJob") or {}).get("name"):
                 notes.append(status.Event("Warning", "RayJobRecreated", f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it" + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else "")))
             to_apply = [dict(child) for child in children()]  # the memoised render stays untouched
-            to_apply[-1], rayjob_manager = queueing.rayjob_apply(to_apply[-1], job, rayjob, verdict)
-            to_apply[-1]["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # a deep copy
+            at = next(i for i, child in enumerate(to_apply) if child["kind"] == "RayJob" and child["metadata"]["name"] == render.rayjob_name(job))
+            to_apply[at], rayjob_manager = queueing.rayjob_apply(to_apply[at], job, rayjob, verdict)
+            to_apply[at]["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # a deep copy
             if queueing.queued(job) and queueing.owns_suspend(rayjob):
                 self._hand_over_suspend(rayjob)
             if self.caches is not None:  # so that the watch event of this apply is known as ours
                 rj_meta = (rayjob or {}).get("metadata") or {}
                 # a queued RayJob's suspend is Kueue's after creation: the live value stays
-                suspend = to_apply[-1]["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
-                self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), (
-                    rj_meta.get("deletionTimestamp"), suspend, (rayjob or {}).get("status") or {}, digest))
+                suspend = to_apply[at]["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
+                after = {"metadata": {**rj_meta, "annotations": {CHILDREN_DIGEST: digest}}, "spec": {"suspend": suspend},
+                         "status": (rayjob or {}).get("status")}
+                self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), rayjob_fingerprint(after))
             for child in to_apply:
                 try:
                     is_rayjob = child["kind"] == "RayJob"  # the one answer read (below)
@@ -353,8 +354,8 @@ class Reconciler:
         if self.caches is not None:  # so that the watch event of this write is known as ours
             cached = self.caches.jobs.get((namespace, name))
             if cached is not None:
-                meta = cached["metadata"]
-                self.caches.jobs.expect((namespace, name), (meta.get("generation"), meta.get("deletionTimestamp"), merge_patch(previous, new)))
+                after = {"metadata": cached["metadata"], "status": merge_patch(previous, new)}
+                self.caches.jobs.expect((namespace, name), job_fingerprint(after))
         try:
             stored = self.kube.patch_status(api.API_VERSION, api.KIND, namespace, name, new)
         except ApiError as err:
