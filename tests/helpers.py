@@ -7,12 +7,12 @@ import pathlib
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
-
-from lorarl.api import types as api
 from lorarl.admission.validation import parse_job
+from lorarl.api import types as api
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"

@@ -11,9 +11,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
-
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from lorarl.admission.validation import validate
+
 from tests.api.apiserver import dry_run_create
 from tests.api.test_fuzz import valid_specs
 

@@ -14,11 +14,12 @@ import os
 import urllib.parse
 
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings, strategies as st
-
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+from lorarl.admission.validation import validate
 from lorarl.api import types as api
 from lorarl.job import command, render
-from lorarl.admission.validation import validate
+
 from tests.api.quoting_chain import Chain, every_variant
 from tests.helpers import seed_doc
 from tests.kuberay_schema import rayjob_errors

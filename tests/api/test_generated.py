@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lorarl.admission import crdgen
 from lorarl_dev import docsgen
+
 from tests.helpers import REPO
 
 CRD_PATH = REPO / "crds" / crdgen.CRD_FILE
@@ -135,6 +136,7 @@ def test_documented_flags_are_what_the_renderer_emits():
     """docs/api.md names a flag per field: each must really appear in a command that sets it."""
     from lorarl.api import types as api
     from lorarl.job import command
+
     from tests.helpers import job_from, with_spec
 
     doc = with_spec(

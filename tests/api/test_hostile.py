@@ -22,10 +22,10 @@ import pathlib
 
 import pytest
 import yaml
-
-from lorarl.job import command, render
 from lorarl.admission.validation import validate
 from lorarl.control.stored import parse_stored
+from lorarl.job import command, render
+
 from tests.api.quoting_chain import Chain, every_variant
 from tests.kuberay_schema import rayjob_errors
 
@@ -196,6 +196,7 @@ def test_the_renderer_refuses_a_token_admitted_under_an_older_crd():
     extraArgs of a job admitted before the rule existed still never reaches the command line,
     and the message does not repeat it."""
     from lorarl.api.problems import InvalidJob
+
     from tests.helpers import seed_doc
 
     token = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"

@@ -5,15 +5,15 @@ from __future__ import annotations
 import datetime
 
 import pytest
-
-from lorarl.job import command, paths
-from lorarl.control.reconcile import parse_time
 from lorarl.admission.validation import validate
 from lorarl.api.problems import InvalidJob
+from lorarl.control.reconcile import parse_time
 from lorarl.control.stored import parse_stored
+from lorarl.job import command, paths
+
 from tests.helpers import seed_doc
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def test_unknown_fields_are_dropped_and_named():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from lorarl.admission.validation import validate
+
 from tests.helpers import seed_doc, with_spec
 
 

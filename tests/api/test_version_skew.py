@@ -11,9 +11,9 @@ import json
 
 import pytest
 import yaml
-
 from lorarl.admission import crdgen
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
 from tests.api.apiserver import dry_run_create
 from tests.helpers import seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess

@@ -22,7 +22,6 @@ import re
 import uuid
 
 import pytest
-
 from lorarl.runtime.kube import Api
 from lorarl_dev.controlplane import ControlPlane
 from lorarl_dev.operatorproc import OperatorProcess

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from lorarl_dev.controlplane import ensure_binaries
+
 from tests.helpers import REPO
 
 CHART = REPO / "charts" / "lorarl-operator"

@@ -18,9 +18,9 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
-
-from lorarl.runtime.kube import Api
 from lorarl.control.queueing import DEACTIVATED_BY, JOB_UID_LABEL, WORKLOAD_API_VERSION
+from lorarl.runtime.kube import Api
+
 from tests.helpers import seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
 

@@ -9,9 +9,9 @@ import copy
 
 import pytest
 import yaml
-
-from lorarl.job import render
 from lorarl.admission.validation import parse_job
+from lorarl.job import render
+
 from tests.chart.helm import operator_rbac
 from tests.helpers import seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess

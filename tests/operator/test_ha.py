@@ -27,10 +27,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 from kubernetes import client as k8s
-
 from lorarl.runtime import leader
 from lorarl_dev.certs import TinyCA
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
 from tests.chart.helm import operator_rbac
 from tests.helpers import http_get, seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess

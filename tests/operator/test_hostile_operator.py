@@ -8,10 +8,10 @@ import copy
 
 import pytest
 from kubernetes import client as k8s
-
 from lorarl.api import types as api
-from lorarl.job import command, render
 from lorarl.control.stored import parse_stored
+from lorarl.job import command, render
+
 from tests.api.quoting_chain import Chain
 from tests.api.test_hostile import ACCEPTED, load_case
 from tests.helpers import wait_for

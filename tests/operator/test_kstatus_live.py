@@ -13,8 +13,8 @@ import os
 
 import pytest
 import yaml
-
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
 from tests.gitops.kstatus_tool import kstatus
 from tests.helpers import REPO, seed_doc, wait_for
 from tests.operator.test_operator import NAME, apply_job, conditions, job, rayjob

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from lorarl.control import status
 from lorarl.control.health import Verdict
 from lorarl_dev.kuberay_sim import FakeKubeRay

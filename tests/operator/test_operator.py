@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import copy
-import json
 import signal
 
 import pytest
 import yaml
 from kubernetes import client as k8s
-
-from lorarl.job import render
 from lorarl.admission.validation import parse_job
-from tests.helpers import seed_doc
-from tests.helpers import wait_for
+from lorarl.job import render
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
+from tests.helpers import seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -217,7 +215,7 @@ def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
     ray.initializing()
     ray.suspending()
     ray.suspended()
-    st = wait_for(phase_is(kube, namespace, "Pending"))
+    wait_for(phase_is(kube, namespace, "Pending"))
     wait_for(lambda: conditions(job(kube, namespace)["status"]).get("Suspended") == ("True", "Queued"), what="Queued")
     # Kueue admits: it flips suspend; the operator must not flip it back
     control_plane.kubectl("patch", "rayjob", NAME, "-n", namespace, "--type=merge", "--field-manager=kueue", "-p", '{"spec":{"suspend":false}}')
@@ -233,7 +231,7 @@ def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
 
 def test_deleted_rayjob_is_recreated(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, seed_doc())
-    ray = running(kube, namespace)
+    running(kube, namespace)
     old_uid = rayjob(kube, namespace)["metadata"]["uid"]
     kube.delete("ray.io/v1", "RayJob", namespace, NAME)
     wait_for(lambda: (rayjob(kube, namespace) or {}).get("metadata", {}).get("uid") not in (None, old_uid), what="a new RayJob")
@@ -283,7 +281,7 @@ def test_delete_job_garbage_collects_children(control_plane, namespace, kube, op
     assert not job(kube, namespace)["metadata"].get("finalizers")  # deletion never waits for the operator
     control_plane.kubectl("delete", "lorarljob", NAME, "-n", namespace, "--wait=true", "--timeout=60s")
     for api_version, kind, name in CHILD_KINDS:
-        wait_for(lambda: kube.get(api_version, kind, namespace, name) is None, timeout=60, what=f"{kind} garbage-collected")
+        wait_for(lambda: kube.get(api_version, kind, namespace, name) is None, timeout=60, what=f"{kind} garbage-collected")  # noqa: B023 (called within this iteration)
 
 
 def test_sigkill_mid_reconcile_leaves_exactly_one_rayjob_each(control_plane, namespace, kube, operator):

@@ -6,8 +6,8 @@ import http.server
 import threading
 
 import pytest
-
 from lorarl.runtime import probes, runner
+
 from tests.helpers import http_get as get
 from tests.operator.test_operator_rbac import free_port
 

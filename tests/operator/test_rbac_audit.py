@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import pytest
 import yaml
 from kubernetes import client as k8s
-
 from lorarl_dev import audit
-from tests.chart.helm import operator_rbac
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
+from tests.chart.helm import operator_rbac
 from tests.helpers import REPO, seed_doc, wait_for
 from tests.operator.test_operator import NAME, apply_job, conditions, events, job, phase_is, rayjob
 

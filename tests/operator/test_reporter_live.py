@@ -14,8 +14,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from lorarl.control.reconcile import Reconciler
+
 from tests.helpers import seed_doc
 from tests.operator.test_operator import apply_job, job
 from tests.reporter.reporter_testlib import CHILD, expected_final_status, generate_miles_log, trainer_command, without_time

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from lorarl.control import status
 from lorarl.control.health import Verdict
 

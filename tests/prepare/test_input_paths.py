@@ -12,10 +12,11 @@ import posixpath
 import re
 import urllib.parse
 
-from hypothesis import example, given, settings, strategies as st
-
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from lorarl.api import types as api
 from lorarl.job import command, paths, render
+
 from tests.helpers import job_from, with_spec
 
 SEGMENT_MAX = 255  # NAME_MAX of Linux file systems, in bytes

@@ -7,8 +7,8 @@ import re
 import shlex
 
 import pytest
-
 from lorarl.job import command, paths
+
 from tests.helpers import REPO, job_from, seed_doc, with_spec
 
 RECORDED = pathlib.Path(__file__).with_name("recorded_train_args.txt")
@@ -44,7 +44,7 @@ def same_value(ours: str, recorded: str) -> bool:
 
 def assert_block_equal(ours: list[str], recorded: list[str], name: str) -> None:
     assert len(ours) == len(recorded), f"{name}: {ours} != {recorded}"
-    for i, (a, b) in enumerate(zip(ours, recorded)):
+    for i, (a, b) in enumerate(zip(ours, recorded, strict=False)):
         assert same_value(a, b), f"{name}[{i}]: rendered {a!r}, recorded {b!r}"
 
 
@@ -103,7 +103,7 @@ def test_only_input_directories_and_number_spelling_differ():
     ours = [t for _, b in command.train_blocks(job_from(seed_doc())) for t in b]
     recorded = [t.replace("<run_id>", SEED_NAME) for n, b in RECORDED_BLOCKS.items() if n != "wandb" for t in b]
     assert len(ours) == len(recorded)
-    differing = {(a, b) for a, b in zip(ours, recorded) if a != b}
+    differing = {(a, b) for a, b in zip(ours, recorded, strict=False) if a != b}
     assert differing == {
         ("1.0", "1"),
         ("0.0", "0.00"),

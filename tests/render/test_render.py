@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import base64
 import copy
-import io
-import zipfile
 import hashlib
+import io
 import os
 import pathlib
+import zipfile
 
 import pytest
 import yaml
-
 from lorarl.job import paths, render
+
 from tests.helpers import MANIFESTS, job_from, load, seed_doc, with_spec
 
 SNAPSHOTS = pathlib.Path(__file__).with_name("snapshots")

@@ -4,12 +4,13 @@ this test reads, so the documentation and the renderer cannot drift apart."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
 from lorarl.job import render
 from lorarl.job.profiles import PROFILES
+
 from tests.helpers import job_from, seed_doc
 from tests.security.test_scanners import doc_table
 

@@ -21,8 +21,8 @@ import urllib.request
 
 import pytest
 import yaml
-
 from lorarl_dev.controlplane import ensure_binaries
+
 from tests.helpers import REPO
 
 DOC = REPO / "docs" / "security.md"
@@ -38,7 +38,7 @@ def doc_table(heading: str) -> list[dict[str, str]]:
     section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
-    return [dict(zip(header, (c.strip() for c in row.strip("|").split("|")))) for row in rows[2:]]
+    return [dict(zip(header, (c.strip() for c in row.strip("|").split("|")), strict=False)) for row in rows[2:]]
 
 
 def suppressions(scanner: str, scope: str | None = None) -> set[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pathlib
 
 import click
-
 from lorarl import __version__
 
 

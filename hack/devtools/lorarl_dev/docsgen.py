@@ -8,12 +8,11 @@ import re
 import typing
 from typing import Any
 
+from lorarl.admission.crdgen import model_in
+from lorarl.api import types as api
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
-
-from lorarl.api import types as api
-from lorarl.admission.crdgen import model_in
 
 
 def _anchor(path: str) -> str:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import celpy
 import jsonschema
@@ -79,7 +80,7 @@ def _list_type(validator, list_type, instance, schema):
         for i, item in enumerate(instance):
             key = tuple(repr(item.get(k)) if isinstance(item, dict) else None for k in keys)
             if key in seen:
-                yield jsonschema.ValidationError(f"Duplicate value: {dict(zip(keys, (item.get(k) for k in keys)))}", path=[i])
+                yield jsonschema.ValidationError(f"Duplicate value: {dict(zip(keys, (item.get(k) for k in keys), strict=False))}", path=[i])
             seen.add(key)
     elif list_type == "set":
         seen_items: list[Any] = []

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from . import artifact, command, paths, profiles
 from ..api.types import API_VERSION, KIND, LoraRLJob
+from . import artifact, command, paths, profiles
 
 RAYJOB_API_VERSION = "ray.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
