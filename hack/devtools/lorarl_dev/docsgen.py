@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import re
+import types
 import typing
 from typing import Any
 
@@ -27,7 +28,7 @@ def _type_name(annotation: Any, metadata: list[Any] = (), section: str | None = 
     args = typing.get_args(annotation)
     if origin is typing.Annotated:  # e.g. list[Annotated[str, StringConstraints(...)]]
         return _type_name(args[0], [*args[1:], *metadata], section)
-    if origin is typing.Union:
+    if origin in (typing.Union, types.UnionType):  # Optional[X] and X | None
         inner = [a for a in args if a is not type(None)]
         return " \\| ".join(_type_name(a, metadata, section) for a in inner)
     if origin is typing.Literal:
