@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from tests.api.test_validation import CASES
+from tests.api.validation_cases import CASES
 from tests.helpers import seed_doc, with_spec
 
 pytestmark = pytest.mark.controlplane

@@ -25,7 +25,7 @@ from lorarl.job import command, render
 
 from tests.api.apiserver import dry_run_apply, pods_of
 from tests.api.quoting_chain import Chain, every_variant
-from tests.api.test_fuzz import FUZZ_EXAMPLES, expected_words, flag_value, valid_specs
+from tests.api.strategies import FUZZ_EXAMPLES, expected_words, flag_value, valid_specs
 
 pytestmark = pytest.mark.controlplane
 

@@ -8,8 +8,8 @@ import yaml
 
 from tests.gitops.kstatus_tool import kstatus
 from tests.helpers import REPO
-from tests.operator import test_kstatus_live as live
-from tests.operator import test_status as table
+from tests.operator import kstatus_expected as live
+from tests.operator import status_table as table
 
 # needs the Go-built tool from hack/controlplane/build.sh, like the control-plane binaries
 pytestmark = pytest.mark.controlplane

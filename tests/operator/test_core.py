@@ -12,8 +12,7 @@ from kubernetes import client as k8s
 from lorarl.runtime.events import EventRecorder
 from lorarl_dev.controlplane import free_port
 
-from tests.helpers import seed_doc, wait_for
-from tests.operator.test_operator import (
+from tests.helpers import (
     NAME,
     apply_job,
     await_reconciles,
@@ -22,7 +21,9 @@ from tests.operator.test_operator import (
     phase_is,
     poke_and_await,
     rayjob,
+    seed_doc,
     started,
+    wait_for,
 )
 
 pytestmark = pytest.mark.controlplane

@@ -29,13 +29,12 @@ import yaml
 from kubernetes import client as k8s
 from lorarl.runtime import leader
 from lorarl_dev.certs import TinyCA
+from lorarl_dev.controlplane import free_port
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from tests.chart.helm import operator_rbac
-from tests.helpers import http_get, seed_doc, wait_for
+from tests.helpers import NAME, apply_job, http_get, phase_is, rayjob, seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
-from tests.operator.test_operator import NAME, apply_job, phase_is, rayjob
-from tests.operator.test_operator_rbac import free_port
 
 pytestmark = pytest.mark.controlplane
 

@@ -19,9 +19,7 @@ import pytest
 import yaml
 from lorarl.reporter.kubeapi import OWNED_FIELDS
 
-from tests.helpers import seed_doc, wait_for
-from tests.operator.test_operator import apply_job, job
-from tests.operator.test_reporter_live import make_job, run_reporter_on_200_rollouts
+from tests.helpers import apply_job, job, make_job, run_reporter_on_200_rollouts, seed_doc, wait_for
 from tests.reporter.reporter_testlib import expected_final_status, without_time
 
 pytestmark = pytest.mark.controlplane

@@ -14,8 +14,7 @@ import yaml
 from lorarl_dev.controlplane import free_port
 
 from tests.chart.helm import operator_rbac
-from tests.helpers import seed_doc, wait_for
-from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob
+from tests.helpers import apply_job, conditions, events, job, phase_is, rayjob, seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 

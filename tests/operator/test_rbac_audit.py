@@ -30,8 +30,7 @@ from lorarl_dev import audit
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from tests.chart.helm import operator_rbac
-from tests.helpers import REPO, seed_doc, wait_for
-from tests.operator.test_operator import NAME, apply_job, conditions, events, job, phase_is, rayjob
+from tests.helpers import NAME, REPO, apply_job, conditions, events, job, phase_is, rayjob, seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 

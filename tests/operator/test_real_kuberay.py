@@ -159,7 +159,7 @@ def test_stand_in_sequences_match_the_real_kuberay_operator(fake_cluster):
     and 30 s later KubeRay fails the attempt (rayjob_controller.go:270-272, 1126-1148)."""
     from lorarl_dev.kuberay_sim import FakeKubeRay
 
-    from tests.operator.test_kuberay_sequences import MemoryKube
+    from tests.operator.kuberay_steps import MemoryKube
 
     cp = fake_cluster
     ns = "kuberay-sequences"
@@ -205,7 +205,7 @@ def test_stand_in_sequences_match_the_real_kuberay_operator(fake_cluster):
         assert recorder.deployment_statuses("retry") == ["", "Initializing", "Running", "Retrying", "", "Initializing", "Running", "Failed"]
 
         # and what the real writes make of a LoraRLJob: one Preparing from the first cluster to the end of the retry
-        from tests.operator.test_kuberay_sequences import walk
+        from tests.operator.kuberay_steps import walk
 
         phases, events = walk([(False, st, False, None) for st in real["retry"]], None)
         assert phases == ["Pending", "Preparing", "Preparing", "Preparing", "Preparing", "Preparing", "Preparing", "Failed"]

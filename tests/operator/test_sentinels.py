@@ -19,10 +19,8 @@ from lorarl.job import render
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from tests.chart.helm import operator_rbac
-from tests.helpers import seed_doc, wait_for
+from tests.helpers import NAME, apply_job, job, phase_is, rayjob, reporter_env, seed_doc, shipped_reporter, wait_for
 from tests.operator.conftest import OperatorProcess
-from tests.operator.test_operator import NAME, apply_job, job, phase_is, rayjob
-from tests.operator.test_reporter_live import reporter_env, shipped_reporter
 from tests.reporter.reporter_testlib import CHILD, generate_miles_log
 
 pytestmark = pytest.mark.controlplane

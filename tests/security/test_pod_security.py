@@ -11,8 +11,7 @@ import pytest
 from lorarl.job import render
 from lorarl.job.profiles import PROFILES
 
-from tests.helpers import job_from, seed_doc
-from tests.security.test_scanners import doc_table
+from tests.helpers import doc_table, job_from, seed_doc
 
 STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "hugepages-1Gi"}
 VOLUME_TYPES = ("emptyDir", "persistentVolumeClaim", "configMap", "projected", "secret", "hostPath", "downwardAPI")
