@@ -15,14 +15,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
 
 import click
 import yaml
-
-from lorarl.job import artifact, command, render
-from lorarl.runtime.kube import Api
 from lorarl.admission.validation import parse_job
+from lorarl.job import artifact, paths, render
+from lorarl.runtime.kube import Api
+
 from . import controlplane, mileslog
 from .kuberay_sim import FakeKubeRay
 
@@ -40,7 +39,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
 """
 
 
-def state_dir(base: Optional[str]) -> pathlib.Path:
+def state_dir(base: str | None) -> pathlib.Path:
     return pathlib.Path(base) if base else controlplane.default_state_dir()
 
 
@@ -97,7 +96,7 @@ def _show_jobs(cp: controlplane.ControlPlane) -> None:
     click.echo(out)
 
 
-def run(base: Optional[str], pace: float) -> None:
+def run(base: str | None, pace: float) -> None:
     state = state_dir(base)
     state.mkdir(parents=True, exist_ok=True)
     repo = controlplane.repo_root()
@@ -141,9 +140,9 @@ def run(base: Optional[str], pace: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log_file = pathlib.Path(tmp) / "miles.log"
         eval_interval = job.spec.eval.interval if job.spec.eval.enabled else None
-        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval, command.save_dir(job))
+        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval, paths.save_dir(job))
         log_file.write_text("\n".join(log) + "\n")
-        shipped = pathlib.Path(tmp) / command.REPORTER_FILE  # the zipapp the job's ConfigMap carries
+        shipped = pathlib.Path(tmp) / paths.REPORTER_FILE  # the zipapp the job's ConfigMap carries
         shipped.write_bytes(artifact.reporter_zipapp())
         token = pathlib.Path(tmp) / "token"
         token.write_text(cp.service_account_token(NAMESPACE, render.reporter_account_name(job)))
@@ -171,7 +170,7 @@ def run(base: Optional[str], pace: float) -> None:
     click.echo("  lorarl-dev demo down  # stop everything")
 
 
-def down(base: Optional[str]) -> None:
+def down(base: str | None) -> None:
     state = state_dir(base)
     stopped = stop_operator(state)
     click.echo("operator stopped" if stopped else "operator was not running")
