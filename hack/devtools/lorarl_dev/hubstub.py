@@ -66,7 +66,7 @@ class HubError(Exception):
 
 def git_blob_sha1(path: str) -> str:
     """The git blob id: what the Hub gives as ETag/oid of a regular (non-LFS) file."""
-    h = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())
+    h = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode(), usedforsecurity=False)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(CHUNK), b""):
             h.update(chunk)
@@ -120,7 +120,7 @@ class Repo:
     def commit_of(rev_dir: str) -> str:
         if COMMIT_RE.fullmatch(os.path.basename(rev_dir)):
             return os.path.basename(rev_dir)
-        h = hashlib.sha1()
+        h = hashlib.sha1(usedforsecurity=False)
         for rel in _walk(rev_dir):
             h.update(f"{rel}\0{git_blob_sha1(os.path.join(rev_dir, rel))}\n".encode())
         return h.hexdigest()
@@ -195,7 +195,7 @@ class Hub:
                 entries.append(self.entry(rev_dir, full_rel))
         for d in sorted(dirs):
             if recursive or d.count("/") == (under.count("/") + 1 if under else 0):
-                entries.append({"type": "directory", "path": d, "oid": hashlib.sha1(d.encode()).hexdigest()})
+                entries.append({"type": "directory", "path": d, "oid": hashlib.sha1(d.encode(), usedforsecurity=False).hexdigest()})
         return sorted(entries, key=lambda e: e["path"])
 
 
@@ -288,7 +288,7 @@ def make_handler(hub: Hub, quiet: bool = True):
             rev_dir, commit = hub.revision(repo, revision)
             siblings = [{"rfilename": rel} for rel in _walk(rev_dir)]
             access = repo.access()
-            self._json({"id": repo.repo_id, "_id": hashlib.sha1(repo.path.encode()).hexdigest()[:24], "sha": commit,
+            self._json({"id": repo.repo_id, "_id": hashlib.sha1(repo.path.encode(), usedforsecurity=False).hexdigest()[:24], "sha": commit,
                         "private": bool(access.get("token")) and not access.get("gated"),
                         "gated": "auto" if access.get("gated") else False, "disabled": False,
                         "siblings": siblings, "tags": [], "downloads": 0, "likes": 0,

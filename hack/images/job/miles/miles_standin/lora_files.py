@@ -112,12 +112,20 @@ def torch_file(name: str, obj) -> bytes:
     return buf.getvalue()
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """Plain values only (as torch.load(weights_only=True) allows only what it knows): no class
+    or function of any module is ever looked up, so a crafted file cannot run code."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a checkpoint")
+
+
 def read_torch_file(path: str):
     """What torch.load gives back for our files; a torn file fails as torch's reader does."""
     try:
         with zipfile.ZipFile(path) as z:
             pkl = next(n for n in z.namelist() if n.endswith("/data.pkl"))
-            return pickle.loads(z.read(pkl))  # our own files, written by torch_file
+            return _PlainUnpickler(io.BytesIO(z.read(pkl))).load()
     except (zipfile.BadZipFile, StopIteration):
         raise RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory") from None
 
