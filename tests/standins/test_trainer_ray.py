@@ -12,21 +12,33 @@ ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 
+# Loopback only: Ray otherwise binds and advertises the machine's own address, and a driver
+# given 127.0.0.1 replaces it with that address (ray/_private/services.py:786-821 of ray 2.60.0,
+# resolve_ip_for_localhost -> get_node_ip_address, which keeps the loopback address only when
+# ENABLE_RAY_CLUSTER, read from this variable, is off). On 2 busy cores the raylet's wait for its
+# dashboard agent (agent_register_timeout_ms) needs more than its default.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_agent_register_timeout_ms": "180000"}
+
+
 @pytest.fixture(scope="module")
 def cluster():
     # a head like KubeRay's for the seed (rayStartParams num-gpus: 8) on a 2-CPU machine
-    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 8,
-                                                                    "include_dashboard": False})
+    mp = pytest.MonkeyPatch()
+    for key, value in LOOPBACK_ENV.items():
+        mp.setenv(key, value)
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 8, "include_dashboard": False,
+                                                                    "node_ip_address": "127.0.0.1"})
     try:
         yield c
     finally:
         c.shutdown()
+        mp.undo()
 
 
 def test_rollouts_run_as_ray_actors_and_tasks(cluster, tmp_path):
     argv = seed_inputs(tmp_path, knobs={"seconds_per_rollout": 0.1})
     result = run_trainer(argv + ["--num-rollout", "3", "--save-interval", "2", "--eval-interval", "2"], inline=False,
-                         env={"RAY_ADDRESS": cluster.address, "MILES_STANDIN_EXECUTOR": "ray"}, timeout=300)
+                         env={**LOOPBACK_ENV, "RAY_ADDRESS": cluster.address, "MILES_STANDIN_EXECUTOR": "ray"}, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     out = result.stdout + result.stderr
     assert "Ray cluster resources: GPU=8" in out
@@ -35,3 +47,4 @@ def test_rollouts_run_as_ray_actors_and_tasks(cluster, tmp_path):
     assert [e.id for e in of_kind(evs, "rollout")] == [0, 1, 2]
     assert sorted({e.id for e in of_kind(evs, "saving")}) == [1, 2]
     assert [e.id for e in of_kind(evs, "eval")] == [0, 1]
+    assert "Connecting to existing Ray cluster at address: 127.0.0.1:" in out
