@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 import sys
 
-from lorarl import command
+from lorarl.job import command
 from lorarl.reporter import logparse
 from lorarl_dev import hubstub
 from tests.helpers import MANIFESTS, REPO, job_from, load

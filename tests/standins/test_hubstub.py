@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from lorarl import render
+from lorarl.job import render
 from lorarl_dev import hubstub
 from tests.standins.standin_lib import mapped, run_trainer, rendered_argv
 from tests.helpers import REPO, job_from, seed_doc
