@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 LOWEST       := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed
 
-.PHONY: setup controlplane lint test test-lowest test-fast demo demo-down generate bench clean
+.PHONY: setup packages controlplane lint test test-lowest test-fast demo demo-down generate bench clean
 
 $(STAMP): pyproject.toml hack/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,14 @@ controlplane: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# The Debian packages the real node and the image builds need (hack/node/packages.sh: only those
+# missing). As root they are installed; otherwise the tests that need them skip, saying why.
+packages:
+	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh; \
+	else echo "make packages: not root; the real-node and image tests will be skipped"; fi
+
 # the lint and the lowest-versions run first, so that the full suite's summary is the last line CI reads
-test: lint controlplane
+test: lint packages controlplane
 	$(MAKE) test-lowest
 	$(BIN)/python -m pytest
 
