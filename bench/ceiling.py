@@ -21,8 +21,8 @@ import sys
 from typing import Any
 
 from lorarl.control import health, queueing, reconcile, status
+from lorarl.control.stored import parse_stored
 from lorarl.job import render
-from lorarl.admission.validation import parse_stored
 
 from .kclient import Client
 

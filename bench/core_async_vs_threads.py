@@ -4,10 +4,17 @@ process's CPU seconds (the operator's cost per request).
 
     .venv/bin/python bench/core_async_vs_threads.py [N]
 """
-import asyncio, json, ssl, sys, threading, time, queue
+import asyncio
+import json
+import queue
+import ssl
+import sys
+import threading
+import time
+
 import aiohttp
-from lorarl_dev.controlplane import ControlPlane
 from lorarl.runtime.kube import Api, path
+from lorarl_dev.controlplane import ControlPlane
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 600
 CONC = 8

@@ -8,10 +8,22 @@ and requests; peak RSS (VmHWM). Not a test: nothing is asserted.
 
     .venv/bin/python bench/core_requests.py --jobs 200 [--idle 30] [--pythonpath OTHER_TREE/operator]
 """
-import argparse, collections, copy, json, os, pathlib, signal, subprocess, sys, time
+import argparse
+import collections
+import copy
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
 import yaml
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 from lorarl_dev.controlplane import ControlPlane
+
 LOG = "/tmp/lorarl-core-requests-operator.log"
 
 def cpu_seconds(pid):
@@ -78,8 +90,10 @@ def main():
                 d = copy.deepcopy(doc); d["metadata"].update(name=f"job-{i:04d}", namespace="bench"); docs.append(d)
             _, start_line = op_requests(cp.audit_log_path)
             cpu0 = cpu_seconds(op.pid)
+            import queue as q_
+            import threading
+
             from lorarl.runtime.kube import Api, path
-            import threading, queue as q_
             kube = Api(cp.api_client())
             work = q_.Queue()
             for d in docs: work.put(d)

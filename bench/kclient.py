@@ -11,7 +11,7 @@ import json
 import ssl
 import tempfile
 from collections.abc import AsyncIterator
-from typing import Any, Optional
+from typing import Any
 
 import aiohttp
 import yaml
@@ -36,7 +36,7 @@ class KubeError(Exception):
         super().__init__(f"{status}: {text[:500]}")
 
 
-def path(api_version: str, kind: str, namespace: Optional[str], name: Optional[str] = None, sub: Optional[str] = None) -> str:
+def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     scope = f"/namespaces/{namespace}" if namespace else ""
     out = f"{prefix}{scope}/{PLURALS[(api_version, kind)]}"
@@ -70,9 +70,9 @@ class Client:
         if "token" in user:
             self._headers["Authorization"] = f"Bearer {user['token']}"
         self._concurrency = concurrency
-        self.session: Optional[aiohttp.ClientSession] = None
+        self.session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "Client":
+    async def __aenter__(self) -> Client:
         connector = aiohttp.TCPConnector(ssl=self._ssl, limit=self._concurrency + 8)
         self.session = aiohttp.ClientSession(self.server, connector=connector, headers=self._headers,
                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
@@ -83,7 +83,7 @@ class Client:
             await self.session.close()
 
     async def request(self, method: str, url: str, body: Any = None, content_type: str = "application/json",
-                      params: Optional[dict[str, str]] = None, retries: int = 5) -> dict[str, Any]:
+                      params: dict[str, str] | None = None, retries: int = 5) -> dict[str, Any]:
         """One request; 429/5xx and dropped connections are retried a few times (a benchmark
         at the API server's limit meets them), anything else raises KubeError."""
         data = None if body is None else json.dumps(body, separators=(",", ":"))
@@ -97,7 +97,7 @@ class Client:
                         return json.loads(text) if text else {}
                     if resp.status not in (429, 500, 502, 503, 504) or attempt == retries:
                         raise KubeError(resp.status, text)
-            except (aiohttp.ClientConnectionError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientConnectionError):
                 if attempt == retries:
                     raise
             await asyncio.sleep(0.2 * 2 ** attempt)
@@ -116,7 +116,7 @@ class Client:
         return await self.request("PATCH", path(api_version, kind, namespace, name, "status"), {"status": status},
                                   "application/merge-patch+json")
 
-    async def list(self, api_version: str, kind: str, namespace: Optional[str]) -> dict[str, Any]:
+    async def list(self, api_version: str, kind: str, namespace: str | None) -> dict[str, Any]:
         return await self.request("GET", path(api_version, kind, namespace))
 
     async def watch(self, api_version: str, kind: str, namespace: str, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import pathlib
-from typing import Any, Optional
+from typing import Any
 
 NAMES = {"ours": "lorarl (ours)", "ceiling": "ceiling", "kuberay": "KubeRay operator"}
 
@@ -23,9 +23,9 @@ def _f(value: Any, fmt: str = "{:.1f}") -> str:
     return fmt.format(value)
 
 
-def targets(r: dict[str, Any]) -> list[tuple[str, Optional[bool], str]]:
+def targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     """(target, met (None: not measured), what was measured)."""
-    out: list[tuple[str, Optional[bool], str]] = []
+    out: list[tuple[str, bool | None, str]] = []
     burst = r.get("burst") or {}
     ours = _get(burst, "1000", "ours")
     out.append(("1,000 jobs fully reconciled in <= 60 s", None if ours is None else ours["seconds"] <= 60,
@@ -86,7 +86,7 @@ def _rounds(ours: dict[str, Any], ceiling: dict[str, Any]) -> str:
     o, c = ours.get("runs_seconds") or [], ceiling.get("runs_seconds") or []
     if len(o) < 2 or len(o) != len(c):
         return ""
-    ratios = sorted(cs / os for os, cs in zip(o, c))
+    ratios = sorted(cs / os for os, cs in zip(o, c, strict=False))
     return f" (median run of {len(o)} rounds; ours / ceiling round by round {ratios[0]:.0%}-{ratios[-1]:.0%})"
 
 
@@ -143,7 +143,7 @@ def _loads(loads: list[float]) -> str:
     return " / ".join(f"{x:.1f}" for x in loads)
 
 
-def markdown(r: dict[str, Any], png: Optional[str]) -> str:
+def markdown(r: dict[str, Any], png: str | None) -> str:
     m, plan = r["machine"], r["plan"]
     out = [
         "# Benchmarks",
@@ -240,7 +240,7 @@ def markdown(r: dict[str, Any], png: Optional[str]) -> str:
         out.append("")
         verbs = sorted({k for _, p in points for k in p["by_verb_per_min"]})
         if verbs:
-            out += ["Idle requests per minute by verb:", "", "| request | " + " | ".join(l for l, _ in points) + " |",
+            out += ["Idle requests per minute by verb:", "", "| request | " + " | ".join(label for label, _ in points) + " |",
                     "|---|" + "---|" * len(points)]
             for v in verbs:
                 out.append(f"| `{v}` | " + " | ".join(_f(p["by_verb_per_min"].get(v), "{:.0f}") for _, p in points) + " |")
@@ -257,7 +257,7 @@ def kept_analysis(old_page: str) -> str:
     return old_page.split(ANALYSIS_MARK, 1)[1].lstrip("\n") if ANALYSIS_MARK in old_page else ""
 
 
-def plot(r: dict[str, Any], path: pathlib.Path) -> Optional[pathlib.Path]:
+def plot(r: dict[str, Any], path: pathlib.Path) -> pathlib.Path | None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -303,7 +303,7 @@ def plot(r: dict[str, Any], path: pathlib.Path) -> Optional[pathlib.Path]:
         ax2 = ax.twinx()
         ax2.bar([x + 0.2 for x in xs], [p["requests_per_min"] for _, p in points], 0.4, color="tab:orange", label="API requests/min")
         ax2.set_ylabel("API requests per minute")
-        ax.set_xticks(list(xs), [l for l, _ in points])
+        ax.set_xticks(list(xs), [label for label, _ in points])
         ax.set_ylabel("operator CPU, % of one core")
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         h1, l1 = ax.get_legend_handles_labels()

@@ -34,7 +34,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Optional
+from typing import Any
 
 from lorarl_dev.controlplane import ControlPlane, ensure_binaries
 from lorarl_dev.kuberay import kuberay_crd_path
@@ -43,8 +43,21 @@ from . import report
 from .kclient import Client, KubeError
 from .measure import AuditTail, ProcMeter, by_verb, percentile
 from .systems import Ceiling, KubeRay, Ours, System, identity, stop_all
-from .workload import (JOB, RAYCLUSTER, RAYJOB, Tracker, finished_job, job_status_mark, kuberay_status_mark,
-                       kuberay_statuses, lorarl_job, owned_rayjob_mark, raycluster_mark, rayjob_for_kuberay, stored)
+from .workload import (
+    JOB,
+    RAYCLUSTER,
+    RAYJOB,
+    Tracker,
+    finished_job,
+    job_status_mark,
+    kuberay_status_mark,
+    kuberay_statuses,
+    lorarl_job,
+    owned_rayjob_mark,
+    raycluster_mark,
+    rayjob_for_kuberay,
+    stored,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SYSTEMS = ("ours", "ceiling", "kuberay")
@@ -147,7 +160,7 @@ class Bench:
             tasks.append(asyncio.create_task(tracker.follow(client, kind, namespace, rv, mark)))
         return tasks
 
-    async def create_all(self, client: Client, objs: list[dict[str, Any]], sent: Optional[dict[str, float]] = None) -> None:
+    async def create_all(self, client: Client, objs: list[dict[str, Any]], sent: dict[str, float] | None = None) -> None:
         gate = asyncio.Semaphore(self.plan.create_concurrency)
 
         async def one(obj: dict[str, Any]) -> None:
@@ -309,7 +322,7 @@ class Bench:
         removed, as KubeRay's ttlSecondsAfterFinished does)."""
         ns = f"history-{n}"
         await self.new_namespace(client, ns)
-        sysm: Optional[System] = None
+        sysm: System | None = None
         try:
             t0 = time.monotonic()
             if n:
@@ -403,12 +416,12 @@ def median_run(outs: list[dict[str, Any]]) -> dict[str, Any]:
 def machine() -> dict[str, Any]:
     cpu = ""
     try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     mem = 0
     try:
-        mem = int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal"))) // 1024 // 1024
+        mem = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal"))) // 1024 // 1024
     except (OSError, StopIteration):
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
@@ -416,8 +429,8 @@ def machine() -> dict[str, Any]:
 
 
 def render_cost(n: int = 200) -> dict[str, float]:
+    from lorarl.control.stored import parse_stored
     from lorarl.job import render
-    from lorarl.admission.validation import parse_stored
 
     doc = stored(lorarl_job("bench", 0))
     t = time.perf_counter()
@@ -430,7 +443,7 @@ def render_cost(n: int = 200) -> dict[str, float]:
     return {"parse_stored_ms": parse_ms, "render_ms": (time.perf_counter() - t) / n * 1000}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small N and short windows (the default)")
@@ -452,7 +465,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.from_json:
         results = json.loads(args.from_json.read_text())
         # a partial.json of an unfinished run lacks what the end of a run adds
-        results.setdefault("started", datetime.datetime.fromtimestamp(args.from_json.stat().st_mtime, datetime.timezone.utc).isoformat(timespec="seconds"))
+        results.setdefault("started", datetime.datetime.fromtimestamp(args.from_json.stat().st_mtime, datetime.UTC).isoformat(timespec="seconds"))
         results.setdefault("command", "(an unfinished run)")
         results.setdefault("minutes", float("nan"))
         results.setdefault("machine", machine())
@@ -475,7 +488,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         plan.idle_seconds = plan.history_idle_seconds = args.idle_seconds
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
 
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="lorarl-bench-"))
     log(f"plan: {plan}; logs in {workdir}")

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Optional
 
 from lorarl_dev.controlplane import ControlPlane, free_port
 
@@ -26,7 +25,7 @@ from .measure import ProcMeter
 
 IDENTITY_NAMESPACE = "bench-system"
 REPO = pathlib.Path(__file__).resolve().parents[1]
-_running: set["System"] = set()
+_running: set[System] = set()
 
 
 def stop_all() -> None:
@@ -63,9 +62,9 @@ class System:
 
     def __init__(self, cp: ControlPlane, kubeconfig: pathlib.Path, user: str, logdir: pathlib.Path):
         self.cp, self.kubeconfig, self.user, self.logdir = cp, kubeconfig, user, logdir
-        self.proc: Optional[subprocess.Popen] = None
-        self.meter: Optional[ProcMeter] = None
-        self.metrics_port: Optional[int] = None
+        self.proc: subprocess.Popen | None = None
+        self.meter: ProcMeter | None = None
+        self.metrics_port: int | None = None
 
     def command(self, namespace: str) -> list[str]:
         raise NotImplementedError
@@ -73,7 +72,7 @@ class System:
     def ready(self) -> bool:
         raise NotImplementedError
 
-    def start(self, namespace: str, timeout: float = 90) -> "System":
+    def start(self, namespace: str, timeout: float = 90) -> System:
         self.log_path = self.logdir / f"{self.name}-{namespace}.log"
         log = open(self.log_path, "wb")
         env = {**os.environ, **self.cp.env(), "KUBECONFIG": str(self.kubeconfig)}

@@ -16,13 +16,13 @@ import asyncio
 import copy
 import pathlib
 import time
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import yaml
-
 from lorarl.control import health, reconcile, status
+from lorarl.control.stored import parse_stored
 from lorarl.job import render
-from lorarl.admission.validation import parse_stored
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from .kclient import Client
@@ -118,7 +118,7 @@ class Tracker:
             self.done_count += 1
             self.changed.set()
 
-    def done_at(self, job: str) -> Optional[float]:
+    def done_at(self, job: str) -> float | None:
         marks = self.marks.get(job, {})
         return max(marks[m] for m in self.required) if all(m in marks for m in self.required) else None
 
@@ -142,7 +142,7 @@ class Tracker:
             self.changed.clear()
             try:
                 await asyncio.wait_for(self.changed.wait(), min(remaining, 1.0))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
 

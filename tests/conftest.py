@@ -2,7 +2,6 @@ import os
 
 import pytest
 from hypothesis import settings
-
 from lorarl.runtime.kube import Api
 
 pytest_plugins = ["lorarl_dev.pytest_plugin"]

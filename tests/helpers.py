@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import base64
 import copy
+import os
 import pathlib
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
-
-from lorarl.api import types as api
+from kubernetes import client as k8s
+from lorarl.admission import crdgen
 from lorarl.admission.validation import parse_job
+from lorarl.api import types as api
+from lorarl.control.reconcile import Reconciler
+from lorarl.job import render
+from lorarl_dev.kuberay_sim import FakeKubeRay
+
+from tests.api.apiserver import dry_run_create
+from tests.reporter.reporter_testlib import CHILD, generate_miles_log
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
@@ -59,3 +71,199 @@ def http_get(port: int, path: str) -> tuple[int | None, str]:
         return err.code, err.read().decode()
     except OSError:
         return None, ""
+
+
+NAME = "qwen3-4b-lora-amd"
+
+
+def apply_job(control_plane, namespace, doc):
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["namespace"] = namespace
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+    return doc
+
+
+def job(kube, namespace, name=NAME):
+    return kube.get("lorarl.dev/v1alpha1", "LoraRLJob", namespace, name)
+
+
+def rayjob(kube, namespace, name=NAME):
+    return kube.get("ray.io/v1", "RayJob", namespace, name)
+
+
+def phase_is(kube, namespace, phase, name=NAME):
+    def check():
+        st = (job(kube, namespace, name) or {}).get("status") or {}
+        return st if st.get("phase") == phase else None
+    return check
+
+
+def conditions(st):
+    return {c["type"]: (c["status"], c["reason"]) for c in st.get("conditions", [])}
+
+
+def events(kube, namespace, name=NAME):
+    core = k8s.CoreV1Api(kube.client)
+    items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=LoraRLJob").items
+    return [(e.type, e.reason) for e in sorted(items, key=lambda e: e.event_time)]
+
+
+def started(kube, namespace):
+    wait_for(lambda: rayjob(kube, namespace), what="the RayJob")
+    return FakeKubeRay(kube, namespace, NAME)
+
+
+def running(kube, namespace):
+    """Apply-to-Running as KubeRay goes: Initializing, submitted, RUNNING."""
+    ray = started(kube, namespace)
+    ray.initializing()
+    ray.submitted()
+    ray.running()
+    wait_for(phase_is(kube, namespace, "Running"), what="Running")
+    return ray
+
+
+def count_reconciles(operator, namespace: str, outcome: str, name: str = NAME) -> int:
+    """Reconcile log lines of the job containing ``outcome`` (e.g. "(resync): phase Pending")."""
+    line = f"[{namespace}/{name}] reconcile "
+    return sum(1 for text in operator.output().splitlines() if line in text and outcome in text)
+
+
+def await_reconciles(operator, namespace: str, outcome: str, count: int, name: str = NAME) -> None:
+    """Wait until the operator's log shows ``count`` more reconciles of the job ending in ``outcome``
+    (e.g. "(resync): phase Preparing"): evidence that it looked again, before asserting it did nothing."""
+    seen = count_reconciles(operator, namespace, outcome, name)
+    wait_for(lambda: count_reconciles(operator, namespace, outcome, name) >= seen + count, timeout=60, what=f"{count} more reconciles with {outcome}")
+
+
+def poke_and_await(kube, operator, namespace: str, phase: str, rollout: int) -> None:
+    """Make the operator look at the job now (a reporter-like status patch is a job event) and
+    wait for that reconcile's log line: evidence, before asserting that it did nothing."""
+    seen = count_reconciles(operator, namespace, f"(job-event): phase {phase}")
+    kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"progress": {"rollout": rollout}})
+    wait_for(lambda: count_reconciles(operator, namespace, f"(job-event): phase {phase}") > seen, timeout=60, what=f"a job-event reconcile ({phase})")
+
+
+def make_job(control_plane, namespace, kube, name):
+    doc = seed_doc()
+    doc["metadata"]["name"] = name
+    apply_job(control_plane, namespace, doc)
+    Reconciler(kube).reconcile(namespace, name)  # renders and applies the SA, Role, RoleBinding and ConfigMap
+    return name
+
+
+def shipped_reporter(kube, namespace, name, directory):
+    """The reporter exactly as the job mounts it: from the ConfigMap the operator applied."""
+    cm = kube.get("v1", "ConfigMap", namespace, f"{name}-lorarl")
+    path = directory / "reporter.pyz"
+    path.write_bytes(base64.b64decode(cm["binaryData"]["reporter.pyz"]))
+    return [sys.executable, "-I", "-S", str(path)]
+
+
+def reporter_env(control_plane, token_file):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))}
+    env.update(LORARL_API_SERVER=control_plane.server, LORARL_TOKEN_FILE=str(token_file), LORARL_CA_FILE=str(control_plane.ca_file))
+    return env
+
+
+def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path):
+    """The shipped reporter, as the job's own ServiceAccount, over a 200-rollout miles log:
+    (the finished process, the log)."""
+    token = tmp_path / "token"
+    token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
+    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints")
+    log_file = tmp_path / "miles.log"
+    log_file.write_bytes(log.data)
+    result = subprocess.run(
+        [*shipped_reporter(kube, namespace, mine, tmp_path), "--namespace", namespace, "--name", mine,
+         "--total-rollouts", "200", "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
+        capture_output=True, env=reporter_env(control_plane, token), timeout=300,
+    )
+    return result, log
+
+
+DENIAL = "RayJobs are refused in this namespace (lorarl test policy)"
+
+
+def deny_rayjobs(namespace):
+    """A ValidatingAdmissionPolicy (CEL `false`) and its binding for this namespace only."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"deny-rayjobs-{namespace}"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["ray.io"], "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["rayjobs"]}]},
+            "validations": [{"expression": "false", "message": DENIAL}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": f"deny-rayjobs-{namespace}"},
+        "spec": {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
+    }
+    return policy, binding
+
+
+def probe_rayjob(namespace):
+    """The seed's RayJob under another name, for a server-side dry run."""
+    doc = copy.deepcopy(seed_doc())
+    doc["metadata"]["namespace"] = namespace
+    rj = render.rayjob(parse_job(doc))
+    rj["metadata"]["name"] = "admission-probe"
+    rj["metadata"].pop("ownerReferences", None)
+    return rj
+
+
+def refuse_rayjobs(control_plane, namespace, request):
+    """Install the policy for ``namespace`` and wait until the API server enforces it (a
+    server-side dry-run create is refused); removed when the test ends. Returns the binding's name."""
+    policy, binding = deny_rayjobs(namespace)
+    name = binding["metadata"]["name"]
+    request.addfinalizer(lambda: control_plane.kubectl(
+        "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found", check=False))
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([policy, binding]))
+    probe = yaml.safe_dump(probe_rayjob(namespace))
+    wait_for(lambda: DENIAL in control_plane.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).stderr,
+             timeout=60, what="the admission policy to be enforced")
+    return name
+
+
+def apply_crd(control_plane, crd: dict) -> None:
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-",
+                          input=yaml.safe_dump(crd))
+
+
+PROBE_NAME = "crd-version-probe"  # no test job has this name
+
+
+def install_crd_with_accelerator(request, accelerator: str) -> None:
+    """For the rest of one test: a newer CRD that knows one more accelerator profile (which this
+    operator cannot render). Today's CRD is put back when the test ends."""
+    control_plane, kube_api, namespace = (request.getfixturevalue(f) for f in ("control_plane", "kube_api", "namespace"))
+    crd = copy.deepcopy(crdgen.crd())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["hardware"]["properties"]["accelerator"]["enum"].append(accelerator)
+    probe = seed_doc()
+    probe["metadata"]["name"] = PROBE_NAME  # a dry run still answers 409 for a name that exists
+    probe["spec"]["hardware"]["accelerator"] = accelerator
+
+    def restore():
+        apply_crd(control_plane, crdgen.crd())
+        wait_for(lambda: not dry_run_create(kube_api, namespace, probe).accepted, what="today's CRD to be served again")
+
+    request.addfinalizer(restore)
+    apply_crd(control_plane, crd)
+    wait_for(lambda: dry_run_create(kube_api, namespace, probe).accepted, what="the newer CRD to be served")
+
+
+DOC = REPO / "docs" / "security.md"
+
+
+def doc_table(heading: str) -> list[dict[str, str]]:
+    """The first Markdown table after ``## heading`` in docs/security.md, as dicts by column."""
+    text = DOC.read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in row.strip("|").split("|")), strict=False)) for row in rows[2:]]

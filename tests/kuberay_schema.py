@@ -7,7 +7,6 @@ from typing import Any
 
 import jsonschema
 import yaml
-
 from lorarl_dev.kuberay import kuberay_crd_path
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-
-import pytest
 import tomllib
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version

@@ -18,7 +18,6 @@ import pathlib
 import sys
 
 import yaml
-
 from lorarl_dev.kuberay import KUBERAY_VERSION, kuberay_crd_path
 
 OUT = pathlib.Path(__file__).resolve().parents[2] / "operator" / "lorarl" / "admission" / "schemas" / "core_v1_affinity.json"

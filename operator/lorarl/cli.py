@@ -6,7 +6,8 @@ separate ``lorarl-dev`` tool (hack/devtools), which the runtime package does not
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator, TextIO
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 import click
 import yaml
@@ -47,8 +48,9 @@ def main() -> None:
 @click.option("-n", "--namespace", default=None, help="Namespace to render into when the file names none.")
 def render(file: TextIO, namespace: str | None) -> None:
     """Print the child objects of a LoraRLJob as multi-document YAML (offline)."""
-    from .job.render import render as render_children, to_yaml
     from .admission.validation import validate
+    from .job.render import render as render_children
+    from .job.render import to_yaml
 
     objects: list[dict] = []
     failed = False

@@ -26,20 +26,20 @@ import fnmatch
 import logging
 import threading
 import uuid
-from typing import Any, Optional
+from typing import Any
 
 import kopf
 from prometheus_client import start_http_server
 
 from .api import types as api
-from .runtime import metrics
 from .control import reconcile, status
-from .job import render
 from .control.cache import Caches
-from .runtime.events import EventRecorder
-from .runtime.kube import Api, ApiError
 from .control.reconcile import Reconciler, timed
 from .control.workqueue import WorkQueue
+from .job import render
+from .runtime import metrics
+from .runtime.events import EventRecorder
+from .runtime.kube import Api, ApiError
 
 LORARLJOBS = {"group": api.GROUP, "version": api.VERSION, "plural": api.PLURAL}
 RAYJOBS = {"group": "ray.io", "version": "v1", "plural": "rayjobs"}
@@ -99,7 +99,7 @@ class Core:
     settings: kopf.OperatorSettings
 
 
-def object_log(memo: Any, namespace: str, name: str, body: Optional[dict[str, Any]] = None) -> logging.LoggerAdapter:
+def object_log(memo: Any, namespace: str, name: str, body: dict[str, Any] | None = None) -> logging.LoggerAdapter:
     """A logger whose lines name the job: kopf's own object logger, so its formatter prints the
     "[namespace/name]" prefix (plain, full) or the ``object`` reference (JSON) exactly as for
     kopf's own lines. The local variant never posts a log line as a Kubernetes Event."""
@@ -114,7 +114,7 @@ def error_backoff(transient: bool) -> Any:
     return lambda n: float(min(300.0, base * 2 ** min(n, 9)))
 
 
-def run_reconcile(memo: Any, namespace: str, name: str, trigger: str) -> Optional[str]:
+def run_reconcile(memo: Any, namespace: str, name: str, trigger: str) -> str | None:
     """One reconcile with metrics, a log line and its Events; schedules what comes next
     (a due time, a backoff). The queue guarantees one reconcile per job at a time."""
     key = (namespace, name)

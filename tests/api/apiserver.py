@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
 from lorarl.api import types as api
 
 _UNKNOWN = re.compile(r'unknown field "([^"]+)"')

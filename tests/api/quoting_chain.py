@@ -128,7 +128,7 @@ class Chain:
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "Chain":
+    def __enter__(self) -> Chain:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from lorarl_dev import docsgen
+
 from tests.helpers import REPO
 
 API_DOC = REPO / "docs" / "api.md"

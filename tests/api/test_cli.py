@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import yaml
-
 from lorarl.admission import crdgen
+
 from tests.helpers import SEED
 
 LORARL = [sys.executable, "-m", "lorarl.cli"]

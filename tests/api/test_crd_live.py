@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from tests.api.test_validation import CASES
+from tests.api.validation_cases import CASES
 from tests.helpers import seed_doc, with_spec
 
 pytestmark = pytest.mark.controlplane
@@ -50,7 +50,8 @@ def test_defaults_are_the_recipe(control_plane, namespace, kube_api):
     assert spec["eval"]["datasets"] == [{"name": "aime24", "repo": "zhuzilin/aime-2024"}]
     assert spec["optimizer"]["lr"] == 2e-05 and spec["hardware"]["nodes"] == 1
     # what `lorarl validate` reads offline is what the server stored
-    from lorarl.admission.validation import parse_job, wire_form
+    from lorarl.admission.validation import parse_job
+    from lorarl.api.problems import wire_form
 
     assert wire_form(parse_job(stored))["spec"] == {k: v for k, v in spec.items()}
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import copy
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
-
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from lorarl.admission.validation import validate
+
 from tests.api.apiserver import dry_run_create
-from tests.api.test_fuzz import valid_specs
+from tests.api.strategies import valid_specs
 
 pytestmark = pytest.mark.controlplane
 
@@ -124,7 +125,7 @@ def test_every_edit_of_the_seed_agrees(kube_api, namespace, edit):
 
 
 def _corpus():
-    from tests.api.test_hostile import CASES, update_of
+    from tests.api.hostile_cases import CASES, update_of
 
     return [p for p in CASES if update_of(p) is None]
 
@@ -133,7 +134,7 @@ def _corpus():
 def test_validate_and_the_api_server_agree_on_the_hostile_corpus(kube_api, namespace, path):
     """The hostile corpus (tests/api/hostile), judged by both without its expectations: the same
     verdict, and a refusal names a related field on both sides."""
-    from tests.api.test_hostile import load_case
+    from tests.api.hostile_cases import load_case
 
     doc, _ = load_case(path)
     assert_same_verdict(kube_api, namespace, doc)

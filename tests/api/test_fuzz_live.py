@@ -19,12 +19,13 @@ import copy
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-
+from lorarl.admission.validation import validate
+from lorarl.control.stored import parse_stored
 from lorarl.job import command, render
-from lorarl.admission.validation import parse_stored, validate
+
 from tests.api.apiserver import dry_run_apply, pods_of
 from tests.api.quoting_chain import Chain, every_variant
-from tests.api.test_fuzz import FUZZ_EXAMPLES, expected_words, flag_value, valid_specs
+from tests.api.strategies import FUZZ_EXAMPLES, expected_words, flag_value, valid_specs
 
 pytestmark = pytest.mark.controlplane
 
@@ -33,7 +34,6 @@ def dry_run_create_stored(kube_api, namespace: str, doc: dict):
     """(the object as the API server would store it, None) or (None, the refusal message)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
-
     from lorarl.api import types as api
 
     body = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
@@ -92,7 +92,7 @@ def test_every_accepted_spec_reconciles_into_children_the_api_server_accepts(kub
             results = list(pool.map(judge, enumerate(drawn)))
     finally:
         chain.close()
-    failures = [(doc["spec"], why) for doc, (verdict, why) in zip(drawn, results) if verdict == "FAIL"]
+    failures = [(doc["spec"], why) for doc, (verdict, why) in zip(drawn, results, strict=False) if verdict == "FAIL"]
     counts = collections.Counter(verdict for verdict, _ in results)
     print(f"\nfuzzed specs on the API server: {len(drawn)}: {dict(counts)}")
     assert not failures, failures[:3]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lorarl.admission import crdgen
 from lorarl_dev import docsgen
+
 from tests.helpers import REPO
 
 CRD_PATH = REPO / "crds" / crdgen.CRD_FILE
@@ -12,6 +13,12 @@ API_DOC = REPO / "docs" / "api.md"
 
 def test_crd_has_not_drifted():
     assert CRD_PATH.read_text() == crdgen.crd_yaml(), "crds/ is stale: run `lorarl crd > crds/lorarl.dev_lorarljobs.yaml`"
+
+
+def test_known_fields_have_not_drifted():
+    """The controller's lenient read prunes by this file instead of generating the CRD."""
+    path = REPO / "operator" / "lorarl" / "control" / "known_fields.json"
+    assert path.read_text() == crdgen.known_fields_json(), f"{path} is stale: run `make generate`"
 
 
 def test_api_doc_has_not_drifted():
@@ -129,6 +136,7 @@ def test_documented_flags_are_what_the_renderer_emits():
     """docs/api.md names a flag per field: each must really appear in a command that sets it."""
     from lorarl.api import types as api
     from lorarl.job import command
+
     from tests.helpers import job_from, with_spec
 
     doc = with_spec(

@@ -21,27 +21,15 @@ import os
 import pathlib
 
 import pytest
-import yaml
-
+from lorarl.admission.validation import validate
+from lorarl.control.stored import parse_stored
 from lorarl.job import command, render
-from lorarl.admission.validation import parse_stored, validate
+
+from tests.api.hostile_cases import ACCEPTED, CASES, load_case, update_of
 from tests.api.quoting_chain import Chain, every_variant
 from tests.kuberay_schema import rayjob_errors
 
-CORPUS = pathlib.Path(__file__).parent / "hostile"
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "hostile-input.md"
-
-
-def load_case(path: pathlib.Path) -> tuple[dict, dict]:
-    case = yaml.safe_load(path.read_text())
-    job = case["job"]
-    if "expand" in case:  # a huge value, built here instead of committed
-        node = job
-        *parents, leaf = case["expand"]["path"]
-        for name in parents:
-            node = node[name]
-        node[leaf] = case["expand"]["text"] * case["expand"]["times"]
-    return job, case["expect"]
 
 
 def why(path: pathlib.Path) -> str:
@@ -50,13 +38,7 @@ def why(path: pathlib.Path) -> str:
     return first[2:].strip()
 
 
-def update_of(path: pathlib.Path) -> dict | None:
-    return yaml.safe_load(path.read_text()).get("update")
-
-
-CASES = sorted(CORPUS.glob("*.yaml"))
 IDS = [p.stem for p in CASES]
-ACCEPTED = [p for p in CASES if load_case(p)[1].get("accepted")]
 
 
 def test_corpus_size_and_summary():
@@ -194,7 +176,8 @@ def test_the_renderer_refuses_a_token_admitted_under_an_older_crd():
     """The controller's read skips the CRD's rules (the server ran them at admission); a token in
     extraArgs of a job admitted before the rule existed still never reaches the command line,
     and the message does not repeat it."""
-    from lorarl.admission.validation import InvalidJob
+    from lorarl.api.problems import InvalidJob
+
     from tests.helpers import seed_doc
 
     token = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"

@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime
 
 import pytest
-
-from lorarl.job import command
+from lorarl.admission.validation import validate
+from lorarl.api.problems import InvalidJob
 from lorarl.control.reconcile import parse_time
-from lorarl.admission.validation import InvalidJob, parse_stored, validate
+from lorarl.control.stored import parse_stored
+from lorarl.job import command, paths
+
 from tests.helpers import seed_doc
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def test_unknown_fields_are_dropped_and_named():
@@ -57,7 +59,7 @@ def test_parse_time(text, expected):
 
 
 def test_check_tokens_refuses_a_trailing_newline():
-    with pytest.raises(command.UnsafeTokenError):
+    with pytest.raises(paths.UnsafeTokenError):
         command.check_tokens(["--input-key", "prompt\n"])
 
 

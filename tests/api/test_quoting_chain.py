@@ -6,11 +6,12 @@ from __future__ import annotations
 import string
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lorarl.api import types as api
 from lorarl.job import command, render
 from lorarl.reporter.cli import build_parser, split_argv
+
 from tests.api.quoting_chain import Chain, every_variant, runtime_env_json_given_to_ray
 from tests.helpers import job_from, seed_doc, with_spec
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from lorarl.admission import crdgen
+
 from tests.helpers import REPO
 
 README = REPO / "README.md"

@@ -10,12 +10,11 @@ import copy
 import json
 
 import pytest
-import yaml
-
 from lorarl.admission import crdgen
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
 from tests.api.apiserver import dry_run_create
-from tests.helpers import seed_doc, wait_for
+from tests.helpers import PROBE_NAME, apply_crd, seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
 
 pytestmark = pytest.mark.controlplane
@@ -29,34 +28,6 @@ def newer_crd() -> dict:
     hardware = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["hardware"]
     hardware["properties"][NEW_FIELD] = {"type": "boolean", "default": True, "description": "A field of a newer release."}
     return crd
-
-
-def apply_crd(control_plane, crd: dict) -> None:
-    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-",
-                          input=yaml.safe_dump(crd))
-
-
-PROBE_NAME = "crd-version-probe"  # no test job has this name
-
-
-def install_crd_with_accelerator(request, accelerator: str) -> None:
-    """For the rest of one test: a newer CRD that knows one more accelerator profile (which this
-    operator cannot render). Today's CRD is put back when the test ends."""
-    control_plane, kube_api, namespace = (request.getfixturevalue(f) for f in ("control_plane", "kube_api", "namespace"))
-    crd = copy.deepcopy(crdgen.crd())
-    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    spec["properties"]["hardware"]["properties"]["accelerator"]["enum"].append(accelerator)
-    probe = seed_doc()
-    probe["metadata"]["name"] = PROBE_NAME  # a dry run still answers 409 for a name that exists
-    probe["spec"]["hardware"]["accelerator"] = accelerator
-
-    def restore():
-        apply_crd(control_plane, crdgen.crd())
-        wait_for(lambda: not dry_run_create(kube_api, namespace, probe).accepted, what="today's CRD to be served again")
-
-    request.addfinalizer(restore)
-    apply_crd(control_plane, crd)
-    wait_for(lambda: dry_run_create(kube_api, namespace, probe).accepted, what="the newer CRD to be served")
 
 
 @pytest.fixture

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import uuid
 
 import pytest
-
 from lorarl.runtime.kube import Api
 from lorarl_dev.controlplane import ControlPlane
 from lorarl_dev.operatorproc import OperatorProcess
+from lorarl_dev.pytest_plugin import call_failed, namespace_name
 
 #: Tracebacks a chaos test may leave in the operator's log: regex -> why it is expected.
 #: Empty: every traceback seen while writing these tests had a cause that was fixed instead.
@@ -68,18 +66,12 @@ def operators(request, tmp_path):
     yield make
     for op in started:
         op.stop()
-    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    failed = call_failed(request.node)
     for op in started:
         if failed:
             print(f"--- {op.log_path} (tail)\n{op.output()[-4000:]}")
         op.assert_no_tracebacks(ALLOWED_TRACEBACKS)
 
-
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +82,7 @@ def isolated_plane():
 
 @pytest.fixture
 def isolated_namespace(request, isolated_plane):
-    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-") + "-" + uuid.uuid4().hex[:5]
+    name = namespace_name(request.node.name)
     isolated_plane.kubectl("create", "namespace", name)
     yield name
     isolated_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -14,9 +14,9 @@ import time
 import pytest
 import yaml
 from kubernetes import client as k8s
-
 from lorarl_dev import audit
 from lorarl_dev.chaosproxy import ChaosProxy
+
 from tests.chaos.world import apply_jobs, converge, delete_jobs, drive, gone
 from tests.helpers import wait_for
 

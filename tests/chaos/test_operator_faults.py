@@ -13,8 +13,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
-
 from lorarl.reporter.kubeapi import ApiConfig, Patcher
+
 from tests.chaos.world import JOB, apply_jobs, converge, delete_jobs, drive, gone, problems
 from tests.helpers import wait_for
 
@@ -37,7 +37,7 @@ def test_sigkill_at_random_points_during_a_burst_of_creates(control_plane, names
         apply_jobs(control_plane, namespace, names[batch * 10:(batch + 1) * 10])
         seen = len(op.reconciles(namespace))
         wanted = seen + rng.randint(1, 8)
-        wait_for(lambda: len(op.reconciles(namespace)) >= wanted, timeout=90, interval=0.02, what=f"{wanted} reconciles")
+        wait_for(lambda: len(op.reconciles(namespace)) >= wanted, timeout=90, interval=0.02, what=f"{wanted} reconciles")  # noqa: B023 (called within this iteration)
         kills.append(len(op.reconciles(namespace)) - seen)
         op.kill(signal.SIGKILL)
         op.start()

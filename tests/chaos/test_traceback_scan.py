@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from lorarl_dev.operatorproc import OperatorProcess, tracebacks
 
 LOG = """\

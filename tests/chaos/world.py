@@ -4,12 +4,12 @@ KubeRay's states by the stand-in, and one convergence check against the API serv
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import yaml
-
 from lorarl.runtime.kube import Api
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
 from tests.helpers import seed_doc, wait_for
 
 JOB = ("lorarl.dev/v1alpha1", "LoraRLJob")
@@ -50,7 +50,7 @@ def drive(kube: Api, namespace: str, name: str, to: str) -> FakeKubeRay:
     return ray
 
 
-def _owner_uid(obj: dict) -> Optional[str]:
+def _owner_uid(obj: dict) -> str | None:
     refs = [r for r in obj["metadata"].get("ownerReferences", []) if r.get("kind") == "LoraRLJob"]
     return refs[0]["uid"] if refs else None
 

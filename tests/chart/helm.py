@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from lorarl_dev.controlplane import ensure_binaries
+
 from tests.helpers import REPO
 
 CHART = REPO / "charts" / "lorarl-operator"
@@ -93,3 +93,17 @@ def servicemonitor_crd_path() -> pathlib.Path:
     if info.get("Error"):
         raise RuntimeError(f"go mod download {PROMETHEUS_OPERATOR}: {info['Error']}")
     return pathlib.Path(info["Dir"]) / "example" / "prometheus-operator-crd" / "monitoring.coreos.com_servicemonitors.yaml"
+
+
+NAMESPACED_HA = {
+    "watch": {"allNamespaces": False, "namespaces": ["team-a", "team-b"]},
+    "replicaCount": 2,
+    "podDisruptionBudget": {"enabled": True},
+    "metrics": {"serviceMonitor": {"enabled": False}},
+    "extraArgs": ["--resync-seconds", "60"],
+    "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "priorityClassName": "system-cluster-critical",
+    "podLabels": {"team": "ml"},
+    "image": {"repository": "registry.example/lorarl", "digest": "sha256:" + "a" * 64},
+}

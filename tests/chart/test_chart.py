@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from tests.chart.helm import CHART, kinds, pick
+from tests.chart.helm import CHART, NAMESPACED_HA, kinds, pick
 from tests.helpers import REPO, seed_doc
 
 FULLNAME = "lorarl-lorarl-operator"
@@ -165,20 +165,6 @@ def test_helm_test_pod_is_restricted_and_validates_the_seed(helm, tmp_path):
 
 
 # -- non-default values ---------------------------------------------------------------------------
-
-NAMESPACED_HA = {
-    "watch": {"allNamespaces": False, "namespaces": ["team-a", "team-b"]},
-    "replicaCount": 2,
-    "podDisruptionBudget": {"enabled": True},
-    "metrics": {"serviceMonitor": {"enabled": False}},
-    "extraArgs": ["--resync-seconds", "60"],
-    "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
-    "nodeSelector": {"kubernetes.io/os": "linux"},
-    "priorityClassName": "system-cluster-critical",
-    "podLabels": {"team": "ml"},
-    "image": {"repository": "registry.example/lorarl", "digest": "sha256:" + "a" * 64},
-}
-
 
 @needs_helm
 def test_namespaced_ha_render(helm):

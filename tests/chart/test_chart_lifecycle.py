@@ -23,11 +23,10 @@ import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-
-from lorarl_dev.controlplane import ControlPlane
+from lorarl_dev.controlplane import ControlPlane, free_port
 from lorarl_dev.kuberay import kuberay_crd_path
+
 from tests.chart.helm import CHART
-from lorarl_dev.controlplane import free_port
 from tests.helpers import seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
@@ -75,7 +74,7 @@ def deployment_command(deployment: dict, health: int, metrics: int) -> tuple[lis
     args[args.index("--metrics-port") + 1] = str(metrics)
     if not supports_leader_election():
         # lorarl run gains these flags on the HA branch; until then run without them
-        warnings.warn("`lorarl run` has no --leader-elect yet: running the Deployment's args without the leader-election flags")
+        warnings.warn("`lorarl run` has no --leader-elect yet: running the Deployment's args without the leader-election flags", stacklevel=2)
         for flag in LEADER_FLAGS:
             i = args.index(flag)
             del args[i: i + (1 if flag == "--leader-elect" else 2)]

@@ -10,8 +10,7 @@ import json
 import pytest
 import yaml
 
-from tests.chart.helm import kinds, pick, servicemonitor_crd_path
-from tests.chart.test_chart import NAMESPACED_HA
+from tests.chart.helm import NAMESPACED_HA, kinds, pick, servicemonitor_crd_path
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.controlplane

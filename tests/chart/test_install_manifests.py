@@ -11,7 +11,6 @@ import yaml
 
 from tests.helpers import REPO, wait_for
 
-
 INSTALL = REPO / "manifests" / "install"
 GENERATOR = REPO / "hack" / "gen-install-manifests.sh"
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 import yaml
-
 from lorarl_dev import audit
+
 from tests.helpers import seed_doc
 
 pytestmark = pytest.mark.controlplane

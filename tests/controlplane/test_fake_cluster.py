@@ -6,6 +6,7 @@ import json
 
 import pytest
 import yaml
+from lorarl_dev.pytest_plugin import namespace_name
 
 from tests.helpers import wait_for
 
@@ -18,7 +19,7 @@ def _get(cp, *args):
 
 @pytest.fixture
 def ns(fake_cluster, request):
-    name = f"fake-{request.node.name.lower().replace('_', '-')[:40]}"
+    name = namespace_name(request.node.name)
     fake_cluster.kubectl("create", "namespace", name)
     yield name
     fake_cluster.kubectl("delete", "namespace", name, "--wait=false")

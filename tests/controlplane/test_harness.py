@@ -9,15 +9,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
 from lorarl_dev import controlplane as cpmod
 from lorarl_dev.controlplane import ControlPlane, kubernetes_version
+
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.controlplane

@@ -9,8 +9,8 @@ import re
 
 import pytest
 import yaml
-
 from lorarl.admission.validation import validate
+
 from tests.helpers import REPO
 
 DOC = REPO / "docs" / "gitops.md"

@@ -8,8 +8,8 @@ import yaml
 
 from tests.gitops.kstatus_tool import kstatus
 from tests.helpers import REPO
-from tests.operator import test_kstatus_live as live
-from tests.operator import test_status as table
+from tests.operator import kstatus_expected as live
+from tests.operator import status_table as table
 
 # needs the Go-built tool from hack/controlplane/build.sh, like the control-plane binaries
 pytestmark = pytest.mark.controlplane
@@ -24,7 +24,7 @@ def as_object(status_):
 def test_every_mapping_row_as_kstatus_sees_it():
     cases = list(table.TABLE)
     got = kstatus([as_object(table.computed(case)) for case in cases])
-    assert {case: g["status"] for case, g in zip(cases, got)} == {case: table.TABLE[case][-1] for case in cases}
+    assert {case: g["status"] for case, g in zip(cases, got, strict=False)} == {case: table.TABLE[case][-1] for case in cases}
 
 
 def test_kstatus_message_is_the_deciding_condition():
@@ -38,8 +38,8 @@ def test_recorded_objects_as_kstatus_sees_them():
     states = list(live.EXPECTED)
     objects = [yaml.safe_load((TESTDATA / f"{state}.yaml").read_text()) for state in states]
     got = kstatus(objects)
-    assert {s: g["status"] for s, g in zip(states, got)} == {s: live.EXPECTED[s][0] for s in states}
-    by_state = dict(zip(states, got))
+    assert {s: g["status"] for s, g in zip(states, got, strict=False)} == {s: live.EXPECTED[s][0] for s in states}
+    by_state = dict(zip(states, got, strict=False))
     assert by_state["stale-generation"]["message"] == "LoraRLJob generation is 2, but latest observed generation is 1"
     # the CRD defaults status.observedGeneration to 0: a job no operator has handled is not Current
     assert by_state["new"]["message"] == "LoraRLJob generation is 1, but latest observed generation is 0"

@@ -18,9 +18,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
-
-from lorarl.runtime.kube import Api
 from lorarl.control.queueing import DEACTIVATED_BY, JOB_UID_LABEL, WORKLOAD_API_VERSION
+from lorarl.runtime.kube import Api
+from lorarl_dev.pytest_plugin import call_failed
+
 from tests.helpers import seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
 
@@ -41,7 +42,7 @@ def operator(kueue_cluster, kueue_queue, tmp_path, request):
     op = OperatorProcess(kueue_cluster, kueue_queue.namespace, tmp_path).start()
     yield op
     op.stop()
-    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+    if call_failed(request.node):
         print(op.output()[-8000:])
 
 

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from lorarl.control import status
 from lorarl.control.health import Verdict
+from lorarl.control.queueing import (
+    CREATE_MANAGER,
+    DEACTIVATED_BY,
+    Admission,
+    admission,
+    find_workload,
+    owns_suspend,
+    suspend_handoff,
+    suspend_reason,
+    workload_patch,
+)
 from lorarl.runtime.kube import FIELD_MANAGER
-from lorarl.control.queueing import (CREATE_MANAGER, DEACTIVATED_BY, Admission, admission, find_workload, owns_suspend,
-                             suspend_handoff, suspend_reason, workload_patch)
+
 from tests.helpers import job_from, with_spec
 
 OK = Verdict("True", "WithinThresholds", "")

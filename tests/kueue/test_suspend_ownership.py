@@ -4,11 +4,11 @@ the facts lorarl.control.queueing relies on to leave the field to Kueue after cr
 from __future__ import annotations
 
 import pytest
-
-from lorarl.job import render
 from lorarl.control.health import Verdict
-from lorarl.runtime.kube import Api
 from lorarl.control.queueing import CREATE_MANAGER, owns_suspend, rayjob_apply, suspend_handoff
+from lorarl.job import render
+from lorarl.runtime.kube import Api
+
 from tests.helpers import job_from, seed_doc
 
 pytestmark = pytest.mark.controlplane

@@ -12,7 +12,6 @@ import pathlib
 import uuid
 
 import pytest
-
 from lorarl_dev.node import images, realnode
 from lorarl_dev.pytest_plugin import REAL_NODE_GPUS
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from lorarl_dev.operatorproc import OperatorProcess  # noqa: F401 (re-exported for the tests)
+from lorarl_dev.pytest_plugin import call_failed
 
 
 @pytest.fixture
@@ -12,13 +12,7 @@ def operator(control_plane, namespace, tmp_path, request):
     op = OperatorProcess(control_plane, namespace, tmp_path).start()
     yield op
     op.stop()
-    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+    if call_failed(request.node):
         print(op.output()[-5000:])
     op.assert_no_tracebacks()  # a traceback in the operator's log fails the test (as in tests/chaos)
 
-
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)

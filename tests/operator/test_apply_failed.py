@@ -10,17 +10,11 @@ import copy
 import pytest
 import yaml
 
-from lorarl.job import render
-from lorarl.admission.validation import parse_job
 from tests.chart.helm import operator_rbac
-from tests.helpers import seed_doc, wait_for
+from tests.helpers import DENIAL, NAME, apply_job, conditions, events, job, rayjob, refuse_rayjobs, seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
-from tests.operator.test_operator import NAME, apply_job, conditions, events, job, rayjob
 
 pytestmark = pytest.mark.controlplane
-
-DENIAL = "RayJobs are refused in this namespace (lorarl test policy)"
-
 
 def stalled(kube, namespace, reason):
     def check():
@@ -36,50 +30,6 @@ def recovered(kube, namespace):
         c = conditions(st)
         return st if rayjob(kube, namespace) and c.get("Stalled") == ("False", "NoError") else None
     return check
-
-
-def deny_rayjobs(namespace):
-    """A ValidatingAdmissionPolicy (CEL `false`) and its binding for this namespace only."""
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": f"deny-rayjobs-{namespace}"},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": ["ray.io"], "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["rayjobs"]}]},
-            "validations": [{"expression": "false", "message": DENIAL}],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": f"deny-rayjobs-{namespace}"},
-        "spec": {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"],
-                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
-    }
-    return policy, binding
-
-
-def probe_rayjob(namespace):
-    """The seed's RayJob under another name, for a server-side dry run."""
-    doc = copy.deepcopy(seed_doc())
-    doc["metadata"]["namespace"] = namespace
-    rj = render.rayjob(parse_job(doc))
-    rj["metadata"]["name"] = "admission-probe"
-    rj["metadata"].pop("ownerReferences", None)
-    return rj
-
-
-def refuse_rayjobs(control_plane, namespace, request):
-    """Install the policy for ``namespace`` and wait until the API server enforces it (a
-    server-side dry-run create is refused); removed when the test ends. Returns the binding's name."""
-    policy, binding = deny_rayjobs(namespace)
-    name = binding["metadata"]["name"]
-    request.addfinalizer(lambda: control_plane.kubectl(
-        "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found", check=False))
-    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([policy, binding]))
-    probe = yaml.safe_dump(probe_rayjob(namespace))
-    wait_for(lambda: DENIAL in control_plane.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).stderr,
-             timeout=60, what="the admission policy to be enforced")
-    return name
 
 
 def test_refused_rayjob_stalls_warns_once_and_recovers(control_plane, namespace, kube, operator, request):

@@ -162,7 +162,6 @@ def test_the_echo_of_a_finished_jobs_last_write_leaves_it_compact():
     import asyncio
 
     import kopf
-
     from lorarl import controller
     from lorarl.control import reconcile
 

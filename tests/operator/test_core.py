@@ -9,12 +9,21 @@ import urllib.request
 
 import pytest
 from kubernetes import client as k8s
-
 from lorarl.runtime.events import EventRecorder
 from lorarl_dev.controlplane import free_port
-from tests.helpers import seed_doc, wait_for
-from tests.operator.test_operator import (
-    NAME, apply_job, await_reconciles, count_reconciles, job, phase_is, poke_and_await, rayjob, started,
+
+from tests.helpers import (
+    NAME,
+    apply_job,
+    await_reconciles,
+    count_reconciles,
+    job,
+    phase_is,
+    poke_and_await,
+    rayjob,
+    seed_doc,
+    started,
+    wait_for,
 )
 
 pytestmark = pytest.mark.controlplane
@@ -139,7 +148,7 @@ def test_a_repeated_warning_is_one_event_with_a_count(control_plane, namespace, 
     recorder = EventRecorder(kube)
 
     def now():
-        moment = datetime.datetime.now(datetime.timezone.utc)
+        moment = datetime.datetime.now(datetime.UTC)
         return moment.strftime("%Y-%m-%dT%H:%M:%SZ"), moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     for _ in range(3):

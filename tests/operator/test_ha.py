@@ -27,15 +27,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 from kubernetes import client as k8s
-
 from lorarl.runtime import leader
 from lorarl_dev.certs import TinyCA
+from lorarl_dev.controlplane import free_port
 from lorarl_dev.kuberay_sim import FakeKubeRay
+from lorarl_dev.pytest_plugin import call_failed
+
 from tests.chart.helm import operator_rbac
-from tests.helpers import http_get, seed_doc, wait_for
+from tests.helpers import NAME, apply_job, http_get, phase_is, rayjob, seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
-from tests.operator.test_operator import NAME, apply_job, phase_is, rayjob
-from tests.operator.test_operator_rbac import free_port
 
 pytestmark = pytest.mark.controlplane
 
@@ -211,7 +211,7 @@ def replicas(control_plane, helm, namespace, tmp_path, request):
     yield pair
     for r in pair.values():
         r.stop()
-    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+    if call_failed(request.node):
         for r in pair.values():
             print(f"--- {r.pod} ---\n{r.output()[-4000:]}")
 

@@ -8,12 +8,12 @@ import copy
 
 import pytest
 from kubernetes import client as k8s
-
 from lorarl.api import types as api
+from lorarl.control.stored import parse_stored
 from lorarl.job import command, render
-from lorarl.admission.validation import parse_stored
+
+from tests.api.hostile_cases import ACCEPTED, load_case
 from tests.api.quoting_chain import Chain
-from tests.api.test_hostile import ACCEPTED, load_case
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.controlplane

@@ -17,11 +17,9 @@ import urllib.request
 
 import pytest
 import yaml
-
 from lorarl.reporter.kubeapi import OWNED_FIELDS
-from tests.helpers import seed_doc, wait_for
-from tests.operator.test_operator import apply_job, job
-from tests.operator.test_reporter_live import make_job, run_reporter_on_200_rollouts
+
+from tests.helpers import apply_job, job, make_job, run_reporter_on_200_rollouts, seed_doc, wait_for
 from tests.reporter.reporter_testlib import expected_final_status, without_time
 
 pytestmark = pytest.mark.controlplane
@@ -206,6 +204,7 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
     gets ApplyFailed, and those objects are untouched; its own children are applied as usual."""
     from lorarl.job import render
     from lorarl.runtime.kube import Api
+
     from tests.chart.helm import operator_rbac
     from tests.helpers import job_from
 
@@ -256,9 +255,9 @@ def _reconcile_as_the_operator(operator_kube, namespace, name):
     them (a LIST of the jobs and of the RayJobs carrying the job label; its RBAC has no `get` on
     RayJobs), writing with the operator's identity."""
     from lorarl.api import types as api
-    from lorarl.job import render
     from lorarl.control.cache import Caches
     from lorarl.control.reconcile import Reconciler
+    from lorarl.job import render
     caches = Caches()
     for body in operator_kube.list(api.API_VERSION, api.KIND, namespace):
         caches.jobs.put(body)

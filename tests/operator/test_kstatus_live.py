@@ -13,11 +13,11 @@ import os
 
 import pytest
 import yaml
-
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
 from tests.gitops.kstatus_tool import kstatus
-from tests.helpers import REPO, seed_doc, wait_for
-from tests.operator.test_operator import NAME, apply_job, conditions, job, rayjob
+from tests.helpers import NAME, REPO, apply_job, conditions, job, rayjob, seed_doc, wait_for
+from tests.operator.kstatus_expected import EXPECTED
 
 pytestmark = pytest.mark.controlplane
 
@@ -25,28 +25,6 @@ TESTDATA = REPO / "hack" / "argocd" / "lorarl.dev" / "LoraRLJob" / "testdata"
 RECORD = os.environ.get("LORARL_RECORD_TESTDATA") == "1"
 RECORDED_NAMESPACE = "ml-team"
 RECORDED_TIME = "2026-11-30T10:00:00Z"
-
-# What kstatus (sigs.k8s.io/cli-utils v0.37.2, pkg/kstatus/status) must say in each state,
-# from its rules: observedGeneration != generation -> InProgress (generic.go:73-98); then the
-# first condition of Reconciling=True (InProgress) or Stalled=True (Failed) (generic.go:50-67);
-# then Ready=True -> Current, Ready=False -> InProgress (status.go:154-183); no conditions at
-# all -> Current (status.go:130-138). And whether `kubectl wait --for=condition=Ready` passes.
-EXPECTED = {
-    # state: (kstatus status, kubectl wait Ready)
-    "new": ("InProgress", False),  # before the operator wrote anything: the CRD defaults observedGeneration to 0
-    "stale-generation": ("InProgress", False),
-    "pending": ("InProgress", False),
-    "queued": ("InProgress", False),
-    "preparing": ("InProgress", False),
-    "running": ("Current", True),
-    "running-unhealthy": ("Failed", False),
-    "suspended": ("Current", True),
-    "succeeded": ("Current", True),
-    "failed": ("Failed", False),
-    "invalid-spec": ("Failed", False),
-    "apply-failed": ("Failed", False),
-}
-
 
 def status_of(kube, namespace):
     return (job(kube, namespace) or {}).get("status") or {}
@@ -84,7 +62,7 @@ def drive(state, control_plane, kube, namespace, request):
         wait_for(lambda: job(kube, namespace), what="the LoraRLJob")
         return
     if state == "apply-failed":  # admission refuses the RayJob before the operator starts
-        from tests.operator.test_apply_failed import refuse_rayjobs
+        from tests.helpers import refuse_rayjobs
 
         refuse_rayjobs(control_plane, namespace, request)
     operator = request.getfixturevalue("operator")
@@ -93,7 +71,7 @@ def drive(state, control_plane, kube, namespace, request):
     if state == "running-unhealthy":
         doc["spec"]["health"] = {"stopOnUnhealthy": "Never"}
     if state == "invalid-spec":  # admitted by a newer CRD, but this operator cannot render it
-        from tests.api.test_version_skew import install_crd_with_accelerator
+        from tests.helpers import install_crd_with_accelerator
 
         install_crd_with_accelerator(request, "MI400X")
         doc["spec"]["hardware"]["accelerator"] = "MI400X"

@@ -6,7 +6,6 @@ import logging
 import threading
 
 import kubernetes
-
 from lorarl.runtime.kube import Api
 
 

@@ -7,17 +7,12 @@ ray-operator@v1.5.0 controllers/ray/rayjob_controller.go ("rjc:N"); the stand-in
 
 from __future__ import annotations
 
-import copy
-
 import pytest
-
-from lorarl.control import status
-from lorarl.control.health import Verdict
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
-UNKNOWN = Verdict("Unknown", "AwaitingMetrics", "no step yet")
+from tests.operator.kuberay_steps import T1, MemoryKube, walk
+
 T0 = "2026-11-30T10:00:00Z"
-T1 = "2026-11-30T11:00:00Z"
 
 # one step: (RayJob spec.suspend, RayJob status as KubeRay wrote it (None: no RayJob yet),
 #            LoraRLJob spec.suspend, expected phase)
@@ -78,20 +73,6 @@ SEQUENCES = {
 }
 
 
-def walk(steps, queue_name):
-    """compute() over the steps as the operator calls it, the previous status carried along."""
-    previous: dict = {}
-    phases, events = [], []
-    for ray_suspend, st, user_suspend, _ in steps:
-        rj = None if st is None else {"metadata": {"name": "j"}, "spec": {"suspend": ray_suspend}, "status": copy.deepcopy(st)}
-        facts = status.Facts(generation=1, now=T1, user_suspended=user_suspend, queue_name=queue_name, verdict=UNKNOWN)
-        out, evs = status.compute(previous, rj, facts)
-        previous = out
-        phases.append(out["phase"])
-        events += [(e.type, e.reason) for e in evs]
-    return phases, events
-
-
 @pytest.mark.parametrize("name", SEQUENCES)
 def test_sequence_phases_and_events(name):
     steps, queue, transitions = SEQUENCES[name]
@@ -106,24 +87,6 @@ def test_new_on_restart_does_not_flap_back_to_pending(name):
     phases, _ = walk(SEQUENCES[name][0], SEQUENCES[name][1])
     first_preparing = phases.index("Preparing")
     assert "Pending" not in phases[first_preparing:]
-
-
-class MemoryKube:
-    """The two calls the stand-in makes, on one RayJob held in memory (JSON merge patch)."""
-
-    def __init__(self, spec):
-        self.obj = {"metadata": {"name": "j"}, "spec": spec, "status": {}}
-
-    def get(self, api_version, kind, namespace, name):
-        return copy.deepcopy(self.obj)
-
-    def patch_status(self, api_version, kind, namespace, name, patch):
-        for key, value in patch.items():
-            if value is None:
-                self.obj["status"].pop(key, None)
-            else:
-                self.obj["status"][key] = value
-        return self.obj
 
 
 def shape(st):

@@ -6,7 +6,6 @@ import datetime
 
 import pytest
 from click.testing import CliRunner
-
 from lorarl import cli
 from lorarl.runtime import leader
 from lorarl.runtime.leader import Record
@@ -66,7 +65,7 @@ def test_record_round_trips_through_a_lease_spec():
 
 
 def test_micro_time_always_has_six_fractional_digits():
-    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     assert leader.micro_time(moment) == "2026-01-02T03:04:05.000000Z"
 
 

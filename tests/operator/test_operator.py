@@ -2,73 +2,20 @@
 
 from __future__ import annotations
 
-import copy
-import json
 import signal
 
 import pytest
-import yaml
 from kubernetes import client as k8s
-
-from lorarl.job import render
 from lorarl.admission.validation import parse_job
-from tests.helpers import seed_doc
-from tests.helpers import wait_for
-from lorarl_dev.kuberay_sim import FakeKubeRay
+from lorarl.job import render
+
+from tests.helpers import NAME, apply_job, await_reconciles, conditions, events, job, phase_is, poke_and_await, rayjob, running, seed_doc, started, wait_for
 
 pytestmark = pytest.mark.controlplane
 
-NAME = "qwen3-4b-lora-amd"
 CHILD_KINDS = [("v1", "ServiceAccount", f"{NAME}-reporter"), ("rbac.authorization.k8s.io/v1", "Role", f"{NAME}-reporter"),
                ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"), ("v1", "ConfigMap", f"{NAME}-lorarl"),
                ("v1", "PersistentVolumeClaim", f"{NAME}-data"), ("ray.io/v1", "RayJob", NAME)]
-
-
-def apply_job(control_plane, namespace, doc):
-    doc = copy.deepcopy(doc)
-    doc["metadata"]["namespace"] = namespace
-    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
-    return doc
-
-
-def job(kube, namespace, name=NAME):
-    return kube.get("lorarl.dev/v1alpha1", "LoraRLJob", namespace, name)
-
-
-def rayjob(kube, namespace, name=NAME):
-    return kube.get("ray.io/v1", "RayJob", namespace, name)
-
-
-def phase_is(kube, namespace, phase, name=NAME):
-    def check():
-        st = (job(kube, namespace, name) or {}).get("status") or {}
-        return st if st.get("phase") == phase else None
-    return check
-
-
-def conditions(st):
-    return {c["type"]: (c["status"], c["reason"]) for c in st.get("conditions", [])}
-
-
-def events(kube, namespace, name=NAME):
-    core = k8s.CoreV1Api(kube.client)
-    items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=LoraRLJob").items
-    return [(e.type, e.reason) for e in sorted(items, key=lambda e: e.event_time)]
-
-
-def started(kube, namespace):
-    wait_for(lambda: rayjob(kube, namespace), what="the RayJob")
-    return FakeKubeRay(kube, namespace, NAME)
-
-
-def running(kube, namespace):
-    """Apply-to-Running as KubeRay goes: Initializing, submitted, RUNNING."""
-    ray = started(kube, namespace)
-    ray.initializing()
-    ray.submitted()
-    ray.running()
-    wait_for(phase_is(kube, namespace, "Running"), what="Running")
-    return ray
 
 
 def test_seed_example_is_reconciled_into_children(control_plane, namespace, kube, operator):
@@ -217,7 +164,7 @@ def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
     ray.initializing()
     ray.suspending()
     ray.suspended()
-    st = wait_for(phase_is(kube, namespace, "Pending"))
+    wait_for(phase_is(kube, namespace, "Pending"))
     wait_for(lambda: conditions(job(kube, namespace)["status"]).get("Suspended") == ("True", "Queued"), what="Queued")
     # Kueue admits: it flips suspend; the operator must not flip it back
     control_plane.kubectl("patch", "rayjob", NAME, "-n", namespace, "--type=merge", "--field-manager=kueue", "-p", '{"spec":{"suspend":false}}')
@@ -233,33 +180,12 @@ def test_kueue_queue_is_left_to_kueue(control_plane, namespace, kube, operator):
 
 def test_deleted_rayjob_is_recreated(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, seed_doc())
-    ray = running(kube, namespace)
+    running(kube, namespace)
     old_uid = rayjob(kube, namespace)["metadata"]["uid"]
     kube.delete("ray.io/v1", "RayJob", namespace, NAME)
     wait_for(lambda: (rayjob(kube, namespace) or {}).get("metadata", {}).get("uid") not in (None, old_uid), what="a new RayJob")
     wait_for(lambda: ("Warning", "RayJobRecreated") in events(kube, namespace), what="RayJobRecreated event")
     assert "--resume" in rayjob(kube, namespace)["spec"]["entrypoint"]
-
-
-def count_reconciles(operator, namespace: str, outcome: str, name: str = NAME) -> int:
-    """Reconcile log lines of the job containing ``outcome`` (e.g. "(resync): phase Pending")."""
-    line = f"[{namespace}/{name}] reconcile "
-    return sum(1 for text in operator.output().splitlines() if line in text and outcome in text)
-
-
-def await_reconciles(operator, namespace: str, outcome: str, count: int, name: str = NAME) -> None:
-    """Wait until the operator's log shows ``count`` more reconciles of the job ending in ``outcome``
-    (e.g. "(resync): phase Preparing"): evidence that it looked again, before asserting it did nothing."""
-    seen = count_reconciles(operator, namespace, outcome, name)
-    wait_for(lambda: count_reconciles(operator, namespace, outcome, name) >= seen + count, timeout=60, what=f"{count} more reconciles with {outcome}")
-
-
-def poke_and_await(kube, operator, namespace: str, phase: str, rollout: int) -> None:
-    """Make the operator look at the job now (a reporter-like status patch is a job event) and
-    wait for that reconcile's log line: evidence, before asserting that it did nothing."""
-    seen = count_reconciles(operator, namespace, f"(job-event): phase {phase}")
-    kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"progress": {"rollout": rollout}})
-    wait_for(lambda: count_reconciles(operator, namespace, f"(job-event): phase {phase}") > seen, timeout=60, what=f"a job-event reconcile ({phase})")
 
 
 def test_finished_job_is_not_rerun_when_its_rayjob_goes(control_plane, namespace, kube, operator):
@@ -283,7 +209,7 @@ def test_delete_job_garbage_collects_children(control_plane, namespace, kube, op
     assert not job(kube, namespace)["metadata"].get("finalizers")  # deletion never waits for the operator
     control_plane.kubectl("delete", "lorarljob", NAME, "-n", namespace, "--wait=true", "--timeout=60s")
     for api_version, kind, name in CHILD_KINDS:
-        wait_for(lambda: kube.get(api_version, kind, namespace, name) is None, timeout=60, what=f"{kind} garbage-collected")
+        wait_for(lambda: kube.get(api_version, kind, namespace, name) is None, timeout=60, what=f"{kind} garbage-collected")  # noqa: B023 (called within this iteration)
 
 
 def test_sigkill_mid_reconcile_leaves_exactly_one_rayjob_each(control_plane, namespace, kube, operator):

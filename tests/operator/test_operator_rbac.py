@@ -11,12 +11,10 @@ import urllib.request
 
 import pytest
 import yaml
+from lorarl_dev.controlplane import free_port
 
 from tests.chart.helm import operator_rbac
-from lorarl_dev.controlplane import free_port
-from tests.helpers import seed_doc
-from tests.helpers import wait_for
-from tests.operator.test_operator import apply_job, conditions, events, job, phase_is, rayjob
+from tests.helpers import apply_job, conditions, events, job, phase_is, rayjob, seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 

@@ -6,10 +6,10 @@ import http.server
 import threading
 
 import pytest
-
 from lorarl.runtime import probes, runner
+from lorarl_dev.controlplane import free_port
+
 from tests.helpers import http_get as get
-from tests.operator.test_operator_rbac import free_port
 
 
 @pytest.fixture

@@ -26,12 +26,11 @@ from dataclasses import dataclass
 import pytest
 import yaml
 from kubernetes import client as k8s
-
 from lorarl_dev import audit
-from tests.chart.helm import operator_rbac
 from lorarl_dev.kuberay_sim import FakeKubeRay
-from tests.helpers import REPO, seed_doc, wait_for
-from tests.operator.test_operator import NAME, apply_job, conditions, events, job, phase_is, rayjob
+
+from tests.chart.helm import operator_rbac
+from tests.helpers import NAME, REPO, apply_job, conditions, events, job, phase_is, rayjob, seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 

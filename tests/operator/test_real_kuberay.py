@@ -14,10 +14,9 @@ import sys
 
 import pytest
 import yaml
-
 from lorarl.runtime.kube import Api
-from tests.helpers import seed_doc
-from tests.helpers import wait_for
+
+from tests.helpers import seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 NAME = "qwen3-4b-lora-amd"
@@ -158,8 +157,9 @@ def test_stand_in_sequences_match_the_real_kuberay_operator(fake_cluster):
     (no Ray head executes in a kwok pod, so jobStatus RUNNING/SUCCEEDED and AppFailed never come);
     the retry is KubeRay's own: the submitter pod "completes" on kwok, the dashboard never answers,
     and 30 s later KubeRay fails the attempt (rayjob_controller.go:270-272, 1126-1148)."""
-    from tests.operator.test_kuberay_sequences import MemoryKube
     from lorarl_dev.kuberay_sim import FakeKubeRay
+
+    from tests.operator.kuberay_steps import MemoryKube
 
     cp = fake_cluster
     ns = "kuberay-sequences"
@@ -205,7 +205,7 @@ def test_stand_in_sequences_match_the_real_kuberay_operator(fake_cluster):
         assert recorder.deployment_statuses("retry") == ["", "Initializing", "Running", "Retrying", "", "Initializing", "Running", "Failed"]
 
         # and what the real writes make of a LoraRLJob: one Preparing from the first cluster to the end of the retry
-        from tests.operator.test_kuberay_sequences import walk
+        from tests.operator.kuberay_steps import walk
 
         phases, events = walk([(False, st, False, None) for st in real["retry"]], None)
         assert phases == ["Pending", "Preparing", "Preparing", "Preparing", "Preparing", "Preparing", "Preparing", "Failed"]

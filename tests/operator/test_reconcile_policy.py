@@ -5,15 +5,16 @@ from __future__ import annotations
 import datetime
 
 from lorarl.control.health import Verdict
-from lorarl.job import render
 from lorarl.control.queueing import CREATE_MANAGER, rayjob_apply
-from lorarl.runtime.kube import FIELD_MANAGER
 from lorarl.control.reconcile import startup_timed_out, suspend_drifted
+from lorarl.job import render
+from lorarl.runtime.kube import FIELD_MANAGER
+
 from tests.helpers import job_from, with_spec
 
 OK = Verdict("True", "WithinThresholds", "")
 BAD = Verdict("False", "LogprobDiffTooHigh", "")
-NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 
 
 def rj(suspend=None, created="2026-11-30T10:00:00Z", start=None):
@@ -76,7 +77,7 @@ def test_ttl_after_finished_is_opt_in_and_counts_from_completion():
     done = {"phase": "Succeeded", "completionTime": "2026-11-30T11:59:00Z"}
     assert ttl_expiry(job_from(with_spec()), done) is None  # unset: kept
     job = job_from(with_spec(ttlSecondsAfterFinished=300))
-    assert ttl_expiry(job, done) == datetime.datetime(2026, 11, 30, 12, 4, tzinfo=datetime.timezone.utc)
+    assert ttl_expiry(job, done) == datetime.datetime(2026, 11, 30, 12, 4, tzinfo=datetime.UTC)
     assert ttl_expiry(job, {"phase": "Running"}) is None
     assert next_check(job, None, done, NOW) == 241.0
     assert next_check(job, None, {**done, "phase": "Failed"}, NOW) == 241.0

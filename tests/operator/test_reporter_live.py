@@ -4,7 +4,6 @@ job's status and nothing else; a retried run is counted across its attempts."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import ssl
@@ -15,50 +14,10 @@ import urllib.request
 
 import pytest
 
-from lorarl.control.reconcile import Reconciler
-from tests.helpers import seed_doc
-from tests.operator.test_operator import apply_job, job
-from tests.reporter.reporter_testlib import CHILD, expected_final_status, generate_miles_log, trainer_command, without_time
+from tests.helpers import job, make_job, reporter_env, run_reporter_on_200_rollouts, shipped_reporter
+from tests.reporter.reporter_testlib import expected_final_status, trainer_command, without_time
 
 pytestmark = pytest.mark.controlplane
-
-
-def make_job(control_plane, namespace, kube, name):
-    doc = seed_doc()
-    doc["metadata"]["name"] = name
-    apply_job(control_plane, namespace, doc)
-    Reconciler(kube).reconcile(namespace, name)  # renders and applies the SA, Role, RoleBinding and ConfigMap
-    return name
-
-
-def shipped_reporter(kube, namespace, name, directory):
-    """The reporter exactly as the job mounts it: from the ConfigMap the operator applied."""
-    cm = kube.get("v1", "ConfigMap", namespace, f"{name}-lorarl")
-    path = directory / "reporter.pyz"
-    path.write_bytes(base64.b64decode(cm["binaryData"]["reporter.pyz"]))
-    return [sys.executable, "-I", "-S", str(path)]
-
-
-def reporter_env(control_plane, token_file):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))}
-    env.update(LORARL_API_SERVER=control_plane.server, LORARL_TOKEN_FILE=str(token_file), LORARL_CA_FILE=str(control_plane.ca_file))
-    return env
-
-
-def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path):
-    """The shipped reporter, as the job's own ServiceAccount, over a 200-rollout miles log:
-    (the finished process, the log)."""
-    token = tmp_path / "token"
-    token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
-    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints")
-    log_file = tmp_path / "miles.log"
-    log_file.write_bytes(log.data)
-    result = subprocess.run(
-        [*shipped_reporter(kube, namespace, mine, tmp_path), "--namespace", namespace, "--name", mine,
-         "--total-rollouts", "200", "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
-        capture_output=True, env=reporter_env(control_plane, token), timeout=300,
-    )
-    return result, log
 
 
 def test_reporter_fills_status_with_per_job_identity(control_plane, namespace, kube, tmp_path):

@@ -15,15 +15,13 @@ import sys
 
 import pytest
 import yaml
-
 from lorarl.job import render
-from tests.chart.helm import operator_rbac
-from tests.helpers import seed_doc, wait_for
-from tests.operator.conftest import OperatorProcess
-from tests.operator.test_operator import NAME, apply_job, job, phase_is, rayjob
-from tests.operator.test_reporter_live import reporter_env, shipped_reporter
-from tests.reporter.reporter_testlib import CHILD, generate_miles_log
 from lorarl_dev.kuberay_sim import FakeKubeRay
+
+from tests.chart.helm import operator_rbac
+from tests.helpers import NAME, apply_job, job, phase_is, rayjob, reporter_env, seed_doc, shipped_reporter, wait_for
+from tests.operator.conftest import OperatorProcess
+from tests.reporter.reporter_testlib import CHILD, generate_miles_log
 
 pytestmark = pytest.mark.controlplane
 
@@ -110,6 +108,6 @@ def test_no_sentinel_leaves_its_secret(helm, control_plane, namespace, kube, tmp
 
 
 def job_from_cluster(kube, namespace):
-    from lorarl.admission.validation import parse_stored
+    from lorarl.control.stored import parse_stored
 
     return parse_stored(job(kube, namespace))[0]

@@ -3,92 +3,14 @@
 from __future__ import annotations
 
 import pytest
-
 from lorarl.control import status
 from lorarl.control.health import Verdict
 
-OK = Verdict("True", "WithinThresholds", "fine")
-UNKNOWN = Verdict("Unknown", "AwaitingMetrics", "no step yet")
-NOW = "2026-11-30T10:00:00Z"
-
-
-def rayjob(deployment="", job_status="", reason="", message="", **extra):
-    st = {"jobDeploymentStatus": deployment, "jobStatus": job_status, "reason": reason, "message": message, **extra}
-    return {"metadata": {"name": "j", "creationTimestamp": "2026-11-30T09:00:00Z"}, "status": {k: v for k, v in st.items() if v != ""}}
-
-
-def facts(**kw):
-    base = dict(generation=3, now=NOW, user_suspended=False, queue_name=None, verdict=UNKNOWN)
-    base.update(kw)
-    return status.Facts(**base)
+from tests.operator.status_table import BAD, NOW, OK, REFUSED, TABLE, T, computed, facts, rayjob
 
 
 def conds(st):
     return {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]}
-
-
-BAD = Verdict("False", "LogprobDiffTooHigh", "mean 0.05 >= 0.03")
-T, F = "True", "False"
-REFUSED = 'applying RayJob ns/j: 422 Unprocessable Entity: RayJob.ray.io "j" is invalid: spec.rayClusterSpec.headGroupSpec.template.spec.affinity: Invalid value'
-
-# Written by hand from docs/status.md (KubeRay states) and kstatus's rules (sigs.k8s.io/cli-utils
-# v0.37.2 pkg/kstatus/status: Reconciling=True -> InProgress, else Stalled=True -> Failed, else
-# Ready=True -> Current, Ready=False -> InProgress); never computed from lorarl.control.status.
-# KubeRay's failure reasons are the JobFailedReason values of ray-operator v1.5.0
-# apis/ray/v1/rayjob_types.go plus the deadline/timeout reasons of docs/status.md.
-# id: (RayJob (deployment, jobStatus, reason) or None, Facts overrides,
-#      phase, Ready, Ready reason, Reconciling, Stalled, Succeeded, Failed, Suspended, kstatus)
-TABLE = {
-    "no-rayjob": (None, {}, "Pending", F, "RayJobNotCreated", T, F, F, F, F, "InProgress"),
-    "created": (("", "", ""), {}, "Pending", F, "RayJobCreated", T, F, F, F, F, "InProgress"),
-    # New ("") again on a retry or resume: KubeRay keeps startTime and the counters
-    "restarting-after-retry": (("", "", "", "", {"startTime": NOW, "failed": 1}), {}, "Preparing", F, "RayClusterRestarting", T, F, F, F, F, "InProgress"),
-    "restarting-after-resume": (("", "", "", "", {"startTime": NOW, "failed": 0}), {}, "Preparing", F, "RayClusterRestarting", T, F, F, F, F, "InProgress"),
-    "queued-initializing": (("Initializing", "", "", "", {}, {"suspend": True}), {"queue_name": "rl-team"}, "Pending", F, "Queued", T, F, F, F, T, "InProgress"),
-    "initializing": (("Initializing", "", ""), {}, "Preparing", F, "RayClusterInitializing", T, F, F, F, F, "InProgress"),
-    "waiting": (("Waiting", "", ""), {}, "Preparing", F, "WaitingForSubmission", T, F, F, F, F, "InProgress"),
-    "submitted-pending": (("Running", "PENDING", ""), {}, "Preparing", F, "JobSubmitted", T, F, F, F, F, "InProgress"),
-    "submitted": (("Running", "", ""), {}, "Preparing", F, "JobSubmitted", T, F, F, F, F, "InProgress"),
-    "running-awaiting-metrics": (("Running", "RUNNING", ""), {}, "Running", T, "Training", F, F, F, F, F, "Current"),
-    "running-healthy": (("Running", "RUNNING", ""), {"verdict": OK}, "Running", T, "Training", F, F, F, F, F, "Current"),
-    "running-unhealthy": (("Running", "RUNNING", ""), {"verdict": BAD}, "Running", F, "LogprobDiffTooHigh", F, T, F, F, F, "Failed"),
-    "finishing": (("Running", "SUCCEEDED", ""), {}, "Running", T, "Finishing", F, F, F, F, F, "Current"),
-    "succeeded": (("Complete", "SUCCEEDED", ""), {}, "Succeeded", T, "Succeeded", F, F, T, F, F, "Current"),
-    "stopped": (("Complete", "STOPPED", ""), {}, "Failed", F, "Stopped", F, T, F, T, F, "Failed"),
-    "complete-failed": (("Complete", "FAILED", "AppFailed"), {}, "Failed", F, "AppFailed", F, T, F, T, F, "Failed"),
-    "retrying": (("Retrying", "FAILED", "AppFailed"), {}, "Preparing", F, "Retrying", T, F, F, F, F, "InProgress"),
-    "suspend-requested": (("Running", "RUNNING", ""), {"user_suspended": True}, "Running", F, "SuspendRequested", T, F, F, F, F, "InProgress"),
-    "suspending": (("Suspending", "", ""), {"user_suspended": True}, "Suspended", F, "Suspending", T, F, F, F, T, "InProgress"),
-    "suspended": (("Suspended", "", ""), {"user_suspended": True}, "Suspended", T, "Suspended", F, F, F, F, T, "Current"),
-    "resuming": (("Suspended", "", ""), {}, "Suspended", F, "Resuming", T, F, F, F, T, "InProgress"),
-    "suspended-unhealthy": (("Suspended", "", ""), {"verdict": BAD}, "Suspended", F, "LogprobDiffTooHigh", F, T, F, F, T, "Failed"),
-    "queued": (("Suspended", "", ""), {"queue_name": "rl-team"}, "Pending", F, "Queued", T, F, F, F, T, "InProgress"),
-    "queued-user-suspended": (("Suspended", "", ""), {"queue_name": "rl-team", "user_suspended": True}, "Suspended", T, "Suspended", F, F, F, F, T, "Current"),
-    "startup-timeout": (("Initializing", "", ""), {"startup_timed_out": True}, "Preparing", F, "StartupTimeout", F, T, F, F, F, "Failed"),
-    "queued-past-startup-timeout": (("Suspended", "", ""), {"queue_name": "q", "startup_timed_out": True}, "Pending", F, "Queued", T, F, F, F, T, "InProgress"),
-    "invalid-spec": (None, {"invalid_spec": "spec.extraArgs[0]: --lora-rank is set from the spec"}, "Pending", F, "InvalidSpec", F, T, F, F, F, "Failed"),
-    "stopped-unhealthy": (None, {"verdict": BAD, "stopped_unhealthy": True}, "Failed", F, "StoppedUnhealthy", F, T, F, T, F, "Failed"),
-    "validation-failed": (("ValidationFailed", "", "ValidationFailed"), {}, "Failed", F, "ValidationFailed", F, T, F, T, F, "Failed"),
-    "apply-failed-new": (None, {"apply_failed": REFUSED}, "Pending", F, "ApplyFailed", F, T, F, F, F, "Failed"),
-    "apply-failed-running": (("Running", "RUNNING", ""), {"apply_failed": REFUSED, "verdict": OK}, "Running", F, "ApplyFailed", F, T, F, F, F, "Failed"),
-    "apply-failed-unhealthy": (("Running", "RUNNING", ""), {"apply_failed": REFUSED, "verdict": BAD}, "Running", F, "ApplyFailed", F, T, F, F, F, "Failed"),
-    "unknown-state": (("SomethingNew", "", ""), {}, "Pending", F, "UnknownRayJobState", T, F, F, F, F, "InProgress"),
-    **{
-        f"failed-{reason}": (("Failed", "FAILED", reason), {}, "Failed", F, reason, F, T, F, T, F, "Failed")
-        for reason in ("SubmissionFailed", "DeadlineExceeded", "AppFailed", "JobDeploymentStatusTransitionGracePeriodExceeded",
-                       "ValidationFailed", "PreRunningDeadlineExceeded", "JobStatusCheckTimeoutExceeded")
-    },
-}
-
-
-def computed(case):
-    """The status lorarl.control.status computes for one TABLE row."""
-    ray, overrides = TABLE[case][:2]
-    rj = None if ray is None else rayjob(*ray[:4], **(ray[4] if len(ray) > 4 else {}))
-    if ray is not None and len(ray) > 5:
-        rj["spec"] = ray[5]
-    out, _ = status.compute({}, rj, facts(**overrides))
-    return out
 
 
 @pytest.mark.parametrize("case", TABLE)

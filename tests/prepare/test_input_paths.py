@@ -12,10 +12,11 @@ import posixpath
 import re
 import urllib.parse
 
-from hypothesis import example, given, settings, strategies as st
-
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from lorarl.api import types as api
-from lorarl.job import command, render
+from lorarl.job import command, paths, render
+
 from tests.helpers import job_from, with_spec
 
 SEGMENT_MAX = 255  # NAME_MAX of Linux file systems, in bytes
@@ -44,7 +45,7 @@ def test_same_name_in_two_organisations_gets_two_directories():
 
 def test_two_revisions_of_one_model_get_two_directories():
     dirs = {
-        rev: command.model_dir(job_from(with_spec(model={"name": "Qwen/Qwen3-4B", **({"revision": rev} if rev else {})})))
+        rev: paths.model_dir(job_from(with_spec(model={"name": "Qwen/Qwen3-4B", **({"revision": rev} if rev else {})})))
         for rev in (None, "main", "v2.0", "refs/pr/7", "1a2b3c4d")
     }
     assert dirs == {
@@ -66,12 +67,12 @@ repos = st.from_regex(api.HF_REPO_ID, fullmatch=True).filter(lambda r: 3 <= len(
 revisions = st.none() | st.from_regex(api.SHELL_SAFE, fullmatch=True).filter(lambda r: len(r) <= 64)
 
 
-@example(root=command.MODELS_DIR, repo="0/0", revision=".")  # found by the CI profile: the model's own directory
-@example(root=command.MODELS_DIR, repo="org/name", revision="..")  # its org's directory
+@example(root=paths.MODELS_DIR, repo="0/0", revision=".")  # found by the CI profile: the model's own directory
+@example(root=paths.MODELS_DIR, repo="org/name", revision="..")  # its org's directory
 @settings(max_examples=400, deadline=None)
-@given(st.sampled_from([command.MODELS_DIR, command.DATASETS_DIR]), repos, revisions)
+@given(st.sampled_from([paths.MODELS_DIR, paths.DATASETS_DIR]), repos, revisions)
 def test_every_allowed_repository_and_revision_has_its_own_directory(root, repo, revision):
-    path = command.input_dir(root, repo, revision)
+    path = paths.input_dir(root, repo, revision)
     # injective: the directory names its repository and revision, so no two inputs share one
     assert decode(root, path) == (repo, revision or "main")
     # stays inside the root, one segment per part, no '.' or '..', within NAME_MAX
@@ -88,5 +89,5 @@ def test_every_allowed_repository_and_revision_has_its_own_directory(root, repo,
 @given(repos, revisions, repos, revisions)
 def test_different_inputs_never_share_a_directory(repo_a, rev_a, repo_b, rev_b):
     same_input = (repo_a, rev_a or "main") == (repo_b, rev_b or "main")
-    same_dir = command.input_dir(command.DATASETS_DIR, repo_a, rev_a) == command.input_dir(command.DATASETS_DIR, repo_b, rev_b)
+    same_dir = paths.input_dir(paths.DATASETS_DIR, repo_a, rev_a) == paths.input_dir(paths.DATASETS_DIR, repo_b, rev_b)
     assert same_dir == same_input

@@ -15,8 +15,8 @@ import signal
 import subprocess
 
 import pytest
-
 from lorarl.job import render
+
 from tests.helpers import job_from, wait_for, with_spec
 
 SCRIPT = render.asset_path("prepare.sh")

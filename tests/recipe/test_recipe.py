@@ -7,8 +7,8 @@ import re
 import shlex
 
 import pytest
+from lorarl.job import command, paths
 
-from lorarl.job import command
 from tests.helpers import REPO, job_from, seed_doc, with_spec
 
 RECORDED = pathlib.Path(__file__).with_name("recorded_train_args.txt")
@@ -44,7 +44,7 @@ def same_value(ours: str, recorded: str) -> bool:
 
 def assert_block_equal(ours: list[str], recorded: list[str], name: str) -> None:
     assert len(ours) == len(recorded), f"{name}: {ours} != {recorded}"
-    for i, (a, b) in enumerate(zip(ours, recorded)):
+    for i, (a, b) in enumerate(zip(ours, recorded, strict=False)):
         assert same_value(a, b), f"{name}[{i}]: rendered {a!r}, recorded {b!r}"
 
 
@@ -53,7 +53,7 @@ SEED_NAME = seed_doc()["metadata"]["name"]
 
 # The recipe runs on one user's machine and names input directories by the repository's last
 # path part. The operator's volumes may be shared by many jobs, so it keys them by repository
-# and revision (lorarl.job.command.input_dir; tests/prepare). These are the seed's directories and
+# and revision (lorarl.job.paths.input_dir; tests/prepare). These are the seed's directories and
 # the recipe's, written out: the comparison maps ours to the recipe's and nothing else, and
 # test_only_input_directories_and_number_spelling_differ pins that this is the whole difference.
 KEYED_TO_RECIPE = (
@@ -103,7 +103,7 @@ def test_only_input_directories_and_number_spelling_differ():
     ours = [t for _, b in command.train_blocks(job_from(seed_doc())) for t in b]
     recorded = [t.replace("<run_id>", SEED_NAME) for n, b in RECORDED_BLOCKS.items() if n != "wandb" for t in b]
     assert len(ours) == len(recorded)
-    differing = {(a, b) for a, b in zip(ours, recorded) if a != b}
+    differing = {(a, b) for a, b in zip(ours, recorded, strict=False) if a != b}
     assert differing == {
         ("1.0", "1"),
         ("0.0", "0.00"),
@@ -140,7 +140,7 @@ def test_entrypoint_runs_train_py_under_the_reporter():
     with Chain() as chain:  # KubeRay's submitter bash, Ray's joiner, the head's /bin/sh (real)
         argv = ["python3", *chain.run(command.entrypoint(job)).argv]
     split = argv.index("--")
-    assert argv[:2] == ["python3", command.REPORTER_PATH]
+    assert argv[:2] == ["python3", paths.REPORTER_PATH]
     assert argv[split + 1 : split + 3] == ["python3", "/root/miles/train.py"]
     assert argv[split + 3 :] == [t for _, b in command.train_blocks(job) for t in b]
 

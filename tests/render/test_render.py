@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import base64
 import copy
-import io
-import zipfile
 import hashlib
+import io
 import os
 import pathlib
+import zipfile
 
 import pytest
 import yaml
+from lorarl.job import paths, render
 
-from lorarl.job import command, render
 from tests.helpers import MANIFESTS, job_from, load, seed_doc, with_spec
 
 SNAPSHOTS = pathlib.Path(__file__).with_name("snapshots")
@@ -176,6 +176,6 @@ def test_configmap_ships_reporter_and_prepare_script():
         assert z.read("lorarl_reporter/launcher.py").decode() == (sources / "launcher.py").read_text()
     mount = [v for v in by_kind(render.render(job_from(seed_doc())))["RayJob"]["spec"]["rayClusterSpec"]["headGroupSpec"]
              ["template"]["spec"]["volumes"] if v["name"] == render.REPORTER_VOLUME][0]
-    assert command.REPORTER_PATH == f"/opt/lorarl/{command.REPORTER_FILE}" and mount["configMap"]["name"] == cm["metadata"]["name"]
+    assert paths.REPORTER_PATH == f"/opt/lorarl/{paths.REPORTER_FILE}" and mount["configMap"]["name"] == cm["metadata"]["name"]
     assert "hf" in cm["data"]["prepare.sh"]
     assert len(render.to_yaml([cm]).encode()) < 1_000_000  # ConfigMap size limit

@@ -70,7 +70,7 @@ def generate_miles_log(num_rollouts: int = 300, eval_interval: int = 20, save_in
 
 def r4(value: float) -> float:
     """4 significant digits, written independently of the reporter's rounding module."""
-    return float("%.4g" % value)
+    return float(f"{value:.4g}")
 
 
 def expected_final_status(log: AttemptLog, *, offset: int = 0, total: int | None = None,

@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from lorarl_dev import mileslog
+
 from tests.reporter.reporter_testlib import r4, trainer_command
 
 

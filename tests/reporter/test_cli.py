@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from lorarl_dev import mileslog
-from tests.reporter.reporter_testlib import CHILD, FakeApi, expected_final_status, strip_nulls, without_time
 
+from tests.reporter.reporter_testlib import CHILD, FakeApi, expected_final_status, strip_nulls, without_time
 
 TOKEN = "s3cr3t-token-value-0123456789"
 STEP0 = "[2026-11-30 08:30:00.000 MegatronTrainRayActor] model.py:660 - step 0: {'train/loss': 0.5}"
@@ -212,6 +212,7 @@ def test_checkpoints_from_the_save_dir(tmp_path, fake_api, token_file):
 
 def test_artifact_is_deterministic_small_and_stdlib_only(artifact_path):
     from lorarl.job import artifact, render
+
     from tests.helpers import job_from, seed_doc
 
     artifact.reporter_zipapp.cache_clear()
@@ -220,7 +221,7 @@ def test_artifact_is_deterministic_small_and_stdlib_only(artifact_path):
     assert len(json.dumps(cm)) < 1 << 20  # a ConfigMap holds at most 1 MiB
     imports = subprocess.run([*run_artifact(), "--help"], capture_output=True, text=True, timeout=30)
     assert imports.returncode == 0 and "--total-rollouts" in imports.stdout
-    names = [l.split()[-1] for l in subprocess.run(
+    names = [word.split()[-1] for word in subprocess.run(
         [sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import lorarl_reporter.cli; "
          "print('\\n'.join(sorted(m for m in sys.modules if m.startswith('lorarl_reporter'))))", ARTIFACT["path"]],
         capture_output=True, text=True, timeout=30, check=True).stdout.split()]

@@ -8,6 +8,7 @@ import re
 
 import pytest
 from lorarl_dev import mileslog
+
 from tests.reporter.reporter_testlib import BASE_TIME, expected_final_status, generate_miles_log, r4, strip_nulls, without_time
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")

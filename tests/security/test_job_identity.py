@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import yaml
-
 from lorarl.job import render
 from lorarl.reporter.kubeapi import OWNED_FIELDS
+
 from tests.helpers import REPO, job_from, seed_doc
 
 CRD = REPO / "crds" / "lorarl.dev_lorarljobs.yaml"

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from lorarl.job import render
+
 from tests.chart.helm import operator_rbac
-from tests.helpers import job_from, seed_doc
-from tests.security.test_scanners import doc_table
+from tests.helpers import doc_table, job_from, seed_doc
 
 
 def table_grants(heading: str) -> set[tuple[str, str, str]]:

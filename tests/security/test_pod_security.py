@@ -4,14 +4,14 @@ this test reads, so the documentation and the renderer cannot drift apart."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
 from lorarl.job import render
 from lorarl.job.profiles import PROFILES
-from tests.helpers import job_from, seed_doc
-from tests.security.test_scanners import doc_table
+
+from tests.helpers import doc_table, job_from, seed_doc
 
 STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "hugepages-1Gi"}
 VOLUME_TYPES = ("emptyDir", "persistentVolumeClaim", "configMap", "projected", "secret", "hostPath", "downwardAPI")

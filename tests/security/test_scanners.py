@@ -21,24 +21,14 @@ import urllib.request
 
 import pytest
 import yaml
-
 from lorarl_dev.controlplane import ensure_binaries
-from tests.helpers import REPO
 
-DOC = REPO / "docs" / "security.md"
+from tests.helpers import REPO, doc_table
+
 CHECKOV_VERSION = "3.3.30"
 CHECKOV_CONFIGS = {"chart": (REPO / "hack" / "security" / "checkov-chart.yaml", REPO / "charts" / "lorarl-operator"),
                    "manifests": (REPO / "hack" / "security" / "checkov-manifests.yaml", REPO / "manifests" / "install")}
 LOCK = REPO / "requirements.lock"
-
-
-def doc_table(heading: str) -> list[dict[str, str]]:
-    """The first Markdown table after ``## heading`` in docs/security.md, as dicts by column."""
-    text = DOC.read_text()
-    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("|")]
-    header = [c.strip() for c in rows[0].strip("|").split("|")]
-    return [dict(zip(header, (c.strip() for c in row.strip("|").split("|")))) for row in rows[2:]]
 
 
 def suppressions(scanner: str, scope: str | None = None) -> set[str]:

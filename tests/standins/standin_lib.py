@@ -8,9 +8,10 @@ import pathlib
 import subprocess
 import sys
 
-from lorarl import command
+from lorarl.job import command
 from lorarl.reporter import logparse
 from lorarl_dev import hubstub
+
 from tests.helpers import MANIFESTS, REPO, job_from, load
 
 MILES = REPO / "hack/images/job/miles"

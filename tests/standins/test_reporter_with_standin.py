@@ -10,7 +10,8 @@ import pathlib
 import subprocess
 import sys
 
-from lorarl import command
+from lorarl.job import command
+
 from tests.helpers import job_from, seed_doc
 from tests.reporter.reporter_testlib import FakeApi, write_artifact
 from tests.standins.standin_lib import TRAIN_PY, events, mapped, of_kind, seed_inputs

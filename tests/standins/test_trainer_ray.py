@@ -15,9 +15,9 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 # Loopback only: Ray otherwise binds and advertises the machine's own address, and a driver
 # given 127.0.0.1 replaces it with that address (ray/_private/services.py:786-821 of ray 2.60.0,
 # resolve_ip_for_localhost -> get_node_ip_address, which keeps the loopback address only when
-# ENABLE_RAY_CLUSTER, read from this variable, is off). On 2 busy cores the raylet's wait for its
-# dashboard agent (agent_register_timeout_ms) needs more than its default.
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_agent_register_timeout_ms": "180000"}
+# ENABLE_RAY_CLUSTER, read from this variable, is off).
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+START_ATTEMPTS = 3  # ray 2.60's raylet aborts when its dashboard agent takes > 15 s to start (2 busy cores)
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +26,16 @@ def cluster():
     mp = pytest.MonkeyPatch()
     for key, value in LOOPBACK_ENV.items():
         mp.setenv(key, value)
-    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 8, "include_dashboard": False,
-                                                                    "node_ip_address": "127.0.0.1"})
+    for attempt in range(1, START_ATTEMPTS + 1):
+        c = cluster_utils.Cluster()
+        try:
+            c.add_node(num_cpus=2, num_gpus=8, include_dashboard=False, node_ip_address="127.0.0.1")
+            break
+        except Exception:  # the raylet's start-up race, logged in its raylet.out
+            c.shutdown()
+            if attempt == START_ATTEMPTS:
+                mp.undo()
+                raise
     try:
         yield c
     finally:

@@ -50,7 +50,7 @@ class KeyPair:
 
 def _builder(subject: x509.Name, issuer: x509.Name, public_key, ca: bool) -> x509.CertificateBuilder:
     """The fields every certificate here shares; ``ca`` decides basic constraints and usage."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return (
         x509.CertificateBuilder()
         .subject_name(subject)

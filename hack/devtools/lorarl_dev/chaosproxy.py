@@ -25,7 +25,6 @@ import json
 import os
 import pathlib
 import threading
-from typing import Optional
 
 __all__ = ["ChaosProxy"]
 
@@ -36,25 +35,25 @@ class ChaosProxy:
     def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
         self.listen_host = listen_host
-        self.port: Optional[int] = None
+        self.port: int | None = None
         self.latency = 0.0
         self.blocked = False
         self.connections = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-proxy", daemon=True)
-        self._server: Optional[asyncio.base_events.Server] = None
+        self._server: asyncio.base_events.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
 
     @classmethod
-    def for_server(cls, server_url: str) -> "ChaosProxy":
+    def for_server(cls, server_url: str) -> ChaosProxy:
         """A proxy for ``https://host:port`` (a :class:`~lorarl_dev.controlplane.ControlPlane`'s ``server``)."""
         host, port = server_url.split("://", 1)[1].rsplit(":", 1)
         return cls(host, int(port))
 
     # -- lifecycle -------------------------------------------------------
 
-    def start(self) -> "ChaosProxy":
+    def start(self) -> ChaosProxy:
         self._thread.start()
         self._server = self._run(asyncio.start_server(self._accept, self.listen_host, 0))
         self.port = self._server.sockets[0].getsockname()[1]
@@ -68,7 +67,7 @@ class ChaosProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> "ChaosProxy":
+    def __enter__(self) -> ChaosProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pathlib
 
 import click
-
 from lorarl import __version__
 
 
@@ -25,6 +24,19 @@ def docs_cmd(output: pathlib.Path | None) -> None:
     from .docsgen import api_markdown
 
     text = api_markdown()
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command("known-fields")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=pathlib.Path), default=None, help="Write here instead of stdout.")
+def known_fields_cmd(output: pathlib.Path | None) -> None:
+    """Print the spec's declared fields (operator/lorarl/control/known_fields.json) from the CRD."""
+    from lorarl.admission.crdgen import known_fields_json
+
+    text = known_fields_json()
     if output:
         output.write_text(text, encoding="utf-8")
     else:

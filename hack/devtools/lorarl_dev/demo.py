@@ -16,14 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
 
 import click
 import yaml
-
-from lorarl.job import artifact, command, render
-from lorarl.runtime.kube import Api
 from lorarl.admission.validation import parse_job
+from lorarl.job import artifact, paths, render
+from lorarl.runtime.kube import Api
+
 from . import controlplane, mileslog
 from .kuberay_sim import FakeKubeRay
 
@@ -43,8 +42,8 @@ for line in open(sys.argv[1], encoding="utf-8"):
 
 def _on_volume(path: str, volume: str) -> str:
     """A path under the job volume's mount point (/root/shared_data) moved under ``volume``."""
-    if path == command.SHARED_DIR or path.startswith(command.SHARED_DIR + "/"):
-        return volume + path[len(command.SHARED_DIR):]
+    if path == paths.SHARED_DIR or path.startswith(paths.SHARED_DIR + "/"):
+        return volume + path[len(paths.SHARED_DIR):]
     return path
 
 
@@ -52,12 +51,12 @@ def simulated_reporter_args(entrypoint: str, volume: str) -> list[str]:
     """The reporter's arguments from the RayJob's entrypoint (``python3 reporter.pyz ARGS --
     train.py ...``), with paths on the job volume moved under the local directory ``volume``."""
     words = shlex.split(entrypoint)
-    if len(words) < 3 or not words[1].endswith(command.REPORTER_FILE) or "--" not in words:
+    if len(words) < 3 or not words[1].endswith(paths.REPORTER_FILE) or "--" not in words:
         raise click.ClickException(f"the RayJob's entrypoint does not start the reporter: {entrypoint[:120]}")
     return [_on_volume(w, volume) for w in words[2:words.index("--")]]
 
 
-def state_dir(base: Optional[str]) -> pathlib.Path:
+def state_dir(base: str | None) -> pathlib.Path:
     return pathlib.Path(base) if base else controlplane.default_state_dir()
 
 
@@ -121,7 +120,7 @@ def _show_progress(job: dict) -> None:
                f"gpuHours {progress.get('gpuHours')}, latest checkpoint {checkpoints.get('latestPath')}")
 
 
-def run(base: Optional[str], pace: float) -> None:
+def run(base: str | None, pace: float) -> None:
     state = state_dir(base)
     state.mkdir(parents=True, exist_ok=True)
     repo = controlplane.repo_root()
@@ -171,9 +170,9 @@ def run(base: Optional[str], pace: float) -> None:
         log_file = pathlib.Path(tmp) / "miles.log"
         eval_interval = job.spec.eval.interval if job.spec.eval.enabled else None
         log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval,
-                                  _on_volume(command.save_dir(job), str(volume)))
+                                  _on_volume(paths.save_dir(job), str(volume)))
         log_file.write_text("\n".join(log) + "\n")
-        shipped = pathlib.Path(tmp) / command.REPORTER_FILE  # the zipapp the job's ConfigMap carries
+        shipped = pathlib.Path(tmp) / paths.REPORTER_FILE  # the zipapp the job's ConfigMap carries
         shipped.write_bytes(artifact.reporter_zipapp())
         token = pathlib.Path(tmp) / "token"
         token.write_text(cp.service_account_token(NAMESPACE, render.reporter_account_name(job)))
@@ -202,7 +201,7 @@ def run(base: Optional[str], pace: float) -> None:
     click.echo("  lorarl-dev demo down  # stop everything")
 
 
-def down(base: Optional[str]) -> None:
+def down(base: str | None) -> None:
     state = state_dir(base)
     stopped = stop_operator(state)
     click.echo("operator stopped" if stopped else "operator was not running")

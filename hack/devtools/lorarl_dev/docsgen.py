@@ -5,15 +5,15 @@ from __future__ import annotations
 import enum
 import json
 import re
+import types
 import typing
 from typing import Any
 
+from lorarl.admission.crdgen import model_in
+from lorarl.api import types as api
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
-
-from lorarl.api import types as api
-from lorarl.admission.crdgen import model_in
 
 
 def _anchor(path: str) -> str:
@@ -28,7 +28,7 @@ def _type_name(annotation: Any, metadata: list[Any] = (), section: str | None = 
     args = typing.get_args(annotation)
     if origin is typing.Annotated:  # e.g. list[Annotated[str, StringConstraints(...)]]
         return _type_name(args[0], [*args[1:], *metadata], section)
-    if origin is typing.Union:
+    if origin in (typing.Union, types.UnionType):  # Optional[X] and X | None
         inner = [a for a in args if a is not type(None)]
         return " \\| ".join(_type_name(a, metadata, section) for a in inner)
     if origin is typing.Literal:

@@ -30,7 +30,7 @@ import copy
 import datetime
 import random
 import string
-from typing import Any, Optional
+from typing import Any
 
 from lorarl.runtime.kube import Api
 
@@ -38,7 +38,7 @@ NEW = ""  # JobDeploymentStatusNew and JobStatusNew (apis/ray/v1/rayjob_types.go
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _rand5() -> str:
@@ -58,7 +58,7 @@ class FakeKubeRay:
         self._names: dict[str, str] = {}  # names for the next initializing (stable recordings)
 
     @property
-    def cluster(self) -> Optional[str]:
+    def cluster(self) -> str | None:
         return self.status.get("rayClusterName") or self._names.get("rayClusterName")
 
     @cluster.setter
@@ -66,7 +66,7 @@ class FakeKubeRay:
         self._names["rayClusterName"] = name
 
     @property
-    def job_id(self) -> Optional[str]:
+    def job_id(self) -> str | None:
         return self.status.get("jobId") or self._names.get("jobId")
 
     @job_id.setter

@@ -33,10 +33,9 @@ import os
 import random
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Optional
+from datetime import UTC, datetime, timedelta
 
-BASE_TIME = datetime(2026, 11, 30, 8, 30, 0, tzinfo=timezone.utc)
+BASE_TIME = datetime(2026, 11, 30, 8, 30, 0, tzinfo=UTC)
 TRAIN_PREFIX = "\x1b[36m(MegatronTrainRayActor pid=1234, ip=10.0.0.5)\x1b[0m "
 ROLLOUT_PREFIX = "\x1b[33m(RolloutManager pid=812, ip=10.0.0.5)\x1b[0m "
 SGLANG_PREFIX = "\x1b[32m(SGLangEngine pid=2222, ip=10.0.0.5)\x1b[0m "
@@ -75,7 +74,7 @@ def saves_at(num_rollouts: int, save_interval: int) -> list:
     return [r for r in range(num_rollouts) if (r + 1) % save_interval == 0 or r == num_rollouts - 1]
 
 
-def evals_at(num_rollouts: int, eval_interval: Optional[int]) -> list:
+def evals_at(num_rollouts: int, eval_interval: int | None) -> list:
     if not eval_interval:
         return []
     return [0] + [r for r in range(num_rollouts) if (r + 1) % eval_interval == 0 and r != 0]
@@ -86,10 +85,10 @@ def _stamp(seconds: float) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"
 
 
-def attempt_log(num_rollouts: int, *, save_dir: str, eval_interval: Optional[int] = 20, save_interval: int = 50,
+def attempt_log(num_rollouts: int, *, save_dir: str, eval_interval: int | None = 20, save_interval: int = 50,
                 ranks: int = 8, steps_per_rollout: int = 1, seed: int = 20261130, noise: bool = True,
-                wandb_url: Optional[str] = None, resumed_from: Optional[tuple] = None,
-                stop_after: Optional[int] = None, die_saving: bool = False, datasets: tuple = ("aime24", "math-500"),
+                wandb_url: str | None = None, resumed_from: tuple | None = None,
+                stop_after: int | None = None, die_saving: bool = False, datasets: tuple = ("aime24", "math-500"),
                 seconds_per_rollout: float = 60.0) -> AttemptLog:
     """The output of one attempt of ``train.py --num-rollout num_rollouts --save save_dir``.
 
@@ -101,7 +100,7 @@ def attempt_log(num_rollouts: int, *, save_dir: str, eval_interval: Optional[int
     log = AttemptLog(num_rollouts=num_rollouts, save_dir=save_dir)
     clock = [0.0]
 
-    def emit(text="", *, prefix: str = "", raw: Optional[bytes] = None, end: bytes = b"\n"):
+    def emit(text="", *, prefix: str = "", raw: bytes | None = None, end: bytes = b"\n"):
         log.lines.append((raw if raw is not None else (prefix + text).encode("utf-8")) + end)
         log.line_times.append(clock[0])
 
@@ -272,7 +271,7 @@ def write_order(ranks: int, hf_export: bool = True) -> list:
     return files + [f"training_state_rank{r}.pt" for r in range(ranks)]
 
 
-def write_save(save_dir: str, iteration: int, ranks: int, *, files: Optional[int] = None,
+def write_save(save_dir: str, iteration: int, ranks: int, *, files: int | None = None,
                torn_last: bool = False, hf_export: bool = True) -> str:
     """Write ``<save_dir>/iter_NNNNNNN/adapter`` in the trainer's order; ``files`` stops after that
     many files (a save interrupted half-way), ``torn_last`` leaves the last one half-written.
@@ -299,7 +298,7 @@ def write_tree(save_dir: str, iterations: list, ranks: int) -> list:
     return [write_save(save_dir, it, ranks) for it in iterations]
 
 
-def demo_lines(num_rollouts: int, eval_interval: Optional[int], save_interval: int, save_dir: str, seed: int = 7) -> list:
+def demo_lines(num_rollouts: int, eval_interval: int | None, save_interval: int, save_dir: str, seed: int = 7) -> list:
     """A quiet, well-formed attempt as text lines (for the demo's live display)."""
     log = attempt_log(num_rollouts, save_dir=save_dir, eval_interval=eval_interval, save_interval=save_interval,
                       seed=seed, noise=False, datasets=("aime24",))

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Optional
 
 __all__ = ["OperatorProcess", "tracebacks"]
 
@@ -77,7 +76,7 @@ class OperatorProcess:
                 "--metrics-port", "0", "--resync-seconds", str(self.resync_seconds), "--log-format", "plain",
                 *self.extra_args]
 
-    def start(self) -> "OperatorProcess":
+    def start(self) -> OperatorProcess:
         env = {**os.environ, **self.control_plane.env()}
         if self.kubeconfig:
             env["KUBECONFIG"] = str(self.kubeconfig)
@@ -89,7 +88,7 @@ class OperatorProcess:
         return self
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
     @property
@@ -116,7 +115,7 @@ class OperatorProcess:
 
     # -- the log -------------------------------------------------------------
 
-    def reconciles(self, namespace: str, name: Optional[str] = None) -> list[str]:
+    def reconciles(self, namespace: str, name: str | None = None) -> list[str]:
         """The reconcile log lines of one job (or of every job in ``namespace``)."""
         pattern = re.compile(rf"\[{re.escape(namespace)}/{re.escape(name) if name else '[^]]+'}\] reconcile ")
         return [line for line in self.output().splitlines() if pattern.search(line)]

@@ -122,7 +122,8 @@ def kube_api(control_plane):
         client.close()
 
 
-def _namespace_name(nodename: str) -> str:
+def namespace_name(nodename: str) -> str:
+    """The one naming of a test's namespace: the test's name, cut to a DNS label, and a random tail."""
     base = re.sub(r"[^a-z0-9-]+", "-", nodename.lower()).strip("-")[:40].strip("-") or "test"
     return f"{base}-{uuid.uuid4().hex[:5]}"
 
@@ -132,7 +133,7 @@ def namespace(request, kube_api):
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    name = _namespace_name(request.node.name)
+    name = namespace_name(request.node.name)
     core = client.CoreV1Api(kube_api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name=name, labels={"lorarl.dev/test": "true"})))
@@ -182,7 +183,7 @@ def kueue_queue(request, kueue_cluster):
     from lorarl_dev.kueue import KUEUE_API_VERSION
 
     cp = kueue_cluster
-    ns = _namespace_name(request.node.name)
+    ns = namespace_name(request.node.name)
     cp.kubectl("create", "namespace", ns)
     cluster_queue = {
         "apiVersion": KUEUE_API_VERSION, "kind": "ClusterQueue", "metadata": {"name": ns},
@@ -207,3 +208,18 @@ def kueue_queue(request, kueue_cluster):
     finally:
         cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         cp.kubectl("delete", "clusterqueue", ns, "--wait=false", check=False)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item (``rep_call``): fixtures dump logs at teardown
+    only when the test itself failed (``call_failed``)."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def call_failed(node) -> bool:
+    """True when the test's body failed (read by fixtures at teardown to print a log tail)."""
+    rep = getattr(node, "rep_call", None)
+    return rep is not None and rep.failed

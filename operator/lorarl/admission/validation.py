@@ -1,5 +1,4 @@
-"""Validation of a LoraRLJob: the API server's answer offline (strict), and a lenient read for
-the controller.
+"""Validation of a LoraRLJob: the API server's answer offline (strict).
 
 ``validate`` (``lorarl validate``, ``lorarl render``) gives the answer the API server gives, in
 three layers, each reporting ``field.path: message``:
@@ -11,9 +10,8 @@ three layers, each reporting ``field.path: message``:
    plus the Kubernetes CEL library functions the rules use (``indexOf``) and RE2 ``matches``;
 3. a last defence in depth: every word of the rendered command is shell-inert.
 
-``parse_stored`` is the controller's read of an object the API server already admitted: unknown
-fields (a newer CRD) are dropped and reported, and the CRD's rules are not re-run, so a
-different CRD version or CEL implementation never turns an admitted job into InvalidSpec.
+The controller never imports this module (nor celpy or jsonschema): its lenient read of an
+admitted object is ``lorarl.control.stored``.
 """
 
 from __future__ import annotations
@@ -21,51 +19,18 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from dataclasses import dataclass
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import celpy
 import jsonschema
-from pydantic import ValidationError
 
 from ..api import types as api
-from ..job import command
+from ..api.problems import InvalidJob, Problem, drop_nulls, schema_problems, wire_form
+from ..job.command import command_problems
 from . import crdgen
 
 INT64 = (-(2**63), 2**63 - 1)
-
-
-@dataclass(frozen=True)
-class Problem:
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
-class InvalidJob(ValueError):
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("; ".join(str(p) for p in problems))
-
-
-def _loc_to_path(loc: tuple[Any, ...], root: str) -> str:
-    parts = [root] if root else []
-    for item in loc:
-        if isinstance(item, int):
-            parts[-1] = f"{parts[-1]}[{item}]" if parts else f"[{item}]"
-        else:
-            parts.append(str(item))
-    return ".".join(parts)
-
-
-def schema_problems(obj: dict[str, Any]) -> tuple[api.LoraRLJob | None, list[Problem]]:
-    try:
-        return api.LoraRLJob.model_validate(obj), []
-    except ValidationError as err:
-        problems = [Problem(_loc_to_path(e["loc"], ""), e["msg"]) for e in err.errors(include_url=False)]
-        return None, problems
 
 
 # ------------------------------------------------------------------------------------ structure
@@ -80,15 +45,6 @@ def go_regex(pattern: str) -> re.Pattern[str]:
 @functools.cache
 def _go_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
-
-
-def drop_nulls(value: Any) -> Any:
-    """The API server prunes null fields of a structural schema before defaulting."""
-    if isinstance(value, dict):
-        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [drop_nulls(v) for v in value]
-    return value
 
 
 def _strict(schema: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +80,7 @@ def _list_type(validator, list_type, instance, schema):
         for i, item in enumerate(instance):
             key = tuple(repr(item.get(k)) if isinstance(item, dict) else None for k in keys)
             if key in seen:
-                yield jsonschema.ValidationError(f"Duplicate value: {dict(zip(keys, (item.get(k) for k in keys)))}", path=[i])
+                yield jsonschema.ValidationError(f"Duplicate value: {dict(zip(keys, (item.get(k) for k in keys), strict=False))}", path=[i])
             seen.add(key)
     elif list_type == "set":
         seen_items: list[Any] = []
@@ -303,11 +259,6 @@ def _rules_with_values(schema: dict[str, Any], value: Any, path: str) -> Iterato
             yield from _rules_with_values(schema["items"], item, f"{path}[{i}]")
 
 
-def wire_form(job: api.LoraRLJob) -> dict[str, Any]:
-    """The object as the API server stores it after defaulting (unset optionals absent)."""
-    return job.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
 @functools.cache
 def _crd_schema() -> dict[str, Any]:
     """The generated CRD's schema, built once per process (read-only here)."""
@@ -343,19 +294,6 @@ def name_problems(metadata: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-# -------------------------------------------------------------------------------------- command
-
-
-def command_problems(job: api.LoraRLJob) -> list[Problem]:
-    """Defence in depth: the schema already keeps every word shell-inert and every path inside
-    its directory; the renderer checks again."""
-    try:
-        command.entrypoint(job)
-    except (command.UnsafeTokenError, ValueError) as err:
-        return [Problem("spec", str(err))]
-    return []
-
-
 def validate(obj: Any) -> tuple[api.LoraRLJob | None, list[Problem]]:
     """All problems of one LoraRLJob document, as the API server would report them; the parsed
     (defaulted) job when it has none. Never raises on any YAML/JSON value."""
@@ -384,53 +322,3 @@ def parse_job(obj: dict[str, Any]) -> api.LoraRLJob:
     if problems or job is None:
         raise InvalidJob(problems)
     return job
-
-
-# ----------------------------------------------------------------------------- lenient reading
-
-
-def drop_unknown(schema: dict[str, Any], value: Any, path: str = "") -> tuple[Any, list[str]]:
-    """``value`` without the fields ``schema`` does not declare (as the API server prunes them),
-    and their paths."""
-    if isinstance(value, dict) and "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-        known = schema["properties"]
-        kept: dict[str, Any] = {}
-        dropped: list[str] = []
-        for name, sub in value.items():
-            where = f"{path}.{name}" if path else name
-            if name not in known:
-                dropped.append(where)
-                continue
-            kept[name], more = drop_unknown(known[name], sub, where)
-            dropped += more
-        return kept, dropped
-    if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
-        out, dropped = {}, []
-        for name, sub in value.items():
-            out[name], more = drop_unknown(schema["additionalProperties"], sub, f"{path}.{name}")
-            dropped += more
-        return out, dropped
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        out_list, dropped = [], []
-        for i, item in enumerate(value):
-            kept_item, more = drop_unknown(schema["items"], item, f"{path}[{i}]")
-            out_list.append(kept_item)
-            dropped += more
-        return out_list, dropped
-    return value, []
-
-
-def parse_stored(obj: dict[str, Any]) -> tuple[api.LoraRLJob, list[str]]:
-    """The controller's read of a stored LoraRLJob: the API server admitted it under some CRD
-    version, so only what this operator needs to render is checked. Fields this version does not
-    know are dropped (returned, for a one-time report); the CRD's rules are not re-run (the API
-    server ran them at admission). Raises InvalidJob only when the spec cannot be rendered."""
-    spec_schema = _crd_schema()["properties"]["spec"]
-    spec, unknown = drop_unknown(spec_schema, drop_nulls(obj.get("spec") or {}), "spec")
-    job, problems = schema_problems({**obj, "spec": spec})
-    if job is None:
-        raise InvalidJob(problems)
-    problems = command_problems(job)
-    if problems:
-        raise InvalidJob(problems)
-    return job, unknown

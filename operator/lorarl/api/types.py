@@ -13,7 +13,7 @@ left unset mean "the hardware profile's (or the recipe's) choice".
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
@@ -132,20 +132,20 @@ class Architecture(ApiModel):
         }
     )
 
-    preset: Optional[ModelPreset] = Field(None, description="A known architecture by name.")
-    num_layers: Optional[int] = Field(
+    preset: ModelPreset | None = Field(None, description="A known architecture by name.")
+    num_layers: int | None = Field(
         None, ge=1, le=512, description="config.json num_hidden_layers.", json_schema_extra=flag("--num-layers")
     )
-    hidden_size: Optional[int] = Field(
+    hidden_size: int | None = Field(
         None, ge=1, le=65536, description="config.json hidden_size.", json_schema_extra=flag("--hidden-size")
     )
-    ffn_hidden_size: Optional[int] = Field(
+    ffn_hidden_size: int | None = Field(
         None, ge=1, le=262144, description="config.json intermediate_size.", json_schema_extra=flag("--ffn-hidden-size")
     )
-    num_attention_heads: Optional[int] = Field(
+    num_attention_heads: int | None = Field(
         None, ge=1, le=1024, description="config.json num_attention_heads.", json_schema_extra=flag("--num-attention-heads")
     )
-    num_query_groups: Optional[int] = Field(
+    num_query_groups: int | None = Field(
         None, ge=1, le=1024, description="config.json num_key_value_heads.", json_schema_extra=flag("--num-query-groups")
     )
     kv_channels: int = Field(128, ge=1, le=4096, description="config.json head_dim.", json_schema_extra=flag("--kv-channels"))
@@ -194,10 +194,10 @@ class ModelSpec(ApiModel):
         "container to /root/models/<org>/<name>/<revision, default main>: one directory per repository and revision.",
         json_schema_extra=flag("--hf-checkpoint"),
     )
-    revision: Optional[str] = Field(
+    revision: str | None = Field(
         None, max_length=64, pattern=SHELL_SAFE, description="Git revision (branch, tag or commit) to download; default: the repository's default branch."
     )
-    architecture: Optional[Architecture] = Field(
+    architecture: Architecture | None = Field(
         None, description="Megatron architecture; inferred for the Qwen3 dense family from the name."
     )
 
@@ -235,13 +235,13 @@ class Toleration(ApiModel):
         }
     )
 
-    key: Optional[str] = Field(None, max_length=MAX_QUALIFIED_NAME, pattern=QUALIFIED_NAME, description="Taint key to tolerate (a qualified name).")
-    operator: Optional[Literal["Exists", "Equal"]] = Field(None, description="Exists or Equal (default Equal).")
-    value: Optional[str] = Field(None, max_length=63, pattern=LABEL_VALUE, description="Taint value for operator Equal (label value syntax).")
-    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
+    key: str | None = Field(None, max_length=MAX_QUALIFIED_NAME, pattern=QUALIFIED_NAME, description="Taint key to tolerate (a qualified name).")
+    operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal (default Equal).")
+    value: str | None = Field(None, max_length=63, pattern=LABEL_VALUE, description="Taint value for operator Equal (label value syntax).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to tolerate; empty means all."
     )
-    toleration_seconds: Optional[int] = Field(None, description="For NoExecute: how long the pod stays bound.")
+    toleration_seconds: int | None = Field(None, description="For NoExecute: how long the pod stays bound.")
 
 
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)]
@@ -276,22 +276,22 @@ class HardwareSpec(ApiModel):
         1, ge=1, le=128, description="Number of nodes (Ray pods); node 0 is the Ray head and trains too.",
         json_schema_extra=flag("--actor-num-nodes"),
     )
-    gpus_per_node: Optional[int] = Field(
+    gpus_per_node: int | None = Field(
         None, ge=1, le=16, description="GPUs per node; default: the profile's (8).",
         json_schema_extra=flag("--actor-num-gpus-per-node / --num-gpus-per-node"),
     )
-    resource_name: Optional[str] = Field(
+    resource_name: str | None = Field(
         None,
         max_length=253,
         pattern=RESOURCE_NAME,
         description="Override of the extended resource to request, for partitioned GPUs "
         "(e.g. amd.com/cpx_nps4); default: the profile's (amd.com/gpu or nvidia.com/gpu).",
     )
-    cpu: Optional[str] = Field(
+    cpu: str | None = Field(
         None, max_length=32, description="CPU request per Ray pod (a quantity, e.g. \"64\" or 500m); default: none.",
         json_schema_extra=QUANTITY_SCHEMA,
     )
-    memory: Optional[str] = Field(
+    memory: str | None = Field(
         None, max_length=32, description="Memory request and limit per Ray pod (a quantity, e.g. 512Gi); default: none.",
         json_schema_extra=QUANTITY_SCHEMA,
     )
@@ -312,7 +312,7 @@ class HardwareSpec(ApiModel):
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=32, description="Tolerations for every Ray pod."
     )
-    affinity: Optional[dict[str, Any]] = Field(
+    affinity: dict[str, Any] | None = Field(
         None, description="A core/v1 Affinity for every Ray pod (passed through unchanged).",
         # the CRD embeds the real core/v1 Affinity schema here (lorarl/admission/schemas, see crdgen)
         json_schema_extra={"x-lorarl-core-schema": "core_v1_affinity"},
@@ -357,11 +357,11 @@ class DatasetRef(ApiModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE]})
 
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id, e.g. zhuzilin/dapo-math-17k.")
-    file: Optional[str] = Field(
+    file: str | None = Field(
         None, max_length=128, pattern=REPO_FILE,
         description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.",
     )
-    revision: Optional[str] = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
+    revision: str | None = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
 
 
 class RolloutSpec(ApiModel):
@@ -401,8 +401,8 @@ class EvalDataset(ApiModel):
 
     name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).")
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id.")
-    file: Optional[str] = Field(None, max_length=128, pattern=REPO_FILE, description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.")
-    revision: Optional[str] = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
+    file: str | None = Field(None, max_length=128, pattern=REPO_FILE, description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.")
+    revision: str | None = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
 
 
 class EvalSpec(ApiModel):
@@ -480,12 +480,12 @@ class SGLangSpec(ApiModel):
     )
     decode_log_interval: int = Field(1000, ge=1, description="SGLang decode log interval.", json_schema_extra=flag("--sglang-decode-log-interval"))
     chunked_prefill_size: int = Field(4096, ge=-1, description="Chunked prefill size (-1 disables).", json_schema_extra=flag("--sglang-chunked-prefill-size"))
-    lora_backend: Optional[str] = Field(
+    lora_backend: str | None = Field(
         None, max_length=32, pattern=IDENTIFIER,
         description="SGLang LoRA backend; default: the profile's (triton on ROCm, SGLang's own default on CUDA).",
         json_schema_extra=flag("--sglang-lora-backend"),
     )
-    attention_backend: Optional[str] = Field(
+    attention_backend: str | None = Field(
         None, max_length=32, pattern=IDENTIFIER,
         description="SGLang attention backend; default: the profile's (triton on ROCm, SGLang's own default on CUDA).",
         json_schema_extra=flag("--sglang-attention-backend"),
@@ -510,13 +510,13 @@ class StorageSpec(ApiModel):
         }
     )
 
-    existing_claim: Optional[str] = Field(None, max_length=253, pattern=DNS1123_SUBDOMAIN, description="Name of an existing PVC in the job's namespace.")
-    size: Optional[str] = Field(None, max_length=32, description="Size of the owned PVC (a quantity); default 200Gi.", json_schema_extra=QUANTITY_SCHEMA)
-    storage_class_name: Optional[str] = Field(
+    existing_claim: str | None = Field(None, max_length=253, pattern=DNS1123_SUBDOMAIN, description="Name of an existing PVC in the job's namespace.")
+    size: str | None = Field(None, max_length=32, description="Size of the owned PVC (a quantity); default 200Gi.", json_schema_extra=QUANTITY_SCHEMA)
+    storage_class_name: str | None = Field(
         None, max_length=253, pattern=DNS1123_SUBDOMAIN.replace("^", "^(", 1).replace("$", ")?$"),
         description="StorageClass of the owned PVC (a DNS subdomain); default (also when \"\"): the cluster default.",
     )
-    access_modes: Optional[list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]]] = Field(
+    access_modes: list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]] | None = Field(
         None, max_length=3,
         description="Access modes of the owned PVC; default ReadWriteOnce for one node, ReadWriteMany for more.",
     )
@@ -549,27 +549,27 @@ class WandbSpec(ApiModel):
     a flag."""
 
     project: str = Field("miles-run_qwen3_4b_lora", max_length=128, pattern=IDENTIFIER, description="W&B project.", json_schema_extra=flag("--wandb-project"))
-    team: Optional[str] = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
-    group: Optional[str] = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B group; default: the job name.", json_schema_extra=flag("--wandb-group"))
+    team: str | None = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
+    group: str | None = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B group; default: the job name.", json_schema_extra=flag("--wandb-group"))
     api_key_secret_ref: SecretKeyRef = Field(..., description="Secret key holding the W&B API key.")
-    host: Optional[str] = Field(None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$", description="Self-hosted W&B server URL (WANDB_BASE_URL).")
+    host: str | None = Field(None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$", description="Self-hosted W&B server URL (WANDB_BASE_URL).")
 
 
 class TrackingSpec(ApiModel):
     """Experiment tracking."""
 
-    wandb: Optional[WandbSpec] = Field(None, description="Log to Weights & Biases; omitted: W&B off.")
+    wandb: WandbSpec | None = Field(None, description="Log to Weights & Biases; omitted: W&B off.")
 
 
 class DataPrepSpec(ApiModel):
     """The init container that downloads the model and datasets (idempotent and resumable)."""
 
-    hf_token_secret_ref: Optional[SecretKeyRef] = Field(None, description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private repositories.")
-    endpoint: Optional[str] = Field(
+    hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private repositories.")
+    endpoint: str | None = Field(
         None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$",
         description="Hugging Face endpoint or mirror (HF_ENDPOINT), e.g. https://hf-mirror.com.",
     )
-    image: Optional[str] = Field(None, max_length=512, pattern=IMAGE, description="Image of the init container; it must provide hf (huggingface_hub) and flock (util-linux). Default: the training image.")
+    image: str | None = Field(None, max_length=512, pattern=IMAGE, description="Image of the init container; it must provide hf (huggingface_hub) and flock (util-linux). Default: the training image.")
     skip: bool = Field(False, description="Inputs are already on the volume: run no download.")
 
 
@@ -579,7 +579,7 @@ class DataPrepSpec(ApiModel):
 class RunPolicy(ApiModel):
     """How the RayJob runs: image, deadlines, retries, cleanup."""
 
-    image: Optional[str] = Field(None, max_length=512, pattern=IMAGE, description="Training image override; default: the profile's miles image.")
+    image: str | None = Field(None, max_length=512, pattern=IMAGE, description="Training image override; default: the profile's miles image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Image pull policy of the Ray containers.")
     active_deadline_seconds: int = Field(
         172800, ge=60, le=2147483647,
@@ -598,16 +598,16 @@ class SchedulingSpec(ApiModel):
     """Cluster scheduling integration. Immutable: create a new LoraRLJob to change it (KubeRay would
     not carry a change to the RayCluster that runs)."""
 
-    priority_class_name: Optional[str] = Field(None, max_length=253, pattern=K8S_NAME, description="PriorityClass of the Ray pods.")
-    queue_name: Optional[str] = Field(
+    priority_class_name: str | None = Field(None, max_length=253, pattern=K8S_NAME, description="PriorityClass of the Ray pods.")
+    queue_name: str | None = Field(
         None, max_length=63, pattern=K8S_NAME,
         description="Kueue LocalQueue; the RayJob is created suspended with the kueue.x-k8s.io/queue-name label and Kueue admits it.",
     )
-    workload_priority_class_name: Optional[str] = Field(
+    workload_priority_class_name: str | None = Field(
         None, max_length=253, pattern=K8S_NAME,
         description="Kueue WorkloadPriorityClass of the run (the kueue.x-k8s.io/priority-class label): its priority in the queue and for preemption.",
     )
-    service_account_name: Optional[str] = Field(
+    service_account_name: str | None = Field(
         None, max_length=253, pattern=K8S_NAME,
         description="ServiceAccount of the Ray pods; default: the per-job one the operator creates (it may only update this job's status).",
     )
@@ -620,7 +620,7 @@ class HealthSpec(ApiModel):
         0.03, gt=0.0, le=10.0,
         description="Upper bound for the mean train/train_rollout_logprob_abs_diff (training vs rollout engine mismatch); the recipe's validation bar.",
     )
-    min_eval_score: Optional[float] = Field(None, ge=0.0, le=1.0, description="Lowest acceptable latest eval score (any eval set), checked after the first eval after training began.")
+    min_eval_score: float | None = Field(None, ge=0.0, le=1.0, description="Lowest acceptable latest eval score (any eval set), checked after the first eval after training began.")
     stop_on_unhealthy: Literal["Never", "Suspend", "Stop"] = Field(
         "Never", description="What to do when TrainingHealthy turns False: keep running, suspend the RayJob, or stop it (the job fails)."
     )
@@ -779,11 +779,11 @@ class LoraRLJobSpec(ApiModel):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Priority, Kueue queue, ServiceAccount.")
     health: HealthSpec = Field(default_factory=HealthSpec, description="Training-health thresholds.")
     suspend: bool = Field(False, description="Suspend the run: the RayJob is suspended (its RayCluster deleted) and resumed when set back to false.")
-    ttl_seconds_after_finished: Optional[int] = Field(
+    ttl_seconds_after_finished: int | None = Field(
         None, ge=0, le=2147483647,
         description="Delete this LoraRLJob (and with it its children) this many seconds after it finished (Succeeded or Failed), as a Job's ttlSecondsAfterFinished; unset: kept until deleted.",
     )
-    extra_args: Optional[list[CommandWord]] = Field(
+    extra_args: list[CommandWord] | None = Field(
         None,
         max_length=256,
         description="Extra train.py arguments appended after the recipe's, one token per item "
@@ -804,22 +804,22 @@ class Condition(ApiModel):
     reason: str = Field(..., max_length=1024, description="CamelCase reason.")
     message: str = Field("", max_length=32768, description="Human-readable detail.")
     last_transition_time: str = Field(..., description="When status last changed (RFC 3339).", json_schema_extra={"format": "date-time"})
-    observed_generation: Optional[int] = Field(None, description="The .metadata.generation the condition was set for.")
+    observed_generation: int | None = Field(None, description="The .metadata.generation the condition was set for.")
 
 
 class RayJobMirror(ApiModel):
     """What the child RayJob reports (written by the operator)."""
 
-    name: Optional[str] = Field(None, description="RayJob name.")
-    ray_cluster_name: Optional[str] = Field(None, description="Current RayCluster.")
-    dashboard_url: Optional[str] = Field(None, alias="dashboardURL", description="Ray dashboard address.")
-    job_id: Optional[str] = Field(None, description="Ray job submission id.")
-    job_status: Optional[str] = Field(None, description="Ray job status (PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED).")
-    job_deployment_status: Optional[str] = Field(None, description="KubeRay deployment status (Initializing, Running, Complete, Failed, Suspending, Suspended, Retrying, Waiting, ValidationFailed).")
-    reason: Optional[str] = Field(None, description="KubeRay failure reason.")
-    message: Optional[str] = Field(None, description="KubeRay message.")
-    succeeded: Optional[int] = Field(None, description="Succeeded attempts.")
-    failed: Optional[int] = Field(None, description="Failed attempts.")
+    name: str | None = Field(None, description="RayJob name.")
+    ray_cluster_name: str | None = Field(None, description="Current RayCluster.")
+    dashboard_url: str | None = Field(None, alias="dashboardURL", description="Ray dashboard address.")
+    job_id: str | None = Field(None, description="Ray job submission id.")
+    job_status: str | None = Field(None, description="Ray job status (PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED).")
+    job_deployment_status: str | None = Field(None, description="KubeRay deployment status (Initializing, Running, Complete, Failed, Suspending, Suspended, Retrying, Waiting, ValidationFailed).")
+    reason: str | None = Field(None, description="KubeRay failure reason.")
+    message: str | None = Field(None, description="KubeRay message.")
+    succeeded: int | None = Field(None, description="Succeeded attempts.")
+    failed: int | None = Field(None, description="Failed attempts.")
 
 
 class Progress(ApiModel):
@@ -828,24 +828,24 @@ class Progress(ApiModel):
     rollout: int = Field(0, description="Rollouts completed.")
     total: int = Field(0, description="Rollouts planned (spec.rollout.numRollouts).")
     percent: int = Field(0, ge=0, le=100, description="rollout / total in percent.")
-    eta_seconds: Optional[int] = Field(None, description="Estimated seconds to finish at the observed pace.")
-    last_update_time: Optional[str] = Field(None, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
-    attempts: Optional[int] = Field(None, description="Attempts so far, this one included (a retry or a re-created RayJob starts a new one).")
-    trained_rollouts: Optional[int] = Field(None, description="Rollouts trained in all attempts, including those trained again after a retry because they ran after the newest checkpoint (never decreases).")
-    gpu_hours: Optional[float] = Field(None, description="GPUs x time the trainer ran, summed over all attempts.")
+    eta_seconds: int | None = Field(None, description="Estimated seconds to finish at the observed pace.")
+    last_update_time: str | None = Field(None, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
+    attempts: int | None = Field(None, description="Attempts so far, this one included (a retry or a re-created RayJob starts a new one).")
+    trained_rollouts: int | None = Field(None, description="Rollouts trained in all attempts, including those trained again after a retry because they ran after the newest checkpoint (never decreases).")
+    gpu_hours: float | None = Field(None, description="GPUs x time the trainer ran, summed over all attempts.")
 
 
 class TrainingMetrics(ApiModel):
     """Latest training metrics (written by the in-job reporter)."""
 
-    step: Optional[int] = Field(None, description="Latest optimizer step.")
-    raw_reward: Optional[float] = Field(None, description="rollout/raw_reward of the latest rollout.")
-    train_rollout_logprob_abs_diff: Optional[float] = Field(None, description="Latest train/train_rollout_logprob_abs_diff.")
-    train_rollout_logprob_abs_diff_mean: Optional[float] = Field(None, description="Mean train/train_rollout_logprob_abs_diff over all steps (health signal).")
-    kl: Optional[float] = Field(None, description="train/ppo_kl.")
-    loss: Optional[float] = Field(None, description="train/loss.")
-    response_length_mean: Optional[float] = Field(None, description="rollout/response_len/mean.")
-    truncated_ratio: Optional[float] = Field(None, description="rollout/truncated_ratio.")
+    step: int | None = Field(None, description="Latest optimizer step.")
+    raw_reward: float | None = Field(None, description="rollout/raw_reward of the latest rollout.")
+    train_rollout_logprob_abs_diff: float | None = Field(None, description="Latest train/train_rollout_logprob_abs_diff.")
+    train_rollout_logprob_abs_diff_mean: float | None = Field(None, description="Mean train/train_rollout_logprob_abs_diff over all steps (health signal).")
+    kl: float | None = Field(None, description="train/ppo_kl.")
+    loss: float | None = Field(None, description="train/loss.")
+    response_length_mean: float | None = Field(None, description="rollout/response_len/mean.")
+    truncated_ratio: float | None = Field(None, description="rollout/truncated_ratio.")
 
 
 class EvalScore(ApiModel):
@@ -861,16 +861,16 @@ class EvalScore(ApiModel):
 class CheckpointStatus(ApiModel):
     """Saved checkpoints (written by the in-job reporter)."""
 
-    latest_iteration: Optional[int] = Field(None, description="Iteration (rollout id, counted across attempts) of the newest complete checkpoint.")
-    latest_path: Optional[str] = Field(None, description="Its adapter directory on the job volume (what --lora-adapter-path loads).")
-    count: Optional[int] = Field(None, description="Checkpoints saved.")
-    saving: Optional[int] = Field(None, description="Iteration of a save being written right now (not yet loadable).")
+    latest_iteration: int | None = Field(None, description="Iteration (rollout id, counted across attempts) of the newest complete checkpoint.")
+    latest_path: str | None = Field(None, description="Its adapter directory on the job volume (what --lora-adapter-path loads).")
+    count: int | None = Field(None, description="Checkpoints saved.")
+    saving: int | None = Field(None, description="Iteration of a save being written right now (not yet loadable).")
 
 
 class TrackingStatus(ApiModel):
     """Where to follow the run (written by the in-job reporter)."""
 
-    wandb_run_url: Optional[str] = Field(None, alias="wandbRunURL", description="The W&B run page, as the trainer printed it.")
+    wandb_run_url: str | None = Field(None, alias="wandbRunURL", description="The W&B run page, as the trainer printed it.")
 
 
 Phase = Literal["Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended"]
@@ -880,23 +880,23 @@ class LoraRLJobStatus(ApiModel):
     """Observed state. The operator writes phase, conditions, observedGeneration, rayJob and times;
     the in-job reporter writes progress, metrics, eval, checkpoints and tracking (disjoint fields)."""
 
-    phase: Optional[Phase] = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
-    observed_generation: Optional[int] = Field(None, description="The .metadata.generation last reconciled.")
+    phase: Phase | None = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
+    observed_generation: int | None = Field(None, description="The .metadata.generation last reconciled.")
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    ray_job: Optional[RayJobMirror] = Field(None, description="Mirror of the child RayJob's status.")
-    start_time: Optional[str] = Field(None, description="When the RayJob started running.", json_schema_extra={"format": "date-time"})
-    completion_time: Optional[str] = Field(None, description="When the run finished.", json_schema_extra={"format": "date-time"})
-    progress: Optional[Progress] = Field(None, description="Rollout N of M, percent, ETA.")
-    metrics: Optional[TrainingMetrics] = Field(None, description="Latest training metrics.")
-    eval: Optional[list[EvalScore]] = Field(
+    ray_job: RayJobMirror | None = Field(None, description="Mirror of the child RayJob's status.")
+    start_time: str | None = Field(None, description="When the RayJob started running.", json_schema_extra={"format": "date-time"})
+    completion_time: str | None = Field(None, description="When the run finished.", json_schema_extra={"format": "date-time"})
+    progress: Progress | None = Field(None, description="Rollout N of M, percent, ETA.")
+    metrics: TrainingMetrics | None = Field(None, description="Latest training metrics.")
+    eval: list[EvalScore] | None = Field(
         None, description="Latest and best score per eval set.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
-    checkpoints: Optional[CheckpointStatus] = Field(None, description="Latest checkpoint.")
-    tracking: Optional[TrackingStatus] = Field(None, description="Experiment tracking links.")
+    checkpoints: CheckpointStatus | None = Field(None, description="Latest checkpoint.")
+    tracking: TrackingStatus | None = Field(None, description="Experiment tracking links.")
 
 
 class ObjectMeta(BaseModel):
@@ -906,8 +906,8 @@ class ObjectMeta(BaseModel):
 
     name: str = Field(..., max_length=MAX_NAME_LENGTH, pattern=DNS1035_LABEL)
     namespace: str = "default"
-    uid: Optional[str] = None
-    generation: Optional[int] = None
+    uid: str | None = None
+    generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
@@ -922,4 +922,4 @@ class LoraRLJob(BaseModel):
     metadata: ObjectMeta
     spec: LoraRLJobSpec
     # Status is written by the operator and the reporter; reading a spec must never fail on it.
-    status: Optional[dict[str, Any]] = None
+    status: dict[str, Any] | None = None

@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Optional, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 Key = tuple[str, str]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -46,7 +47,7 @@ def _meta(meta: dict[str, Any]) -> dict[str, Any]:
 SPEC_TEXT = "lorarl.dev/spec-json"  # a cached job's spec as JSON text (see trim_job)
 
 
-def trim_job(body: dict[str, Any], cached: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def trim_job(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict[str, Any]:
     """The spec is kept as its JSON text: a fifth of the memory of the decoded dicts, and the
     reconcile reads it only to parse a new generation (``whole_job``). The API server bumps
     ``generation`` on every spec change (status is a subresource), so the text cached for the same
@@ -80,7 +81,7 @@ def _suspend_owners(meta: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def trim_rayjob(body: dict[str, Any], cached: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def trim_rayjob(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the reconcile reads of a RayJob (``cached`` is unused: the same signature as trim_job)."""
     spec = body.get("spec") or {}
     meta = _meta(body.get("metadata") or {})
@@ -111,8 +112,13 @@ def compact_job(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# the digest of the rendered children, on the RayJob: a reconcile re-applies when it differs
+CHILDREN_DIGEST = "lorarl.dev/children-digest"
+
+
 def job_fingerprint(body: dict[str, Any]) -> Any:
-    """What a reconcile reads of a LoraRLJob that others may change."""
+    """What a reconcile reads of a LoraRLJob that others may change (of a watched object, and of
+    the object the reconcile's own status write will leave: the one shape of both)."""
     meta = body.get("metadata") or {}
     return meta.get("generation"), meta.get("deletionTimestamp"), body.get("status") or {}
 
@@ -121,7 +127,7 @@ def rayjob_fingerprint(body: dict[str, Any]) -> Any:
     """What a reconcile reads of a RayJob that others may change."""
     meta = body.get("metadata") or {}
     return (meta.get("deletionTimestamp"), bool((body.get("spec") or {}).get("suspend")), body.get("status") or {},
-            (meta.get("annotations") or {}).get("lorarl.dev/children-digest"))
+            (meta.get("annotations") or {}).get(CHILDREN_DIGEST))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -145,7 +151,7 @@ def key_of(body: dict[str, Any]) -> Key:
 class Store:
     """One kind's objects by (namespace, name), thread-safe."""
 
-    def __init__(self, trim: Callable[[dict[str, Any], Optional[dict[str, Any]]], dict[str, Any]], fingerprint: Callable[[dict[str, Any]], Any]) -> None:
+    def __init__(self, trim: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]], fingerprint: Callable[[dict[str, Any]], Any]) -> None:
         self._trim = trim
         self._fingerprint = fingerprint
         self._lock = threading.Lock()
@@ -201,7 +207,7 @@ class Store:
             self._expected.pop(key, None)
             return True
 
-    def compact(self, key: Key, shrink: Callable[[dict[str, Any]], Optional[dict[str, Any]]]) -> Optional[dict[str, Any]]:
+    def compact(self, key: Key, shrink: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any] | None:
         """Replace the cached object by ``shrink(object)`` unless that is None; returns the
         object it replaced (None: nothing was replaced)."""
         with self._lock:
@@ -215,11 +221,11 @@ class Store:
             self._compact.add(key)
             return current
 
-    def get(self, key: Key) -> Optional[dict[str, Any]]:
+    def get(self, key: Key) -> dict[str, Any] | None:
         with self._lock:
             return self._items.get(key)
 
-    def read(self, key: Key) -> tuple[Optional[dict[str, Any]], bool]:
+    def read(self, key: Key) -> tuple[dict[str, Any] | None, bool]:
         """(the cached object, whether it is whole: False for a compact stand-in)."""
         with self._lock:
             return self._items.get(key), key not in self._compact

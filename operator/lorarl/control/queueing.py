@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from ..api import types as api
-from . import health
 from ..runtime.kube import FIELD_MANAGER
+from . import health
 
 WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
@@ -45,7 +45,7 @@ def queued(job: api.LoraRLJob) -> bool:
     return bool(job.spec.scheduling.queue_name)
 
 
-def suspend_reason(job: api.LoraRLJob, verdict: health.Verdict) -> Optional[str]:
+def suspend_reason(job: api.LoraRLJob, verdict: health.Verdict) -> str | None:
     """Why the run should be suspended (None: it should run)."""
     if job.spec.suspend:
         return USER_SUSPENDED
@@ -54,7 +54,7 @@ def suspend_reason(job: api.LoraRLJob, verdict: health.Verdict) -> Optional[str]
     return None
 
 
-def rayjob_apply(rendered: dict[str, Any], job: api.LoraRLJob, live: Optional[dict[str, Any]], verdict: health.Verdict) -> tuple[dict[str, Any], str]:
+def rayjob_apply(rendered: dict[str, Any], job: api.LoraRLJob, live: dict[str, Any] | None, verdict: health.Verdict) -> tuple[dict[str, Any], str]:
     """The RayJob to apply and the field manager to apply it with.
 
     Without a queue the operator owns ``spec.suspend`` (user or health suspend). With a queue:
@@ -70,7 +70,7 @@ def rayjob_apply(rendered: dict[str, Any], job: api.LoraRLJob, live: Optional[di
     return obj, FIELD_MANAGER
 
 
-def owns_suspend(live: Optional[dict[str, Any]], manager: str = FIELD_MANAGER) -> bool:
+def owns_suspend(live: dict[str, Any] | None, manager: str = FIELD_MANAGER) -> bool:
     """True when ``manager`` (by server-side apply) owns the RayJob's spec.suspend: a queued
     RayJob created by an older operator, which must hand the field over before dropping it (a
     field dropped by its only owner is removed, i.e. the RayJob would start unadmitted)."""
@@ -91,7 +91,7 @@ def suspend_handoff(live: dict[str, Any]) -> dict[str, Any]:
             "spec": {"suspend": bool((live.get("spec") or {}).get("suspend"))}}
 
 
-def find_workload(workloads: list[dict[str, Any]], rayjob: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def find_workload(workloads: list[dict[str, Any]], rayjob: dict[str, Any] | None) -> dict[str, Any] | None:
     """The Workload Kueue made for ``rayjob``: the one it controls (owner reference by uid)."""
     if rayjob is None:
         return None
@@ -103,7 +103,7 @@ def find_workload(workloads: list[dict[str, Any]], rayjob: Optional[dict[str, An
     return None
 
 
-def workload_patch(workload: Optional[dict[str, Any]], reason: Optional[str]) -> Optional[dict[str, Any]]:
+def workload_patch(workload: dict[str, Any] | None, reason: str | None) -> dict[str, Any] | None:
     """The merge patch that makes the Workload's activation follow the operator's decision, or
     None when nothing is to change. Deactivate (and mark why) when ``reason`` is set; re-activate
     only a Workload the operator deactivated."""
@@ -124,15 +124,15 @@ def workload_patch(workload: Optional[dict[str, Any]], reason: Optional[str]) ->
 class Admission:
     """What Kueue says about a queued job, from its Workload (apis/kueue/v1beta2/workload_types.go)."""
 
-    workload: Optional[str] = None  # its name; None: Kueue has not created it (yet)
+    workload: str | None = None  # its name; None: Kueue has not created it (yet)
     admitted: bool = False
-    cluster_queue: Optional[str] = None  # where it is admitted (status.admission.clusterQueue)
+    cluster_queue: str | None = None  # where it is admitted (status.admission.clusterQueue)
     active: bool = True
-    deactivated_by: Optional[str] = None  # the operator's mark: Suspended | HealthSuspended
+    deactivated_by: str | None = None  # the operator's mark: Suspended | HealthSuspended
     pending_message: str = ""  # why it is not admitted (QuotaReserved=False)
-    evicted_reason: Optional[str] = None  # Evicted=True: Preempted, Deactivated, ...
+    evicted_reason: str | None = None  # Evicted=True: Preempted, Deactivated, ...
     evicted_message: str = ""
-    preempted_reason: Optional[str] = None  # Preempted=True: InClusterQueue, InCohortReclamation, ...
+    preempted_reason: str | None = None  # Preempted=True: InClusterQueue, InCohortReclamation, ...
     finished: bool = False
 
 
@@ -140,14 +140,14 @@ def _conditions(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
 
 
-def admission(workload: Optional[dict[str, Any]], cluster_queue: Optional[str] = None) -> Admission:
+def admission(workload: dict[str, Any] | None, cluster_queue: str | None = None) -> Admission:
     """Digest a Workload. ``cluster_queue`` is the LocalQueue's ClusterQueue (a pending
     Workload does not name it)."""
     if workload is None:
         return Admission(cluster_queue=cluster_queue)
     conds = _conditions(workload)
 
-    def true(type_: str) -> Optional[dict[str, Any]]:
+    def true(type_: str) -> dict[str, Any] | None:
         c = conds.get(type_)
         return c if c and c.get("status") == "True" else None
 

@@ -23,29 +23,31 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from ..api import types as api
-from . import health, queueing, status
+from ..api.problems import InvalidJob
 from ..job import render
-from .cache import Caches, merge_patch, whole_job
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
-from ..admission.validation import InvalidJob, parse_stored
+from . import health, queueing, status
+from .cache import CHILDREN_DIGEST, Caches, job_fingerprint, merge_patch, rayjob_fingerprint, whole_job
+from .stored import parse_stored
 
 log = logging.getLogger("lorarl.reconcile")
 
 
 def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def rfc3339(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_time(text: Any) -> Optional[datetime.datetime]:
+def parse_time(text: Any) -> datetime.datetime | None:
     """An RFC 3339 time as the API server and KubeRay write it (``Z`` or an offset, with or
     without fractional seconds), in UTC; None for anything else (never raises)."""
     if not isinstance(text, str) or not text:
@@ -56,7 +58,7 @@ def parse_time(text: Any) -> Optional[datetime.datetime]:
         return None
     if moment.tzinfo is None:
         return None  # RFC 3339 requires an offset: a local time is ambiguous
-    return moment.astimezone(datetime.timezone.utc)
+    return moment.astimezone(datetime.UTC)
 
 
 # Fields of stored jobs this operator does not know (a newer CRD) are reported once per job.
@@ -79,7 +81,7 @@ def _report_unknown(body: dict[str, Any], unknown: list[str]) -> None:
     )
 
 
-def suspend_drifted(job: api.LoraRLJob, live_rayjob: Optional[dict[str, Any]], verdict: health.Verdict) -> bool:
+def suspend_drifted(job: api.LoraRLJob, live_rayjob: dict[str, Any] | None, verdict: health.Verdict) -> bool:
     """The operator's own spec.suspend decision differs from the live RayJob's (never for a
     queued job: Kueue owns that field once the RayJob exists, see queueing.py)."""
     if live_rayjob is None or queueing.queued(job):
@@ -88,7 +90,7 @@ def suspend_drifted(job: api.LoraRLJob, live_rayjob: Optional[dict[str, Any]], v
     return bool((live_rayjob.get("spec") or {}).get("suspend")) != wanted
 
 
-def startup_timed_out(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], now: datetime.datetime) -> bool:
+def startup_timed_out(job: api.LoraRLJob, rayjob: dict[str, Any] | None, now: datetime.datetime) -> bool:
     """Measured from KubeRay's startTime of the current attempt (it is reset by a resume or a
     retry), else from the RayJob's creation."""
     if rayjob is None:
@@ -97,7 +99,7 @@ def startup_timed_out(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], now:
     return since is not None and (now - since).total_seconds() > job.spec.run_policy.startup_timeout_seconds
 
 
-def startup_deadline(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]]) -> Optional[datetime.datetime]:
+def startup_deadline(job: api.LoraRLJob, rayjob: dict[str, Any] | None) -> datetime.datetime | None:
     """When ``startup_timed_out`` turns true for this RayJob (None without a RayJob)."""
     if rayjob is None:
         return None
@@ -105,7 +107,7 @@ def startup_deadline(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]]) -> Op
     return None if since is None else since + datetime.timedelta(seconds=job.spec.run_policy.startup_timeout_seconds)
 
 
-def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> Optional[datetime.datetime]:
+def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> datetime.datetime | None:
     """When a finished job with ``ttlSecondsAfterFinished`` is to be deleted (None: never)."""
     ttl = job.spec.ttl_seconds_after_finished
     if ttl is None or job_status.get("phase") not in status.TERMINAL:
@@ -122,7 +124,7 @@ def settled_finished(body: dict[str, Any]) -> bool:
             and not meta.get("deletionTimestamp"))
 
 
-def next_check(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], new_status: dict[str, Any], now: datetime.datetime) -> Optional[float]:
+def next_check(job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: dict[str, Any], now: datetime.datetime) -> float | None:
     """Seconds until a decision changes with time alone (None: only an event can change it):
     the startup deadline of a job not yet running, the TTL of a finished one."""
     due = []
@@ -141,7 +143,6 @@ def next_check(job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], new_status:
     return (min(due) - now).total_seconds() + 1.0
 
 
-CHILDREN_DIGEST = "lorarl.dev/children-digest"
 
 
 def children_digest(children: list[dict[str, Any]]) -> str:
@@ -153,13 +154,13 @@ def children_digest(children: list[dict[str, Any]]) -> str:
 class Outcome:
     """What a reconcile did: for events, metrics and logs in the kopf layer."""
 
-    body: Optional[dict[str, Any]]  # the LoraRLJob as read (None: gone)
-    phase: Optional[str] = None
+    body: dict[str, Any] | None  # the LoraRLJob as read (None: gone)
+    phase: str | None = None
     events: list[status.Event] = field(default_factory=list)
     applied: int = 0
     status_written: bool = False
-    apply_failed: Optional[str] = None  # the API server refused a child: the ApplyFailed message
-    requeue_after: Optional[float] = None  # seconds until a time-based check falls due
+    apply_failed: str | None = None  # the API server refused a child: the ApplyFailed message
+    requeue_after: float | None = None  # seconds until a time-based check falls due
     deleted: bool = False  # ttlSecondsAfterFinished ran out: the job was deleted
 
 
@@ -175,9 +176,9 @@ def _parse(body: dict[str, Any]) -> Any:
 class Reconciler:
     kube: Api
     clock: Callable[[], datetime.datetime] = utcnow
-    caches: Optional[Caches] = None  # None: read with GETs (tests and one-off tools)
+    caches: Caches | None = None  # None: read with GETs (tests and one-off tools)
 
-    def _read(self, api_version: str, kind: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
+    def _read(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         if self.caches is None:
             return self.kube.get(api_version, kind, namespace, name)
         store = self.caches.jobs if kind == api.KIND else self.caches.rayjobs
@@ -223,7 +224,7 @@ class Reconciler:
         notes: list[status.Event] = []
         stopped = False
         applied = 0
-        apply_failed: Optional[str] = None
+        apply_failed: str | None = None
 
         if not finished and verdict.status == "False" and job.spec.health.stop_on_unhealthy == "Stop":
             if rayjob is not None:
@@ -241,16 +242,18 @@ class Reconciler:
             if rayjob is None and (previous.get("rayJob") or {}).get("name"):
                 notes.append(status.Event("Warning", "RayJobRecreated", f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it" + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else "")))
             to_apply = [dict(child) for child in children()]  # the memoised render stays untouched
-            to_apply[-1], rayjob_manager = queueing.rayjob_apply(to_apply[-1], job, rayjob, verdict)
-            to_apply[-1]["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # a deep copy
+            at = next(i for i, child in enumerate(to_apply) if child["kind"] == "RayJob" and child["metadata"]["name"] == render.rayjob_name(job))
+            to_apply[at], rayjob_manager = queueing.rayjob_apply(to_apply[at], job, rayjob, verdict)
+            to_apply[at]["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # a deep copy
             if queueing.queued(job) and queueing.owns_suspend(rayjob):
                 self._hand_over_suspend(rayjob)
             if self.caches is not None:  # so that the watch event of this apply is known as ours
                 rj_meta = (rayjob or {}).get("metadata") or {}
                 # a queued RayJob's suspend is Kueue's after creation: the live value stays
-                suspend = to_apply[-1]["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
-                self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), (
-                    rj_meta.get("deletionTimestamp"), suspend, (rayjob or {}).get("status") or {}, digest))
+                suspend = to_apply[at]["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
+                after = {"metadata": {**rj_meta, "annotations": {CHILDREN_DIGEST: digest}}, "spec": {"suspend": suspend},
+                         "status": (rayjob or {}).get("status")}
+                self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), rayjob_fingerprint(after))
             for child in to_apply:
                 try:
                     is_rayjob = child["kind"] == "RayJob"  # the one answer read (below)
@@ -308,7 +311,7 @@ class Reconciler:
             if err.status != 409:  # 409: Kueue changed it meanwhile, so it owns it already
                 raise
 
-    def _follow_kueue(self, job: api.LoraRLJob, rayjob: Optional[dict[str, Any]], suspend_reason: Optional[str]) -> queueing.Admission:
+    def _follow_kueue(self, job: api.LoraRLJob, rayjob: dict[str, Any] | None, suspend_reason: str | None) -> queueing.Admission:
         """Deactivate / re-activate the job's Workload as the operator decided, and read what
         Kueue says about it. Without Kueue's CRDs (404) the job just stays queued."""
         namespace, queue = job.metadata.namespace, job.spec.scheduling.queue_name
@@ -352,8 +355,8 @@ class Reconciler:
         if self.caches is not None:  # so that the watch event of this write is known as ours
             cached = self.caches.jobs.get((namespace, name))
             if cached is not None:
-                meta = cached["metadata"]
-                self.caches.jobs.expect((namespace, name), (meta.get("generation"), meta.get("deletionTimestamp"), merge_patch(previous, new)))
+                after = {"metadata": cached["metadata"], "status": merge_patch(previous, new)}
+                self.caches.jobs.expect((namespace, name), job_fingerprint(after))
         try:
             stored = self.kube.patch_status(api.API_VERSION, api.KIND, namespace, name, new)
         except ApiError as err:

@@ -9,7 +9,7 @@ Events that the transitions deserve. See docs/status.md for the contract.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from .health import Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
@@ -48,18 +48,18 @@ class Facts:
     generation: int
     now: str  # RFC 3339
     user_suspended: bool
-    queue_name: Optional[str]
+    queue_name: str | None
     verdict: Verdict
     startup_timed_out: bool = False
     stopped_unhealthy: bool = False
-    invalid_spec: Optional[str] = None  # message when the stored spec fails validation
-    apply_failed: Optional[str] = None  # message when the API server refused to write a child
+    invalid_spec: str | None = None  # message when the stored spec fails validation
+    apply_failed: str | None = None  # message when the API server refused to write a child
     notes: list[Event] = field(default_factory=list)  # events the caller wants emitted
     health_suspended: bool = False  # stopOnUnhealthy: Suspend is holding the run
-    admission: Optional[Admission] = None  # what Kueue says (queued jobs only)
+    admission: Admission | None = None  # what Kueue says (queued jobs only)
 
 
-def queue_observation(queue_name: str, adm: Optional[Admission]) -> Observation:
+def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
     """A queued job whose RayJob is suspended, in Kueue's words: waiting for admission,
     preempted (and waiting to be re-admitted), or deactivated by someone else."""
     adm = adm or Admission()
@@ -73,7 +73,7 @@ def queue_observation(queue_name: str, adm: Optional[Admission]) -> Observation:
     return Observation(PENDING, "Queued", f"waiting for Kueue to admit the job in {where}{detail}", queued=True)
 
 
-def observe(rayjob: Optional[dict[str, Any]], user_suspended: bool, queue_name: Optional[str], admission: Optional[Admission] = None) -> Observation:
+def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str | None, admission: Admission | None = None) -> Observation:
     """Map KubeRay's jobDeploymentStatus/jobStatus/reason to a phase (table in docs/status.md)."""
     if rayjob is None:
         return Observation(PENDING, "RayJobNotCreated", "the RayJob has not been created yet")
@@ -126,7 +126,7 @@ def observe(rayjob: Optional[dict[str, Any]], user_suspended: bool, queue_name: 
     return Observation(PENDING, "UnknownRayJobState", f"unrecognised RayJob jobDeploymentStatus {deployment!r}")
 
 
-def rayjob_mirror(rayjob: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def rayjob_mirror(rayjob: dict[str, Any] | None) -> dict[str, Any] | None:
     if rayjob is None:
         return None
     st = rayjob.get("status") or {}
@@ -209,7 +209,7 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
     return Summary(True, False, False, obs.reason, obs.message)  # Running, or Suspended as asked
 
 
-def compute(previous: dict[str, Any], rayjob: Optional[dict[str, Any]], facts: Facts) -> tuple[dict[str, Any], list[Event]]:
+def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Facts) -> tuple[dict[str, Any], list[Event]]:
     """The operator's status fields and the Events for this observation."""
     prev_phase = previous.get("phase")
     obs = observe(rayjob, facts.user_suspended, facts.queue_name, facts.admission)
@@ -317,7 +317,7 @@ def apply_backoff(retry: int) -> float:
     return float(min(300, 5 * 2 ** min(max(retry, 0), 6)))
 
 
-def condition(status: dict[str, Any], type_: str, key: str) -> Optional[str]:
+def condition(status: dict[str, Any], type_: str, key: str) -> str | None:
     """A field of one condition in a stored status, or None."""
     for cond in status.get("conditions") or []:
         if cond.get("type") == type_:

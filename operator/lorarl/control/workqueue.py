@@ -18,7 +18,8 @@ import heapq
 import itertools
 import threading
 import time
-from typing import Callable, Generic, Hashable, Optional, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -26,13 +27,13 @@ K = TypeVar("K", bound=Hashable)
 TRIGGER_RANK = {"change": 0, "rayjob-event": 1, "job-event": 2, "timer": 3, "retry": 4, "resync": 5}
 
 
-def stronger(a: Optional[str], b: str) -> str:
+def stronger(a: str | None, b: str) -> str:
     if a is None:
         return b
     return a if TRIGGER_RANK.get(a, 9) <= TRIGGER_RANK.get(b, 9) else b
 
 
-def merge(old: Optional[tuple[float, str]], due: float, trigger: str, now: float) -> tuple[float, str]:
+def merge(old: tuple[float, str] | None, due: float, trigger: str, now: float) -> tuple[float, str]:
     """Two schedules of one key: it runs at the earlier moment, named by what makes it run
     then (a resync that pulls a timer due in an hour forward is a resync; of two adds due
     already, the more telling name)."""
@@ -104,7 +105,7 @@ class WorkQueue(Generic[K]):
 
     # -- taking ---------------------------------------------------------------------------------
 
-    def get(self, timeout: Optional[float] = None) -> Optional[tuple[K, str]]:
+    def get(self, timeout: float | None = None) -> tuple[K, str] | None:
         """The next due key and its trigger, marked as processing; None on shutdown or timeout."""
         deadline = None if timeout is None else self._clock() + timeout
         with self._cond:

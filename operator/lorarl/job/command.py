@@ -17,129 +17,19 @@ chain (bash, both Ray joiners, dash and bash on the head) to prove it.
 
 from __future__ import annotations
 
-import math
-import posixpath
 import re
-import urllib.parse
 
-from ..api.types import (CREDENTIAL_FLAG, DATA_KEY_FLAG, QWEN3_DENSE_NAME, SHELL_SAFE, SHELL_SAFE_HELP, ACCESS_KEY_SHAPED_VALUE, DatasetRef,
-                  EvalDataset, LoraRLJob)
-from .profiles import MODEL_PRESETS, PROFILES, HardwareProfile, ModelShape
+from ..api.problems import Problem
+from ..api.types import ACCESS_KEY_SHAPED_VALUE, CREDENTIAL_FLAG, DATA_KEY_FLAG, SHELL_SAFE, SHELL_SAFE_HELP, LoraRLJob
+from .paths import REPORTER_PATH, UnsafeTokenError, dataset_file, model_dir, save_dir
+from .profiles import fmt, gpus_per_node, model_shape, profile_of
 
 MILES_ROOT = "/root/miles"
 MEGATRON_ROOT = "/root/Megatron-LM"
-MODELS_DIR = "/root/models"
-DATASETS_DIR = "/root/datasets"
-SHARED_DIR = "/root/shared_data"
-# what `hf download` fetches without --revision (huggingface_hub constants.DEFAULT_REVISION)
-DEFAULT_REVISION = "main"
-REPORTER_DIR = "/opt/lorarl"
-REPORTER_FILE = "reporter.pyz"
-REPORTER_PATH = f"{REPORTER_DIR}/{REPORTER_FILE}"
 
 _SAFE = re.compile(SHELL_SAFE)
-_QWEN3_NAME = re.compile(QWEN3_DENSE_NAME)
 
 Block = tuple[str, list[str]]
-
-
-class UnsafeTokenError(ValueError):
-    """A word of the command would be reinterpreted by a shell on its way to the head."""
-
-
-def fmt(value: float | int) -> str:
-    """Render a number as Python's launcher does (repr), e.g. 2e-05, 0.1, 64."""
-    if isinstance(value, bool):
-        raise TypeError("booleans are flags, not values")
-    if isinstance(value, float) and math.isfinite(value):
-        return repr(value)
-    return str(value)
-
-
-def repo_basename(repo: str) -> str:
-    return repo.rsplit("/", 1)[-1]
-
-
-def input_dir(root: str, repo: str, revision: str | None) -> str:
-    """Where one (repository, revision) lives on the shared volume: ``<root>/<org>/<name>/<rev>``.
-
-    Unique per (repository, revision), so jobs sharing a volume never share or overwrite each
-    other's inputs. ``org`` and ``name`` (HF_REPO_ID: start with a letter or digit, no '/' or
-    '@') are one path segment each and never '.' or '..'. The revision is percent-encoded with
-    ``quote(safe="")`` ('/', '%', '@' ... become %XX; the revisions '.' and '..' become %2E and
-    %2E%2E): one segment, never containing '@', never '.' or '..',
-    decodable, so the mapping is injective; at most 3 x 64 characters, within NAME_MAX. No
-    revision means "main", as for ``hf download`` (huggingface_hub DEFAULT_REVISION).
-    prepare.sh keeps its lock and in-progress download beside it as ``<dir>@lock`` and
-    ``<dir>@partial``: names no input directory can have.
-    """
-    org, name = repo.split("/", 1)
-    segment = urllib.parse.quote(revision or DEFAULT_REVISION, safe="")
-    if segment in (".", ".."):  # quote() keeps dots: "." would name the model's own directory, ".." its org's
-        segment = segment.replace(".", "%2E")
-    return posixpath.join(root, org, name, segment)
-
-
-def model_dir(job: LoraRLJob) -> str:
-    return input_dir(MODELS_DIR, job.spec.model.name, job.spec.model.revision)
-
-
-def dataset_dir(ref: DatasetRef | EvalDataset) -> str:
-    return input_dir(DATASETS_DIR, ref.repo, ref.revision)
-
-
-def dataset_file(ref: DatasetRef | EvalDataset) -> str:
-    """The file's path in the dataset's directory (see input_dir); the API refuses absolute
-    paths and '..', and this re-checks that the path stays inside the repository's directory."""
-    directory = dataset_dir(ref)
-    path = posixpath.join(directory, ref.file or f"{repo_basename(ref.repo)}.jsonl")
-    if not posixpath.normpath(path).startswith(directory + "/"):
-        raise UnsafeTokenError(f"dataset file {ref.file!r} of {ref.repo} leaves {directory}")
-    return path
-
-
-def run_dir(job: LoraRLJob) -> str:
-    """Per-job directory on the shared volume (the launcher's <run_id>)."""
-    return posixpath.join(SHARED_DIR, job.metadata.name)
-
-
-def save_dir(job: LoraRLJob) -> str:
-    return posixpath.join(run_dir(job), "checkpoints")
-
-
-def profile_of(job: LoraRLJob) -> HardwareProfile:
-    return PROFILES[job.spec.hardware.accelerator]
-
-
-def gpus_per_node(job: LoraRLJob) -> int:
-    return job.spec.hardware.gpus_per_node or profile_of(job).gpus_per_node
-
-
-def model_shape(job: LoraRLJob) -> ModelShape:
-    """The architecture: explicit, a named preset, or inferred from a Qwen3 dense model name."""
-    arch = job.spec.model.architecture
-    if arch is not None and arch.preset is None:
-        return ModelShape(
-            num_layers=arch.num_layers,
-            hidden_size=arch.hidden_size,
-            ffn_hidden_size=arch.ffn_hidden_size,
-            num_attention_heads=arch.num_attention_heads,
-            num_query_groups=arch.num_query_groups,
-            untie_embeddings=arch.untie_embeddings_and_output_weights,
-            kv_channels=arch.kv_channels,
-            vocab_size=arch.vocab_size,
-            rotary_base=arch.rotary_base,
-            norm_epsilon=fmt(arch.norm_epsilon),
-            qk_layernorm=arch.qk_layernorm,
-        )
-    if arch is not None:
-        return MODEL_PRESETS[arch.preset]
-    match = _QWEN3_NAME.match(job.spec.model.name)
-    if not match:
-        raise ValueError(
-            f"spec.model.architecture: required for {job.spec.model.name!r} (only the Qwen3 dense family is inferred)"
-        )
-    return MODEL_PRESETS[f"qwen3-{match.group(1)}"]
 
 
 def _switch(enabled: bool, name: str) -> list[str]:
@@ -384,3 +274,13 @@ def entrypoint(job: LoraRLJob) -> str:
     check_tokens(argv)
     return " ".join(argv)
 
+
+
+def command_problems(job: LoraRLJob) -> list[Problem]:
+    """Defence in depth: the schema already keeps every word shell-inert and every path inside
+    its directory; the renderer checks again."""
+    try:
+        entrypoint(job)
+    except (UnsafeTokenError, ValueError) as err:
+        return [Problem("spec", str(err))]
+    return []

@@ -1,4 +1,5 @@
-"""Data tables: accelerator profiles and known model architectures.
+"""Data tables: accelerator profiles and known model architectures; a job's profile, GPUs per
+node and architecture resolved from them.
 
 A profile is data, not branches: the renderer reads the resource name, image, environment,
 node labels and SGLang backends from here and never tests for a vendor.
@@ -6,9 +7,13 @@ node labels and SGLang backends from here and never tests for a vendor.
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+
+from ..api.types import QWEN3_DENSE_NAME, LoraRLJob
 
 # Set before Ray starts on every ROCm Ray container (the launcher's _set_rocm_environment plus
 # what the miles ROCm image sets). ROCR_VISIBLE_DEVICES is deliberately absent: Ray >= 2.45
@@ -115,3 +120,50 @@ MODEL_PRESETS: Mapping[str, ModelShape] = MappingProxyType(
         "qwen3-32B": ModelShape(64, 5120, 25600, 64, 8, untie_embeddings=True),
     }
 )
+
+
+def fmt(value: float | int) -> str:
+    """Render a number as Python's launcher does (repr), e.g. 2e-05, 0.1, 64."""
+    if isinstance(value, bool):
+        raise TypeError("booleans are flags, not values")
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return str(value)
+
+
+_QWEN3_NAME = re.compile(QWEN3_DENSE_NAME)
+
+
+def profile_of(job: LoraRLJob) -> HardwareProfile:
+    return PROFILES[job.spec.hardware.accelerator]
+
+
+def gpus_per_node(job: LoraRLJob) -> int:
+    return job.spec.hardware.gpus_per_node or profile_of(job).gpus_per_node
+
+
+def model_shape(job: LoraRLJob) -> ModelShape:
+    """The architecture: explicit, a named preset, or inferred from a Qwen3 dense model name."""
+    arch = job.spec.model.architecture
+    if arch is not None and arch.preset is None:
+        return ModelShape(
+            num_layers=arch.num_layers,
+            hidden_size=arch.hidden_size,
+            ffn_hidden_size=arch.ffn_hidden_size,
+            num_attention_heads=arch.num_attention_heads,
+            num_query_groups=arch.num_query_groups,
+            untie_embeddings=arch.untie_embeddings_and_output_weights,
+            kv_channels=arch.kv_channels,
+            vocab_size=arch.vocab_size,
+            rotary_base=arch.rotary_base,
+            norm_epsilon=fmt(arch.norm_epsilon),
+            qk_layernorm=arch.qk_layernorm,
+        )
+    if arch is not None:
+        return MODEL_PRESETS[arch.preset]
+    match = _QWEN3_NAME.match(job.spec.model.name)
+    if not match:
+        raise ValueError(
+            f"spec.model.architecture: required for {job.spec.model.name!r} (only the Qwen3 dense family is inferred)"
+        )
+    return MODEL_PRESETS[f"qwen3-{match.group(1)}"]

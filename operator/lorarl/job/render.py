@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from . import artifact, command
 from ..api.types import API_VERSION, KIND, LoraRLJob
+from . import artifact, command, paths, profiles
 
 RAYJOB_API_VERSION = "ray.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -37,7 +37,7 @@ API_ACCESS_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life
 DEFAULT_STORAGE_SIZE = "200Gi"
 WORKER_GROUP = "gpu-workers"
 # Subdirectories of the job volume mounted at the paths the recipe uses.
-DATA_MOUNTS = (("models", command.MODELS_DIR), ("datasets", command.DATASETS_DIR), ("shared_data", command.SHARED_DIR))
+DATA_MOUNTS = (("models", paths.MODELS_DIR), ("datasets", paths.DATASETS_DIR), ("shared_data", paths.SHARED_DIR))
 
 
 # ------------------------------------------------------------------------------------- names
@@ -176,7 +176,7 @@ def configmap(job: LoraRLJob) -> dict[str, Any]:
         "metadata": metadata(job, configmap_name(job), "reporter"),
         "data": {"prepare.sh": asset("prepare.sh")},
         # the reporter modules as one zipapp (lorarl.job.artifact), mounted as /opt/lorarl/reporter.pyz
-        "binaryData": {command.REPORTER_FILE: base64.b64encode(artifact.reporter_zipapp()).decode("ascii")},
+        "binaryData": {paths.REPORTER_FILE: base64.b64encode(artifact.reporter_zipapp()).decode("ascii")},
     }
 
 
@@ -209,7 +209,7 @@ def secret_env(name: str, ref) -> dict[str, Any]:
 def ray_env(job: LoraRLJob) -> list[dict[str, Any]]:
     """Environment of every Ray container: the profile's (ROCm) env, then the node address the
     launcher exported, then tracking. Order matters: no_proxy expands $(MASTER_ADDR)."""
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in command.profile_of(job).env.items()]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in profiles.profile_of(job).env.items()]
     env += [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "MASTER_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -224,12 +224,12 @@ def ray_env(job: LoraRLJob) -> list[dict[str, Any]]:
 
 
 def gpu_resource(job: LoraRLJob) -> str:
-    return job.spec.hardware.resource_name or command.profile_of(job).resource_name
+    return job.spec.hardware.resource_name or profiles.profile_of(job).resource_name
 
 
 def ray_resources(job: LoraRLJob) -> dict[str, Any]:
     hw = job.spec.hardware
-    gpus = str(command.gpus_per_node(job))
+    gpus = str(profiles.gpus_per_node(job))
     requests: dict[str, str] = {gpu_resource(job): gpus}
     limits: dict[str, str] = {gpu_resource(job): gpus}
     if hw.cpu:
@@ -243,7 +243,7 @@ def ray_resources(job: LoraRLJob) -> dict[str, Any]:
 def ray_volume_mounts() -> list[dict[str, Any]]:
     mounts = [{"name": DATA_VOLUME, "mountPath": path, "subPath": sub} for sub, path in DATA_MOUNTS]
     mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-    mounts.append({"name": REPORTER_VOLUME, "mountPath": command.REPORTER_DIR, "readOnly": True})
+    mounts.append({"name": REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR, "readOnly": True})
     return mounts
 
 
@@ -272,17 +272,17 @@ def api_access_volume() -> dict[str, Any]:
 
 
 def image(job: LoraRLJob) -> str:
-    return job.spec.run_policy.image or command.profile_of(job).image
+    return job.spec.run_policy.image or profiles.profile_of(job).image
 
 
 def downloads(job: LoraRLJob) -> list[str]:
     """prepare.sh arguments: (kind, repo, local dir, revision) per download, in recipe order."""
-    items = [("model", job.spec.model.name, command.model_dir(job), job.spec.model.revision or "")]
+    items = [("model", job.spec.model.name, paths.model_dir(job), job.spec.model.revision or "")]
     prompt = job.spec.rollout.prompt_data
-    items.append(("dataset", prompt.repo, command.dataset_dir(prompt), prompt.revision or ""))
+    items.append(("dataset", prompt.repo, paths.dataset_dir(prompt), prompt.revision or ""))
     if job.spec.eval.enabled:
         for ds in job.spec.eval.datasets:
-            items.append(("dataset", ds.repo, command.dataset_dir(ds), ds.revision or ""))
+            items.append(("dataset", ds.repo, paths.dataset_dir(ds), ds.revision or ""))
     seen: set[tuple[str, str]] = set()
     args: list[str] = []
     for kind, repo, path, rev in items:
@@ -298,7 +298,7 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
     prep = job.spec.data_prep
     env: list[dict[str, Any]] = [
         {"name": "HF_HUB_ENABLE_HF_TRANSFER", "value": "0"},
-        {"name": "LORARL_RUN_DIR", "value": command.run_dir(job)},
+        {"name": "LORARL_RUN_DIR", "value": paths.run_dir(job)},
     ]
     if prep.endpoint:
         env.append({"name": "HF_ENDPOINT", "value": prep.endpoint})
@@ -308,7 +308,7 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
         "name": "prepare",
         "image": prep.image or image(job),
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
-        "command": ["sh", f"{command.REPORTER_DIR}/prepare.sh"],
+        "command": ["sh", f"{paths.REPORTER_DIR}/prepare.sh"],
         "args": downloads(job),
         "env": env,
         "volumeMounts": [m for m in ray_volume_mounts() if m["name"] != SHM_VOLUME],
@@ -340,7 +340,7 @@ def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, A
     }
     if head and not job.spec.data_prep.skip:
         spec["initContainers"] = [prepare_container(job)]
-    profile_labels = command.profile_of(job).node_selector if hw.profile_node_selector else {}
+    profile_labels = profiles.profile_of(job).node_selector if hw.profile_node_selector else {}
     node_selector = {**profile_labels, **hw.node_selector}
     if node_selector:
         spec["nodeSelector"] = dict(sorted(node_selector.items()))
@@ -356,7 +356,7 @@ def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, A
 def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
     # num-gpus is explicit: KubeRay only infers it from limits keys ending in "gpu", which
     # partitioned AMD resources (amd.com/cpx_nps4, ...) do not.
-    gpus = str(command.gpus_per_node(job))
+    gpus = str(profiles.gpus_per_node(job))
     spec: dict[str, Any] = {
         "enableInTreeAutoscaling": False,
         "headGroupSpec": {

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 ADAPTER = "adapter"
 _ITER_DIR_RE = re.compile(r"iter_(\d+)")
@@ -75,7 +75,7 @@ def files_complete(adapter_dir: str, ranks: int) -> bool:
     return True
 
 
-def _iterations(save_dir: str) -> Optional[dict]:
+def _iterations(save_dir: str) -> dict | None:
     try:
         found = {}
         with os.scandir(save_dir) as entries:
@@ -92,7 +92,7 @@ def _iterations(save_dir: str) -> Optional[dict]:
         return None
 
 
-def scan(save_dirs: list, ranks: int) -> Optional[list]:
+def scan(save_dirs: list, ranks: int) -> list | None:
     """All saves of all attempts (list of Save, oldest attempt first); None when nothing can be
     listed at all (e.g. the volume is not there yet)."""
     saves, listed = [], False
@@ -109,7 +109,7 @@ def scan(save_dirs: list, ranks: int) -> Optional[list]:
 
 class Verdict(NamedTuple):
     complete: list  # Save, complete, sorted by rollout
-    saving: Optional[Save]  # the current attempt's save being written, if any
+    saving: Save | None  # the current attempt's save being written, if any
 
 
 def judge(saves: list, current_attempt: int = 0, logged_done_local: int = -1) -> Verdict:
@@ -130,6 +130,6 @@ def judge(saves: list, current_attempt: int = 0, logged_done_local: int = -1) ->
     return Verdict(complete, saving)
 
 
-def newest_complete(saves: list) -> Optional[Save]:
+def newest_complete(saves: list) -> Save | None:
     complete = judge(saves).complete
     return complete[-1] if complete else None

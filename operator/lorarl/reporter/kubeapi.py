@@ -16,7 +16,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from .notes import warn
 
@@ -49,7 +49,7 @@ class ApiConfig(NamedTuple):
     ca_file: str
 
 
-def api_config(env=None) -> Optional[ApiConfig]:
+def api_config(env=None) -> ApiConfig | None:
     env = os.environ if env is None else env
     server = env.get("LORARL_API_SERVER", "").strip()
     if not server:
@@ -98,7 +98,7 @@ class Patcher:
         self._lock = threading.Lock()
         self._opener = None
 
-    def _token(self) -> Optional[str]:
+    def _token(self) -> str | None:
         try:
             with open(self.api.token_file, encoding="utf-8") as f:
                 return f.read().strip() or None
@@ -114,7 +114,7 @@ class Patcher:
             handlers.append(urllib.request.HTTPSHandler(context=ctx))
         return urllib.request.build_opener(*handlers)
 
-    def send(self, status: dict, timeout: Optional[float] = None) -> bool:
+    def send(self, status: dict, timeout: float | None = None) -> bool:
         try:
             data = json.dumps(patch_body(status), allow_nan=False, separators=(",", ":")).encode()
             request = urllib.request.Request(self.url, data=data, method="PATCH", headers={

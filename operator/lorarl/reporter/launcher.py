@@ -17,7 +17,7 @@ trains the full ``--num-rollout`` and writes ``iter_<id>`` into ``--save`` again
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from . import attempts, checkpoints
 
@@ -27,7 +27,7 @@ class Plan(NamedTuple):
     offset: int  # rollouts done before this attempt (counted across attempts)
     save_dir: str  # this attempt's --save
     num_rollout: int  # this attempt's --num-rollout
-    adapter: Optional[str]  # --lora-adapter-path, when resuming
+    adapter: str | None  # --lora-adapter-path, when resuming
     argv: list  # the command to run
     record: dict  # this attempt's ledger record
 
@@ -57,7 +57,7 @@ def _set_flag(argv: list, flag: str, value: str) -> list:
     return out if found else out + [flag, value]
 
 
-def rewrite(argv: list, save_dir: str, num_rollout: int, adapter: Optional[str]) -> list:
+def rewrite(argv: list, save_dir: str, num_rollout: int, adapter: str | None) -> list:
     """This attempt's command. A resumed attempt loads our checkpoint, even when the user's
     extra args name a starting adapter (that one was loaded by attempt 1)."""
     out = _set_flag(argv, "--save", save_dir)

@@ -36,7 +36,7 @@ import math
 import re
 import threading
 import warnings
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 MAX_LITERAL = 1 << 20  # longer dict reprs skip ast.literal_eval
 
@@ -45,7 +45,7 @@ class Event(NamedTuple):
     kind: str  # perf | rollout | step | eval | saving | resumed | not_resumed | checkpoint | wandb
     id: int  # rollout id, step number or iteration (0 for wandb)
     values: dict  # metric key -> float (may be nan/inf); empty for the others
-    path: Optional[str] = None  # save path (saving/checkpoint) or the W&B run URL
+    path: str | None = None  # save path (saving/checkpoint) or the W&B run URL
 
 
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -67,7 +67,7 @@ _LITERAL_LOCK = threading.Lock()  # warnings.catch_warnings is process-global
 _FAMILIES = {"perf": ("perf/", "rollout/"), "rollout": ("rollout/",), "step": ("train/",), "eval": ("eval/",)}
 
 
-def _number(value) -> Optional[float]:
+def _number(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -110,7 +110,7 @@ def clean_line(line) -> str:
     return line.rstrip("\r\n")
 
 
-def parse_line(line) -> Optional[Event]:
+def parse_line(line) -> Event | None:
     """One log line (str or bytes) -> Event, or None for anything else. Never raises."""
     try:
         return _parse_line(clean_line(line))
@@ -127,7 +127,7 @@ def _message_start(line: str) -> int:
     return m.end() if m else pos
 
 
-def _parse_line(line: str) -> Optional[Event]:
+def _parse_line(line: str) -> Event | None:
     if "LoRA" in line:
         m = _SAVING_RE.search(line)
         if m:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .kubeapi import Patcher
 from .notes import warn
@@ -22,9 +22,9 @@ class Reporter:
     ``scan()`` returns (saves, save_dir) or None; ``heartbeat(fields)`` records this attempt's
     progress (``Summary.ledger_fields``) and running time on the volume. Both run on the background thread only."""
 
-    def __init__(self, summary: Summary, patcher: Optional[Patcher], interval: float,
-                 scan: Optional[Callable[[], Optional[tuple]]] = None,
-                 heartbeat: Optional[Callable[[dict], None]] = None,
+    def __init__(self, summary: Summary, patcher: Patcher | None, interval: float,
+                 scan: Callable[[], tuple | None] | None = None,
+                 heartbeat: Callable[[dict], None] | None = None,
                  monotonic: Callable[[], float] = time.monotonic):
         self.summary = summary
         self.patcher = patcher
@@ -67,7 +67,7 @@ class Reporter:
         tick_due = self._ticks() and now >= self._next_tick
         return patch_due, tick_due
 
-    def _wait_time(self, now: float) -> Optional[float]:
+    def _wait_time(self, now: float) -> float | None:
         deadlines = []
         if self.patcher is not None and self.summary.version != self._sent_version:
             deadlines.append(self._last_attempt + self.interval)

@@ -27,8 +27,8 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Callable, Optional
 
 from . import attempts, checkpoints
 from .logparse import Event, eval_scores
@@ -56,7 +56,7 @@ def _finite(value) -> bool:
 
 class Summary:
     def __init__(self, total_rollouts: int, *, offset: int = 0, attempt: int = 1, steps_per_rollout: int = 1,
-                 gpus: int = 0, history: Optional[list] = None, started_at: Optional[float] = None,
+                 gpus: int = 0, history: list | None = None, started_at: float | None = None,
                  clock: Callable[[], float] = time.time):
         self.total = max(0, int(total_rollouts))
         self.offset = max(0, int(offset))
@@ -74,19 +74,19 @@ class Summary:
         self._id_offset = self.offset  # added to the trainer's rollout ids
         self._first_id_seen = False
         self._finished = self.offset - 1  # highest finished rollout (global)
-        self._first: Optional[tuple] = None  # (time, rollout) of the first finish in this attempt
-        self._last: Optional[tuple] = None
-        self._training: Optional[int] = None  # global id of the latest 'rollout' line
-        self._step: Optional[int] = None
+        self._first: tuple | None = None  # (time, rollout) of the first finish in this attempt
+        self._last: tuple | None = None
+        self._training: int | None = None  # global id of the latest 'rollout' line
+        self._step: int | None = None
         self._metrics: dict = {}
         self._diffs: dict = {}  # global step -> finite train_rollout_logprob_abs_diff
         self._evals: dict = {}
         self._logged_saves: dict = {}  # local iteration -> path (this attempt's 'Saving LoRA' lines)
         self._megatron_saves: dict = {}  # local iteration -> path (Megatron's 'successfully saved')
         self._log_done_local = -1  # highest local iteration the log proves finished
-        self._saves: Optional[list] = None  # the last scan
-        self._save_dir: Optional[str] = None
-        self.wandb_url: Optional[str] = None
+        self._saves: list | None = None  # the last scan
+        self._save_dir: str | None = None
+        self.wandb_url: str | None = None
         self._seed_from(earlier)
         self.version = 1
         self._updated = clock()
@@ -170,14 +170,14 @@ class Summary:
             self.notes.append(f"attempt {self.attempt}: the trainer's first rollout id is {local}; it resumed "
                               f"after {self.offset} rollouts, so its ids are shown as id + {self.offset}")
 
-    def apply_scan(self, saves: Optional[list], save_dir: Optional[str] = None) -> bool:
+    def apply_scan(self, saves: list | None, save_dir: str | None = None) -> bool:
         if saves is None:  # keep the last good scan over a transient error
             return False
         self._saves = saves
         self._save_dir = save_dir
         return self._refresh()
 
-    def _finish(self, rollout: Optional[int]) -> None:
+    def _finish(self, rollout: int | None) -> None:
         if rollout is None or rollout < 0 or rollout <= self._finished:
             return
         self._finished = rollout
@@ -228,7 +228,7 @@ class Summary:
                                               _adapter_path(path, base, local), True))
         return saves
 
-    def _checkpoints(self) -> Optional[dict]:
+    def _checkpoints(self) -> dict | None:
         verdict = checkpoints.judge(self._all_saves(), self.attempt, self._log_done_local)
         out = {}
         if verdict.complete:
@@ -280,7 +280,7 @@ class Summary:
             status["tracking"] = {"wandbRunURL": self.wandb_url}
         return status
 
-    def _eta(self, done: int) -> Optional[int]:
+    def _eta(self, done: int) -> int | None:
         if self.total > 0 and done >= self.total:
             return 0
         if self._first is None or self._last is None or self._last[1] <= self._first[1]:
@@ -288,7 +288,7 @@ class Summary:
         per_rollout = (self._last[0] - self._first[0]) / (self._last[1] - self._first[1])
         return max(0, int(round(per_rollout * max(0, self.total - done))))
 
-    def gpu_hours(self, now: Optional[float] = None) -> float:
+    def gpu_hours(self, now: float | None = None) -> float:
         now = self._clock() if now is None else now
         seconds = self._earlier_gpu_seconds + max(0.0, now - self.started_at) * self.gpus
         return significant(seconds / 3600.0)
@@ -311,7 +311,7 @@ def _pairs(value) -> list:
     return out
 
 
-def _adapter_path(logged: Optional[str], save_dir: Optional[str], local: int) -> str:
+def _adapter_path(logged: str | None, save_dir: str | None, local: int) -> str:
     """The adapter directory of a logged save: the logged path (already .../iter_N/adapter for
     LoRA saves; a Megatron save logs its save directory), else <save_dir>/iter_N/adapter."""
     if logged:

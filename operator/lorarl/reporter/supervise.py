@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .notes import warn
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -53,7 +53,7 @@ class ApiError(Exception):
         return 400 <= self.status < 500 and self.status not in (409, 429)
 
 
-def path(api_version: str, kind: str, namespace: Optional[str], name: Optional[str] = None, subresource: Optional[str] = None) -> str:
+def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
     """REST path; namespace None lists across all namespaces."""
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     scope = f"/namespaces/{namespace}" if namespace else ""
@@ -73,7 +73,7 @@ class Api:
     request_timeout: float = 30.0
 
     @classmethod
-    def from_environment(cls, connections: Optional[int] = None) -> "Api":
+    def from_environment(cls, connections: int | None = None) -> Api:
         """In-cluster config, else $KUBECONFIG / ~/.kube/config."""
         try:
             kubernetes.config.load_incluster_config()
@@ -82,7 +82,7 @@ class Api:
         return cls.from_configuration(kubernetes.client.Configuration.get_default_copy(), connections)
 
     @classmethod
-    def from_configuration(cls, config: kubernetes.client.Configuration, connections: Optional[int] = None) -> "Api":
+    def from_configuration(cls, config: kubernetes.client.Configuration, connections: int | None = None) -> Api:
         """``connections``: how many requests may be in flight at once (the reconcile workers).
         The client's default pool (5 per CPU) is smaller than that on small machines, and urllib3
         then drops a connection after each request over the pool ("Connection pool is full"):
@@ -110,7 +110,7 @@ class Api:
             raise ApiError(0, type(err).__name__, str(err)) from None
         return json.loads(data) if data and answer else {}
 
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> Optional[dict[str, Any]]:
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self._call("GET", path(api_version, kind, namespace, name))
         except ApiError as err:
@@ -118,7 +118,7 @@ class Api:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, namespace: Optional[str] = None, label_selector: Optional[str] = None) -> list[dict[str, Any]]:
+    def list(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:
         query = [("labelSelector", label_selector)] if label_selector else None
         return self._call("GET", path(api_version, kind, namespace), query=query).get("items", [])
 
@@ -176,7 +176,7 @@ class Api:
         """Merge patch of an Event (its count and lastTimestamp, see events.py)."""
         return self._call("PATCH", path("v1", "Event", namespace, name), body=fields, content_type="application/merge-patch+json")
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str = "Background", uid: Optional[str] = None) -> bool:
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, propagation: str = "Background", uid: str | None = None) -> bool:
         """Delete (False if it is gone); with ``uid``, only that object, not one re-created under its name."""
         body: dict[str, Any] = {"propagationPolicy": propagation}
         if uid:

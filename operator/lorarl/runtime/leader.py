@@ -38,8 +38,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -61,7 +62,7 @@ class Timings:
         """leaseDurationSeconds is whole seconds: round up, never below the renew deadline."""
         return math.ceil(self.lease_duration)
 
-    def problem(self) -> Optional[str]:
+    def problem(self) -> str | None:
         """Why these timings are unsafe, or None: lease > renew > retry > 0 (client-go, LE:76-92,
         asks renew > 1.2 x retry, its jitter factor; this flag contract asks renew > retry)."""
         if not self.retry_period > 0:
@@ -73,7 +74,7 @@ class Timings:
         return None
 
 
-def new_identity(environ: Optional[dict[str, str]] = None) -> str:
+def new_identity(environ: dict[str, str] | None = None) -> str:
     """``$POD_NAME`` (else the hostname) plus a random suffix, unique per process even when a
     restarted pod keeps its name (as controller-runtime: hostname + "_" + uuid)."""
     environ = os.environ if environ is None else environ
@@ -86,12 +87,12 @@ class Record:
 
     holder: str = ""
     lease_seconds: int = 0
-    acquire_time: Optional[str] = None
-    renew_time: Optional[str] = None
+    acquire_time: str | None = None
+    renew_time: str | None = None
     transitions: int = 0
 
     @classmethod
-    def from_lease(cls, lease: dict[str, Any]) -> "Record":
+    def from_lease(cls, lease: dict[str, Any]) -> Record:
         spec = lease.get("spec") or {}
         return cls(
             holder=spec.get("holderIdentity") or "",
@@ -125,7 +126,7 @@ def may_take(record: Record, me: str, observed_at: float, now: float) -> bool:
     return record.holder in ("", me) or expired(observed_at, record.lease_seconds, now)
 
 
-def next_record(old: Optional[Record], me: str, stamp: str, lease_seconds: int) -> Record:
+def next_record(old: Record | None, me: str, stamp: str, lease_seconds: int) -> Record:
     """The record we write: a renewal keeps acquireTime and transitions, a takeover counts one
     more transition (LE:497-505); a new lease starts at 0 transitions."""
     if old is None:
@@ -147,7 +148,7 @@ def renewal_overdue(last_renewed: float, renew_deadline: float, now: float) -> b
 
 def micro_time(moment: datetime.datetime) -> str:
     """metav1.MicroTime's wire format (RFC 3339 with exactly six fractional digits)."""
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # -- the elector (I/O) --------------------------------------------------------------------------
@@ -180,14 +181,14 @@ class LeaseElector:
         identity: str,
         timings: Timings = Timings(),
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc),
+        wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
         self.leases = kubernetes.client.CoordinationV1Api(client)
         self._serialize = client.sanitize_for_serialization
         self.namespace, self.name, self.identity, self.timings = namespace, name, identity, timings
         self._clock, self._wall = clock, wall
-        self._lease: Optional[dict[str, Any]] = None  # as last read or written (has resourceVersion)
-        self.observed: Optional[Record] = None
+        self._lease: dict[str, Any] | None = None  # as last read or written (has resourceVersion)
+        self.observed: Record | None = None
         self.observed_at = 0.0
         self.last_renewed = 0.0  # clock() when our last successful write was *sent*
 
@@ -210,7 +211,7 @@ class LeaseElector:
         if record != self.observed:  # LE:486-490: the clock restarts only on a change
             self.observed, self.observed_at = record, self._clock()
 
-    def _read(self) -> Optional[dict[str, Any]]:
+    def _read(self) -> dict[str, Any] | None:
         try:
             lease = self.leases.read_namespaced_lease(self.name, self.namespace, _request_timeout=self._timeout())
         except ApiException as err:

@@ -13,7 +13,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("lorarl.probes")
 Check = Callable[[], "tuple[bool, str]"]
@@ -74,7 +74,7 @@ class ProbeServer:
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="lorarl-probes", daemon=True)
 
-    def start(self) -> "ProbeServer":
+    def start(self) -> ProbeServer:
         self._thread.start()
         log.info("probes: GET %s and %s on %s:%d", self.liveness_path, READINESS_PATH, *self._server.server_address[:2])
         return self

@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import kopf
 from prometheus_client import start_http_server
@@ -48,7 +48,7 @@ class State:
 
     role: str = "starting"  # standby | leader | single
     kopf_started: threading.Event = field(default_factory=threading.Event)
-    kopf_liveness: Optional[str] = None  # kopf's own liveness endpoint, on loopback
+    kopf_liveness: str | None = None  # kopf's own liveness endpoint, on loopback
 
     def alive(self) -> tuple[bool, str]:
         if self.kopf_started.is_set() and self.kopf_liveness:
@@ -87,7 +87,7 @@ def _renew_or_exit(elector: leader.LeaseElector, stop: threading.Event) -> None:
         _exit_now(f"lease renewal failed unexpectedly: {err!r}; exiting")
 
 
-def run(*, namespaces: list[str], clusterwide: bool, liveness: Optional[str], memo: Any, kube: Api, election: Optional[Election]) -> None:
+def run(*, namespaces: list[str], clusterwide: bool, liveness: str | None, memo: Any, kube: Api, election: Election | None) -> None:
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # kopf's liveness server: a line per probe
     server = probes.ProbeServer(liveness, state.alive, state.ready).start() if liveness else None

@@ -1,0 +1,73 @@
+"""Where things live in the job's pods: the model and datasets on the shared volume (one
+directory per repository and revision), each run's directory and checkpoints, the reporter."""
+
+from __future__ import annotations
+
+import posixpath
+import urllib.parse
+
+from ..api.types import DatasetRef, EvalDataset, LoraRLJob
+
+MODELS_DIR = "/root/models"
+DATASETS_DIR = "/root/datasets"
+SHARED_DIR = "/root/shared_data"
+# what `hf download` fetches without --revision (huggingface_hub constants.DEFAULT_REVISION)
+DEFAULT_REVISION = "main"
+REPORTER_DIR = "/opt/lorarl"
+REPORTER_FILE = "reporter.pyz"
+REPORTER_PATH = f"{REPORTER_DIR}/{REPORTER_FILE}"
+
+
+class UnsafeTokenError(ValueError):
+    """A word of the command would be reinterpreted by a shell on its way to the head."""
+
+
+def repo_basename(repo: str) -> str:
+    return repo.rsplit("/", 1)[-1]
+
+
+def input_dir(root: str, repo: str, revision: str | None) -> str:
+    """Where one (repository, revision) lives on the shared volume: ``<root>/<org>/<name>/<rev>``.
+
+    Unique per (repository, revision), so jobs sharing a volume never share or overwrite each
+    other's inputs. ``org`` and ``name`` (HF_REPO_ID: start with a letter or digit, no '/' or
+    '@') are one path segment each and never '.' or '..'. The revision is percent-encoded with
+    ``quote(safe="")`` ('/', '%', '@' ... become %XX; the revisions '.' and '..' become %2E and
+    %2E%2E): one segment, never containing '@', never '.' or '..',
+    decodable, so the mapping is injective; at most 3 x 64 characters, within NAME_MAX. No
+    revision means "main", as for ``hf download`` (huggingface_hub DEFAULT_REVISION).
+    prepare.sh keeps its lock and in-progress download beside it as ``<dir>@lock`` and
+    ``<dir>@partial``: names no input directory can have.
+    """
+    org, name = repo.split("/", 1)
+    segment = urllib.parse.quote(revision or DEFAULT_REVISION, safe="")
+    if segment in (".", ".."):  # quote() keeps dots: "." would name the model's own directory, ".." its org's
+        segment = segment.replace(".", "%2E")
+    return posixpath.join(root, org, name, segment)
+
+
+def model_dir(job: LoraRLJob) -> str:
+    return input_dir(MODELS_DIR, job.spec.model.name, job.spec.model.revision)
+
+
+def dataset_dir(ref: DatasetRef | EvalDataset) -> str:
+    return input_dir(DATASETS_DIR, ref.repo, ref.revision)
+
+
+def dataset_file(ref: DatasetRef | EvalDataset) -> str:
+    """The file's path in the dataset's directory (see input_dir); the API refuses absolute
+    paths and '..', and this re-checks that the path stays inside the repository's directory."""
+    directory = dataset_dir(ref)
+    path = posixpath.join(directory, ref.file or f"{repo_basename(ref.repo)}.jsonl")
+    if not posixpath.normpath(path).startswith(directory + "/"):
+        raise UnsafeTokenError(f"dataset file {ref.file!r} of {ref.repo} leaves {directory}")
+    return path
+
+
+def run_dir(job: LoraRLJob) -> str:
+    """Per-job directory on the shared volume (the launcher's <run_id>)."""
+    return posixpath.join(SHARED_DIR, job.metadata.name)
+
+
+def save_dir(job: LoraRLJob) -> str:
+    return posixpath.join(run_dir(job), "checkpoints")
