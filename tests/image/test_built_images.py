@@ -19,7 +19,6 @@ import subprocess
 import tarfile
 
 import pytest
-
 from lorarl import __version__
 from lorarl_dev import images
 

@@ -12,10 +12,10 @@ import shutil
 import subprocess
 
 import pytest
-
 from lorarl_dev import images
+
 from tests.helpers import REPO
-from tests.image.test_image import hadolint, stages
+from tests.image.dockerfiles import hadolint, stages
 
 JOB = REPO / "hack" / "images" / "job"
 BASE = "0" * 64
