@@ -60,8 +60,10 @@ SUITE = "bookworm"
 # builder stages a pip: the base has none of its own, so the final stages carry no installer),
 # CA certificates (the operator's TLS to the API server, pip and hf to HTTPS), passwd (the
 # operator's Dockerfile adds its user), and for the job image bash + GNU wget (KubeRay's
-# container command and probes, see hack/images/job/Dockerfile), flock (util-linux) and ps.
-BASE_PACKAGES = ("bash", "ca-certificates", "passwd", "procps", "python3", "python3-venv", "util-linux", "wget")
+# container command and probes, see hack/images/job/Dockerfile), flock (util-linux), ps, and
+# libstdc++6 (Ray's raylet, gcs_server and _raylet.so link it: "libstdc++.so.6: cannot open
+# shared object file" without it).
+BASE_PACKAGES = ("bash", "ca-certificates", "libstdc++6", "passwd", "procps", "python3", "python3-venv", "util-linux", "wget")
 # Essential: yes packages plus the ones above, no apt (nothing installs packages in the images);
 # docs, man pages and translations left out (copyright files kept); /dev left to the runtime.
 MMDEBSTRAP_OPTIONS = (
