@@ -66,7 +66,7 @@ __all__ = [
 REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 #: The order processes are stopped in (reverse of start order).
-_STOP_ORDER = ("kueue", "kuberay-operator", "kwok", "fakegpu", "coredns", "kube-proxy", "kubelet", "containerd",
+_STOP_ORDER = ("hubstub", "kueue", "kuberay-operator", "kwok", "fakegpu", "coredns", "kube-proxy", "kubelet", "containerd",
                "kube-scheduler", "kube-controller-manager", "relay", "kube-apiserver", "etcd")
 
 #: The binaries a real node (``node=True``) adds to the control plane's.
@@ -310,10 +310,11 @@ def _pid_is(pid: int, name: str) -> bool:
         return _pid_alive(pid)
     if os.path.basename(exe.removesuffix(" (deleted)")) == name:
         return True
-    # a Python child (the real node's relay) is known by its module
+    # a Python child (the real node's relay, the Hub stand-in) is known by its module
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f"lorarl_dev.node.{name}".encode() in f.read().split(b"\0")
+            argv = f.read().split(b"\0")
+        return f"lorarl_dev.node.{name}".encode() in argv or f"lorarl_dev.{name}".encode() in argv
     except OSError:
         return False
 

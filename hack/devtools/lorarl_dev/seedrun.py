@@ -1,0 +1,189 @@
+"""The seed LoraRLJob on the real node: its node overrides, the Hub stand-in, the images and the
+operator installed with helm. Shared by tests/e2e, the bench's ``realnode`` phase and the demo.
+
+The overrides are in one place (:func:`seed_job`): the seed manifest is kept as a user writes
+it and changed only where this machine needs it (the job image instead of the miles image, CPU
+and memory a 2-core machine has, a small /dev/shm and volume, the Hub stand-in's endpoint).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import yaml
+
+from .controlplane import ControlPlane, ControlPlaneError, repo_root
+
+SEED_MANIFEST = repo_root() / "manifests" / "qwen3-4b-lora-amd.yaml"
+CHART = repo_root() / "charts" / "lorarl-operator"
+HUB_PORT = 8800  # on the node IP, inside the cluster's namespace (free there: nothing else binds it)
+OPERATOR_NAMESPACE = "lorarl-system"
+RELEASE = "lorarl"
+
+#: What a Ray pod may ask for on a 2-core, 24 GiB node: the head (and a worker) 500m (KubeRay turns
+#: it into `ray start --num-cpus=1`, ray-operator/controllers/ray/common/pod.go, v1.5.0:
+#: the CPU quantity's Value(), rounded up), room for KubeRay's submitter (500m) and two operators.
+NODE_HARDWARE = {"cpu": "500m", "memory": "3Gi", "shmSize": "512Mi"}
+NODE_STORAGE_SIZE = "1Gi"
+
+
+def seed_job(*, image: str, endpoint: str, name: str | None = None, namespace: str | None = None,
+             model_revision: str | None = None, nodes: int = 1, spec: Mapping[str, Any] | None = None,
+             manifest: pathlib.Path = SEED_MANIFEST) -> dict[str, Any]:
+    """The seed manifest with the node's overrides (the only place they are written).
+
+    ``model_revision`` names a revision the Hub stand-in serves (one per test: its
+    ``standin.json`` knobs); ``spec`` is merged last (a test's own fields, e.g. runPolicy)."""
+    job = yaml.safe_load(manifest.read_text())
+    if name:
+        job["metadata"]["name"] = name
+    if namespace:
+        job["metadata"]["namespace"] = namespace
+    s = job["spec"]
+    s["hardware"].update(NODE_HARDWARE)
+    if nodes != 1:
+        s["hardware"]["nodes"] = nodes
+    s.setdefault("runPolicy", {})["image"] = image
+    s.setdefault("dataPrep", {})["endpoint"] = endpoint
+    s.setdefault("checkpoint", {}).setdefault("storage", {})["size"] = NODE_STORAGE_SIZE
+    if model_revision:
+        s["model"]["revision"] = model_revision
+    return _merge(job, {"spec": dict(spec)} if spec else {})
+
+
+def _merge(base: dict, extra: Mapping) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# ------------------------------------------------------------------------------ the Hub stand-in
+
+
+def hub_endpoint() -> str:
+    from .node.realnode import NODE_IP
+
+    return f"http://{NODE_IP}:{HUB_PORT}"
+
+
+def start_hub(cp: ControlPlane, root: pathlib.Path) -> str:
+    """Serve ``root`` (:func:`lorarl_dev.hubstub.make_seed_repos`) from the cluster's namespace
+    on the node IP, where pods reach it; a child of ``cp`` (stopped with it). Returns the endpoint."""
+    from .node.realnode import NODE_IP
+
+    if cp.netns is None:
+        raise ControlPlaneError("the Hub stand-in runs beside a real node (ControlPlane(node=True))")
+    cp._spawn("hubstub", ["-m", "lorarl_dev.hubstub", f"--root={root}", f"--host={NODE_IP}",
+                          f"--port={HUB_PORT}", "--verbose"], exe=sys.executable)
+    cp._write_state()  # a detached control plane (the demo's) stops it with the rest
+    endpoint = hub_endpoint()
+    cp._wait_http("hubstub", f"{endpoint}/api/models/Qwen/Qwen3-4B", 30)
+    return endpoint
+
+
+# ------------------------------------------------------------------------------ images, operator
+
+
+def import_images(cp: ControlPlane, names: tuple[str, ...] = ("operator", "job")) -> dict[str, str]:
+    """Build (or reuse) the images and import them into the node's containerd: name -> ref."""
+    from . import images
+    from .node.realnode import RealNode
+
+    node = cp.node or RealNode(cp)  # attached to a detached control plane: the node's containerd
+    refs = {}
+    for name in names:
+        artifact = images.build(name)
+        if artifact.ref not in node.images():
+            node.import_image(artifact.archive)
+        refs[name] = artifact.ref
+    return refs
+
+
+def helm(cp: ControlPlane, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    cmd = [str(cp.bin_dir / "helm"), f"--kubeconfig={cp.kubeconfig}", *args]
+    home = cp.workdir / "helm"  # empty config/cache/data homes: no user repositories or plugins
+    env = {**os.environ, **{f"HELM_{k}_HOME": str(home / k.lower()) for k in ("CONFIG", "CACHE", "DATA")}}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"{' '.join(cmd)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def install_operator(cp: ControlPlane, image_ref: str, *, replicas: int = 2,
+                     namespace: str = OPERATOR_NAMESPACE, timeout: float = 300) -> None:
+    """``helm install`` the chart with the built image into a namespace that enforces the
+    restricted Pod Security profile, and wait for every replica to be Ready (its probes)."""
+    repository, tag = image_ref.rsplit(":", 1)
+    cp.kubectl("create", "namespace", namespace, check=False)
+    cp.kubectl("label", "namespace", namespace, "--overwrite",
+               "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest")
+    helm(cp, "upgrade", "--install", RELEASE, str(CHART), "--namespace", namespace,
+         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+         "--set", "image.pullPolicy=IfNotPresent", "--set", f"replicaCount={replicas}",
+         "--set", "leaderElection.enabled=true", "--set", "logFormat=plain",
+         "--wait", f"--timeout={int(timeout)}s", timeout=timeout + 30)
+
+
+def operator_pods(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE) -> list[dict]:
+    out = cp.kubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=lorarl-operator", "-o", "json")
+    return json.loads(out.stdout)["items"]
+
+
+def leader(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE) -> str | None:
+    """The holder of the operator's Lease (a Pod name)."""
+    out = cp.kubectl("get", "leases", "-n", namespace, "-o", "json")
+    for lease in json.loads(out.stdout)["items"]:
+        holder = lease.get("spec", {}).get("holderIdentity")
+        if holder:
+            return holder
+    return None
+
+
+# ------------------------------------------------------------------------------ waiting
+
+
+def get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict | None:
+    proc = cp.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0,
+             explain: Callable[[], str] | None = None) -> Any:
+    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` saying ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = explain() if explain else ""
+            raise TimeoutError(f"{what}: not after {timeout:.0f}s{': ' + detail if detail else ''}")
+        time.sleep(interval)
+
+
+def describe(cp: ControlPlane, namespace: str) -> str:
+    """What a failing wait shows: the namespace's objects, events and the pods' recent logs."""
+    parts = []
+    for args in (("get", "lorarljobs,rayjobs,rayclusters,jobs,pods,pvc", "-n", namespace, "-o", "wide"),
+                 ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"),
+                 ("get", "lorarljobs", "-n", namespace, "-o", "jsonpath={.items[*].status}")):
+        parts.append(cp.kubectl(*args, check=False).stdout[-4000:])
+    pods = json.loads(cp.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False).stdout or '{"items":[]}')
+    for pod in pods["items"]:
+        name = pod["metadata"]["name"]
+        logs = cp.kubectl("logs", "-n", namespace, name, "--all-containers", "--tail=25", check=False)
+        parts.append(f"--- {name}\n{logs.stdout[-3000:]}{logs.stderr[-500:]}")
+    return "\n".join(parts)
+
