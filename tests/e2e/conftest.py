@@ -1,0 +1,57 @@
+"""Fixtures of the end-to-end tests: one real node, one Hub stand-in, one operator install (two
+replicas, leader election) for the whole session; a namespace and a model revision per test."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import uuid
+
+import pytest
+from lorarl_dev import hubstub, seedrun
+
+
+@pytest.fixture(scope="session")
+def hub(real_node_cluster, tmp_path_factory):
+    """The Hub stand-in on the node IP, serving the seed's repos; ``hub.revision(knobs)`` adds a
+    model revision with the trainer stand-in's knobs (one per test)."""
+    root = tmp_path_factory.mktemp("hub")
+    hubstub.make_seed_repos(str(root))
+    endpoint = seedrun.start_hub(real_node_cluster, root)
+    return Hub(root, endpoint)
+
+
+class Hub:
+    def __init__(self, root: pathlib.Path, endpoint: str) -> None:
+        self.root, self.endpoint = root, endpoint
+
+    def revision(self, knobs: dict) -> str:
+        """A new revision of the seed model whose ``standin.json`` is ``knobs``."""
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        model = self.root / "models" / hubstub.SEED_MODEL
+        shutil.copytree(model / "main", model / name)
+        (model / name / "standin.json").write_text(json.dumps(knobs))
+        return name
+
+
+@pytest.fixture(scope="session")
+def node_images(real_node_cluster):
+    """The operator and job images, built (or cached) and imported into the node: name -> ref."""
+    return seedrun.import_images(real_node_cluster)
+
+
+@pytest.fixture(scope="session")
+def lorarl_operator(real_node_cluster, node_images):
+    """The chart installed with the built image: two replicas, leader election on, in a namespace
+    that enforces the restricted Pod Security profile."""
+    seedrun.install_operator(real_node_cluster, node_images["operator"], replicas=2)
+    return seedrun.OPERATOR_NAMESPACE
+
+
+@pytest.fixture
+def job_ns(real_node_cluster, lorarl_operator):
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    real_node_cluster.kubectl("create", "namespace", name)
+    yield name
+    real_node_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

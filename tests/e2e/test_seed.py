@@ -1,0 +1,81 @@
+"""The seed LoraRLJob end to end on the real node: the operator (helm-installed, in its own Pod)
+makes the RayJob; the real KubeRay operator makes the RayCluster and the submitter Job; the head
+pod's init container downloads the inputs from the Hub stand-in with the real hf CLI; real Ray
+runs the trainer stand-in under the reporter, which patches the status with its projected token.
+
+The oracles are outside lorarl: KubeRay's RayJob status (from the real Ray dashboard), the pods'
+own container states and logs, and the files on the provisioned volume."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+from lorarl_dev import seedrun
+
+pytestmark = pytest.mark.node
+
+RUN_TIMEOUT = 900  # 2 shared cores: image unpack, Ray start and the trainer stand-in
+
+
+def _phase(cp, ns, name):
+    job = seedrun.get(cp, "lorarljob", name, ns)
+    return (job or {}).get("status", {}).get("phase")
+
+
+def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_node_cluster, hub, node_images, job_ns):
+    cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
+    revision = hub.revision({"seconds_per_rollout": 0.5})
+    job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns,
+                           model_revision=revision)
+    cp.kubectl("apply", "-f", "-", input=json.dumps(job))
+    explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
+
+    # Running, as KubeRay says it from the real Ray job (not a stand-in)
+    seen = seedrun.wait_for("RayJob RUNNING", lambda: _running_snapshot(cp, ns, name), RUN_TIMEOUT, explain=explain)
+    head, rayjob_running = seen
+    prepare = next(s for s in head["status"]["initContainerStatuses"] if s["name"] == "prepare")
+    assert prepare["state"]["terminated"]["exitCode"] == 0
+    prepare_log = cp.kubectl("logs", "-n", ns, head["metadata"]["name"], "-c", "prepare").stdout
+    assert "prepare: all inputs present" in prepare_log
+    assert "prepare: downloading model Qwen/Qwen3-4B@" + revision in prepare_log
+    assert rayjob_running["status"]["jobDeploymentStatus"] == "Running"
+    seedrun.wait_for("LoraRLJob Running", lambda: _phase(cp, ns, name) in ("Running", "Succeeded"), 120,
+                     explain=explain)
+
+    final = seedrun.wait_for("LoraRLJob Succeeded",
+                             lambda: (_phase(cp, ns, name) in ("Succeeded", "Failed")) and seedrun.get(cp, "lorarljob", name, ns),
+                             RUN_TIMEOUT, explain=explain)
+    status = final["status"]
+    assert status["phase"] == "Succeeded", explain()
+    rayjob = seedrun.get(cp, "rayjob", name, ns)
+    assert rayjob["status"]["jobStatus"] == "SUCCEEDED"
+    assert rayjob["status"]["jobDeploymentStatus"] == "Complete"
+    assert status["rayJob"]["jobStatus"] == "SUCCEEDED"
+    # the reporter's fields, written from inside the pod with the job's projected token
+    assert status["progress"]["rollout"] == status["progress"]["total"] == 100
+    assert status["progress"]["gpuHours"] > 0
+    assert status["checkpoints"]["latestIteration"] == 99
+    assert status["eval"][0]["name"] == "aime24"
+
+    # the checkpoints are on the volume KCM's provisioner made (read from its host directory)
+    pvc = seedrun.get(cp, "pvc", f"{name}-data", ns)
+    pv = seedrun.get(cp, "pv", pvc["spec"]["volumeName"], "")
+    host = pathlib.Path(pv["spec"]["hostPath"]["path"])
+    latest = status["checkpoints"]["latestPath"]
+    assert latest.startswith("/root/shared_data/")
+    adapter = host / "shared_data" / latest.removeprefix("/root/shared_data/")
+    files = sorted(p.name for p in adapter.iterdir())
+    assert "adapter_config.json" in files and "adapter_model.bin" in files, files
+    assert any(f.startswith("adapter_megatron_rank") for f in files), files
+
+
+def _running_snapshot(cp, ns, name):
+    """(head pod, RayJob) once KubeRay reports the Ray job RUNNING and the head pod is up."""
+    rayjob = seedrun.get(cp, "rayjob", name, ns)
+    if not rayjob or rayjob.get("status", {}).get("jobStatus") not in ("RUNNING", "SUCCEEDED"):
+        return None
+    pods = json.loads(cp.kubectl("get", "pods", "-n", ns, "-l", "ray.io/node-type=head", "-o", "json").stdout)["items"]
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    return (running[0], rayjob) if running else None
