@@ -19,8 +19,9 @@ def lorarl_dev(*args, timeout=600):
 def test_demo_runs_and_cleans_up(tmp_path):
     state = tmp_path / "demo"
     try:
-        out = lorarl_dev("demo", "--state-dir", str(state), "--pace", "0")
+        out = lorarl_dev("demo", "--state-dir", str(state), "--pace", "0", "--mode", "simulated")
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert "mode: SIMULATED" in out.stdout
         assert "rayjob.ray.io/qwen3-4b-lora-amd" in out.stdout
         assert "{'amd.com/gpu': '8'}" in out.stdout
         final = [line for line in out.stdout.splitlines() if line.startswith("qwen3-4b-lora-amd")][-1].split()

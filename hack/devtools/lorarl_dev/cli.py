@@ -97,13 +97,16 @@ def controlplane_env(state_dir: str | None) -> None:
 @main.group(invoke_without_command=True)
 @click.option("--state-dir", default=None, help="Where the demo keeps its control plane and operator state.")
 @click.option("--pace", default=0.15, show_default=True, type=float, help="Seconds per simulated rollout.")
+@click.option("--mode", type=click.Choice(["auto", "real", "simulated"]), default="auto", show_default=True,
+              help="real: real pods on one real node (root and hack/node/packages.sh); simulated: KubeRay's "
+              "status and the trainer's log simulated; auto: real where the machine allows it.")
 @click.pass_context
-def demo(ctx: click.Context, state_dir: str | None, pace: float) -> None:
+def demo(ctx: click.Context, state_dir: str | None, pace: float, mode: str) -> None:
     """The local demo: control plane + operator + the seed example, with live status."""
     if ctx.invoked_subcommand is None:
         from . import demo as demo_mod
 
-        demo_mod.run(state_dir, pace)
+        demo_mod.run_mode(state_dir, pace, mode)
 
 
 @demo.command("down")

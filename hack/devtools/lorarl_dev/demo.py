@@ -1,13 +1,22 @@
 """`lorarl-dev demo`: the whole flow on an embedded control plane, on a machine without GPUs.
 
-Real: etcd, kube-apiserver, kube-controller-manager, the operator (`lorarl run`), kubectl, the
-CRDs, the in-job reporter and its per-job ServiceAccount. Simulated, and said so on screen:
-KubeRay's status updates (lorarl_dev.kuberay_sim) and the trainer's log (a synthetic miles
-log), because there is no kubelet, Ray or GPU here.
+Two modes, said on screen (``--mode auto`` picks ``real`` where the machine allows it: root and
+the Debian packages of hack/node/packages.sh):
+
+real
+    one real node (lorarl_dev.node) with the real KubeRay operator, the operator installed with
+    helm from the image built here, the seed job (lorarl_dev.seedrun's node overrides) running in
+    real pods: the init container downloads from the Hub stand-in, real Ray runs the trainer
+    stand-in (the only stand-ins: no GPU, miles or Hugging Face Hub here).
+simulated
+    etcd, kube-apiserver, kube-controller-manager, the operator (`lorarl run`), kubectl, the
+    CRDs, the in-job reporter and its per-job ServiceAccount are real; KubeRay's status updates
+    (lorarl_dev.kuberay_sim) and the trainer's log (a synthetic miles log) are simulated.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shlex
@@ -199,6 +208,84 @@ def run(base: str | None, pace: float) -> None:
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs -A")
     click.echo(f"  {cp.kubectl_path} describe lorarljob {name}")
     click.echo("  lorarl-dev demo down  # stop everything")
+
+
+def real_node_possible() -> list[str]:
+    """Why the real mode cannot run here (empty: it can)."""
+    from .node import realnode
+
+    return realnode.missing_requirements()
+
+
+def run_mode(base: str | None, pace: float, mode: str) -> None:
+    if mode == "auto":
+        reasons = real_node_possible()
+        mode = "simulated" if reasons else "real"
+        if reasons:
+            click.secho(f"mode: simulated (no real node here: {'; '.join(reasons)})", bold=True)
+    if mode == "real":
+        click.secho("mode: REAL PODS (one real node, the real KubeRay operator, real Ray; stand-ins only for "
+                    "the GPUs, the miles trainer and the Hugging Face Hub)", bold=True)
+        run_real(base)
+    else:
+        click.secho("mode: SIMULATED (KubeRay's status and the trainer's log are simulated)", bold=True)
+        run(base, pace)
+
+
+def run_real(base: str | None) -> None:
+    from . import hubstub, seedrun
+
+    state = state_dir(base)
+    state.mkdir(parents=True, exist_ok=True)
+    _say("1/6", "binaries: control plane, kubelet, kube-proxy, CoreDNS, the KubeRay operator, helm "
+         "(built once from the Go module proxy)")
+    bin_dir = controlplane.ensure_binaries((*controlplane.REQUIRED_BINARIES, *controlplane.NODE_BINARIES,
+                                            "kuberay-operator", "helm"))
+    click.echo(f"      {bin_dir}")
+    _say("2/6", "starting the control plane with one real node and the KubeRay operator")
+    cp = controlplane.up(state, node=True, gpus=8, kuberay_operator=True)
+    click.echo(f"      {cp.server} (the cluster lives in network namespace {cp.netns})")
+    hub_root = state / "hub"
+    if not (hub_root / "models").is_dir():
+        hub_root.mkdir(parents=True, exist_ok=True)
+        hubstub.make_seed_repos(str(hub_root))
+    if not controlplane._pid_alive(cp.pids.get("hubstub", 0) or 0):
+        endpoint = seedrun.start_hub(cp, hub_root)
+    else:
+        endpoint = seedrun.hub_endpoint()
+    click.echo(f"      Hugging Face Hub stand-in at {endpoint}")
+    _say("3/6", "building (or reusing) the operator and job images, importing them into the node")
+    refs = seedrun.import_images(cp)
+    click.echo(f"      {refs['operator']}, {refs['job']}")
+    _say("4/6", f"helm install the chart (namespace {seedrun.OPERATOR_NAMESPACE}, restricted Pod Security)")
+    seedrun.install_operator(cp, refs["operator"], replicas=1)
+    click.echo(cp.kubectl("get", "pods", "-n", seedrun.OPERATOR_NAMESPACE).stdout.rstrip())
+    job = seedrun.seed_job(image=refs["job"], endpoint=endpoint, namespace=NAMESPACE)
+    name = job["metadata"]["name"]
+    _say("5/6", f"kubectl apply the seed ({EXAMPLE}) with the node's overrides (lorarl_dev.seedrun.seed_job)")
+    cp.kubectl("delete", "lorarljob", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=300)
+    click.echo("      " + cp.kubectl("apply", "-f", "-", input=json.dumps(job)).stdout.strip())
+    _say("6/6", "the run in real pods: head pod, init container (hf download), ray start, KubeRay's submitter, the reporter")
+    seen, deadline, phase = set(), time.monotonic() + 1200, None
+    while time.monotonic() < deadline:
+        phase = cp.kubectl("get", "lorarljob", name, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}", check=False).stdout
+        if phase not in seen:
+            seen.add(phase)
+            click.echo(cp.kubectl("get", "pods,rayjobs", "-n", NAMESPACE, check=False).stdout.rstrip())
+        _show_jobs(cp)
+        if phase in ("Succeeded", "Failed"):
+            break
+        time.sleep(3)
+    client = cp.api_client()
+    _show_progress(Api(client).get("lorarl.dev/v1alpha1", "LoraRLJob", NAMESPACE, name))
+    client.close()
+    if phase != "Succeeded":
+        raise click.ClickException(f"the seed job ended {phase or 'nowhere'}: kubectl describe lorarljob {name}")
+    click.echo()
+    click.secho("Done, on real pods. The cluster and the operator keep running:", bold=True)
+    click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
+    click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs,pods -A")
+    click.echo("  lorarl-dev demo down  # stop everything (the node's pods, mounts and namespace too)")
 
 
 def down(base: str | None) -> None:
