@@ -15,7 +15,7 @@ import statistics
 import time
 
 from lorarl_dev.controlplane import ControlPlane
-from lorarl_dev.node import images, realnode
+from lorarl_dev.node import images
 
 
 def _pod(name: str, host_network: bool) -> dict:

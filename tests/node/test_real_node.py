@@ -12,7 +12,6 @@ import pathlib
 import uuid
 
 import pytest
-
 from lorarl_dev.node import images, realnode
 
 pytestmark = pytest.mark.node

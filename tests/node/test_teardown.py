@@ -15,7 +15,6 @@ import sys
 import time
 
 import pytest
-
 from lorarl_dev.controlplane import _pid_alive
 from lorarl_dev.node import images, realnode
 from lorarl_dev.pytest_plugin import REAL_NODE_BASELINE

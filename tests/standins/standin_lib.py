@@ -11,6 +11,7 @@ import sys
 from lorarl.job import command
 from lorarl.reporter import logparse
 from lorarl_dev import hubstub
+
 from tests.helpers import MANIFESTS, REPO, job_from, load
 
 MILES = REPO / "hack/images/job/miles"

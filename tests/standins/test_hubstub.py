@@ -15,11 +15,11 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from lorarl.job import render
 from lorarl_dev import hubstub
-from tests.standins.standin_lib import mapped, run_trainer, rendered_argv
+
 from tests.helpers import REPO, job_from, seed_doc
+from tests.standins.standin_lib import mapped, rendered_argv, run_trainer
 
 VENV_HF = shutil.which("hf", path=os.path.dirname(sys.executable))
 pytestmark = pytest.mark.skipif(VENV_HF is None, reason="the hf CLI (huggingface_hub, test extra) is not installed")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from lorarl.job import command
+
 from tests.helpers import job_from, seed_doc
 from tests.reporter.reporter_testlib import FakeApi, write_artifact
 from tests.standins.standin_lib import TRAIN_PY, events, mapped, of_kind, seed_inputs

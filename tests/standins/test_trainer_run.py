@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
-
 from lorarl.reporter import checkpoints
+
 from tests.helpers import wait_for
 from tests.standins.standin_lib import TRAIN_PY, events, of_kind, run_trainer, seed_inputs
 

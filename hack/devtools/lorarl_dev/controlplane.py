@@ -709,9 +709,9 @@ class ControlPlane:
 
     def _create_netns(self) -> None:
         """The cluster's network namespace, claimed as this machine's one real node."""
-        from lorarl_dev.node import netns, realnode
-
         import hashlib
+
+        from lorarl_dev.node import netns, realnode
 
         name = "lorarl-" + hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:8]
         realnode.claim(name, self.workdir)  # refuses a second live node; sweeps a dead one

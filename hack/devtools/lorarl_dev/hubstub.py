@@ -47,9 +47,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
 
 REPO_TYPES = {"models": "model", "datasets": "dataset"}
 ACCESS_FILE = "hubstub-access.json"
@@ -59,7 +57,7 @@ CHUNK = 1 << 20
 
 
 class HubError(Exception):
-    def __init__(self, status: int, code: Optional[str], message: str, commit: Optional[str] = None):
+    def __init__(self, status: int, code: str | None, message: str, commit: str | None = None):
         super().__init__(message)
         self.status, self.code, self.message, self.commit = status, code, message, commit
 
@@ -132,7 +130,7 @@ class Hub:
         self.lfs_threshold = lfs_threshold
         self.page_size = max(1, page_size)
 
-    def repo(self, kind: str, repo_id: str, token: Optional[str]) -> Repo:
+    def repo(self, kind: str, repo_id: str, token: str | None) -> Repo:
         parts = repo_id.split("/")
         if not 1 <= len(parts) <= 2 or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
             raise HubError(400, None, f"Invalid repo id {repo_id!r}")
@@ -199,7 +197,7 @@ class Hub:
         return sorted(entries, key=lambda e: e["path"])
 
 
-def _token(header: Optional[str]) -> Optional[str]:
+def _token(header: str | None) -> str | None:
     if not header:
         return None
     scheme, _, value = header.partition(" ")
@@ -226,7 +224,7 @@ def make_handler(hub: Hub, quiet: bool = True):
             if self.command != "HEAD" and body:
                 self.wfile.write(body)
 
-        def _json(self, obj, extra: Optional[dict] = None) -> None:
+        def _json(self, obj, extra: dict | None = None) -> None:
             body = json.dumps(obj).encode()
             self._send(200, {"Content-Type": "application/json", **(extra or {})}, body)
 
@@ -270,7 +268,7 @@ def make_handler(hub: Hub, quiet: bool = True):
         do_HEAD = _dispatch
 
         # ------------------------------------------------------------------ API
-        def _api(self, rest: str, query: dict, token: Optional[str]) -> None:
+        def _api(self, rest: str, query: dict, token: str | None) -> None:
             kind, _, rest = rest.partition("/")
             if kind not in REPO_TYPES:
                 raise HubError(404, None, "Not found")
@@ -316,7 +314,7 @@ def make_handler(hub: Hub, quiet: bool = True):
             self._json(page, extra)
 
         # ------------------------------------------------------------------ files
-        def _resolve(self, kind: str, repo_id: str, revision: str, filename: str, token: Optional[str]) -> None:
+        def _resolve(self, kind: str, repo_id: str, revision: str, filename: str, token: str | None) -> None:
             repo = hub.repo(kind, repo_id, token)
             rev_dir, commit = hub.revision(repo, revision)
             full = hub.file_in(rev_dir, filename, commit)
@@ -408,7 +406,7 @@ class HubStub:
 
 
 def write_repo(root: str, repo_id: str, files: dict, *, repo_type: str = "model", revision: str = "main",
-               token: Optional[str] = None, gated: bool = False) -> str:
+               token: str | None = None, gated: bool = False) -> str:
     """Write one revision of a repo (``files``: path -> bytes or str); returns its directory."""
     kind = {"model": "models", "dataset": "datasets"}[repo_type]
     repo_dir = os.path.join(root, kind, *repo_id.split("/"))
@@ -440,7 +438,7 @@ def _jsonl(rows: list) -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
-def make_seed_repos(root: str, knobs: Optional[dict] = None, prompts: int = 64, eval_prompts: int = 30) -> dict:
+def make_seed_repos(root: str, knobs: dict | None = None, prompts: int = 64, eval_prompts: int = 30) -> dict:
     """The seed job's three inputs, small: the model (config.json, a tokenizer stub, a tiny
     weights file and the trainer stand-in's ``standin.json`` knobs), ``dapo-math-17k.jsonl``
     (``prompt``/``label`` rows) and ``aime-2024.jsonl``. Returns repo id -> revision directory."""
@@ -459,7 +457,7 @@ def make_seed_repos(root: str, knobs: Optional[dict] = None, prompts: int = 64, 
     return {SEED_MODEL: model, SEED_PROMPTS: train, SEED_EVAL: aime}
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: list | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lorarl_dev.hubstub", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", required=True, help="directory with models/ and datasets/")
     parser.add_argument("--host", default="127.0.0.1")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 
 def load_hf_config(path: str) -> dict:
@@ -88,7 +87,7 @@ def read_rows(path: str):
                 print(f"JSON decode error at line {line_num}: {e}", flush=True)
 
 
-def read_dataset(path: str, input_key: str, label_key: Optional[str]) -> list:
+def read_dataset(path: str, input_key: str, label_key: str | None) -> list:
     return [Sample(row.get(input_key), row[label_key] if label_key is not None else None) for row in read_rows(path)]
 
 

@@ -24,7 +24,6 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Optional
 
 FILE = "standin.json"
 FAULTS_FILE = "standin-faults.json"
@@ -40,7 +39,7 @@ class KnobError(ValueError):
 @dataclass
 class Fault:
     rollout: int
-    times: Optional[int] = None  # None: every attempt
+    times: int | None = None  # None: every attempt
 
 
 @dataclass
@@ -48,12 +47,12 @@ class Knobs:
     seconds_per_rollout: float = 0.2
     seconds_per_step: float = 0.0
     cpu_scale: float = 0.1
-    nan_reward_from: Optional[int] = None
-    allocate_mib: Optional[int] = None
+    nan_reward_from: int | None = None
+    allocate_mib: int | None = None
     allocate_at_rollout: int = 0
     seed: int = 1234
     faults: dict = field(default_factory=dict)  # name -> Fault
-    source: Optional[str] = None  # the file read, if any
+    source: str | None = None  # the file read, if any
 
 
 def _int(key, value) -> int:
@@ -62,7 +61,7 @@ def _int(key, value) -> int:
     return value
 
 
-def parse(doc: dict, source: Optional[str] = None) -> Knobs:
+def parse(doc: dict, source: str | None = None) -> Knobs:
     if not isinstance(doc, dict):
         raise KnobError(f"{FILE}: must be a JSON object")
     knobs = Knobs(source=source)
@@ -100,14 +99,14 @@ def load(hf_checkpoint: str) -> Knobs:
     return parse(doc, path)
 
 
-def save_root(save: Optional[str]) -> Optional[str]:
+def save_root(save: str | None) -> str | None:
     if not save:
         return None
     save = save.rstrip("/")
     return os.path.dirname(save) if re.fullmatch(r"attempt-\d+", os.path.basename(save)) else save
 
 
-def should_fire(name: str, fault: Fault, rollout: int, save: Optional[str]) -> bool:
+def should_fire(name: str, fault: Fault, rollout: int, save: str | None) -> bool:
     """True when the fault is due now; a limited fault is counted before it fires."""
     if rollout != fault.rollout:
         return False

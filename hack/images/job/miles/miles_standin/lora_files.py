@@ -25,7 +25,6 @@ import os
 import pickle
 import zipfile
 from dataclasses import dataclass
-from typing import Optional
 
 # megatron_utils/lora_utils.py:240-290: the standard LoRA's Megatron modules and their HF names
 MEGATRON_TO_HF = {
@@ -43,7 +42,7 @@ def iter_dir(save: str, iteration: int) -> str:
     return os.path.join(save, f"iter_{iteration:07d}", "adapter")
 
 
-def megatron_modules(target_modules: Optional[str]) -> list:
+def megatron_modules(target_modules: str | None) -> list:
     """--target-modules (comma-separated; HF or Megatron names) -> Megatron modules, deduplicated."""
     words = [w.strip() for w in (target_modules or "all-linear").split(",") if w.strip()]
     if len(words) == 1 and words[0] in ALL_LINEAR:
@@ -167,7 +166,7 @@ def write_state(adapter: str, rank: int, iteration: int, trained_steps: int, lr:
 @dataclass
 class Loaded:
     loaded: bool
-    iteration: Optional[int] = None
+    iteration: int | None = None
     trained_steps: int = 0
     messages: tuple = ()  # (where, text) log lines, in order
 

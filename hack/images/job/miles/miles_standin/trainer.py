@@ -23,7 +23,8 @@ import threading
 import traceback
 
 from . import executor as executors
-from . import inputs, knobs as knobs_mod, options
+from . import inputs, options
+from . import knobs as knobs_mod
 from .minilog import Log
 from .workers import MegatronTrainRayActor, RolloutManager
 
