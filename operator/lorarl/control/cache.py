@@ -180,6 +180,16 @@ class Store:
                 return True
             return False
 
+    def put_compact(self, body: dict[str, Any], shrink: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Store only ``shrink(body)``, as a compact stand-in (a listed job with nothing left to
+        do: the whole object is never built)."""
+        key = key_of(body)
+        with self._lock:
+            self._items[key] = shrink(body)
+            self._compact.add(key)
+            self._own.pop(key, None)
+            self._expected.pop(key, None)
+
     def note_own_write(self, body: dict[str, Any]) -> None:
         """We wrote ``body`` (the API server's answer): cache it now, and know its echo."""
         key, rv = key_of(body), body["metadata"].get("resourceVersion")
