@@ -231,6 +231,11 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
         f"{_loads(r['load_after'])}" + (" (**a loaded machine: other work shared the cores**)"
                                          if max(r['load_before'][:2]) > 1.5 else ""),
         f"- offline cost per job: `parse_stored` {r['render']['parse_stored_ms']:.2f} ms, `render.render` {r['render']['render_ms']:.2f} ms",
+    ]
+    for later in r.get("later_runs") or []:
+        out.append(f"- merged from a later run ({', '.join(later['phases'])}): {later['started']} UTC; command: `{later['command']}`; "
+                   f"{later['minutes']:.1f} min; load average before {_loads(later['load_before'])}, after {_loads(later['load_after'])}")
+    out += [
         "",
         "## Targets",
         "",

@@ -575,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--cleanup", action="store_true", help="delete each phase's namespace before the next (slower)")
     parser.add_argument("--from-json", type=pathlib.Path, help="only write the page and plot from a results file")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the figures of the phases (and burst sizes and systems) not run from OUT/benchmarks.json")
     args = parser.parse_args(argv)
     if args.from_json:
         results = json.loads(args.from_json.read_text())
@@ -638,11 +640,32 @@ def main(argv: list[str] | None = None) -> int:
         minutes=(time.monotonic() - t0) / 60, machine=machine(), load_before=load_before, load_after=os.getloadavg(),
         render=render_cost(),
     )
+    if args.merge and (args.out / "benchmarks.json").is_file():
+        results = merged(json.loads((args.out / "benchmarks.json").read_text()), results, plan.phases)
     status = write(results, args.out, not args.no_plot)
     log(f"done in {results['minutes']:.1f} min; process logs in {workdir}")
     if not results["errors"]:
         shutil.rmtree(workdir, ignore_errors=True)
     return status
+
+
+def merged(base: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -> dict[str, Any]:
+    """``base`` (an earlier run's figures) with what ``new`` measured of ``phases`` in their place:
+    burst figures per size and system, history per point; the page names both runs."""
+    out = dict(base)
+    for phase in phases:
+        if phase == "burst":
+            for n, systems in (new.get("burst") or {}).items():
+                out.setdefault("burst", {}).setdefault(n, {}).update(systems)
+        elif phase == "history":
+            out["history"] = {**(base.get("history") or {}), **(new.get("history") or {})}
+        elif new.get(phase):
+            out[phase] = new[phase]
+    out["errors"] = list(base.get("errors") or []) + list(new.get("errors") or [])
+    out["later_runs"] = list(base.get("later_runs") or []) + [
+        {"phases": list(phases), "command": new["command"], "started": new["started"], "minutes": new["minutes"],
+         "load_before": new["load_before"], "load_after": new["load_after"]}]
+    return out
 
 
 def write(results: dict[str, Any], out: pathlib.Path, with_plot: bool) -> int:

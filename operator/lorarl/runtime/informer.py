@@ -31,6 +31,7 @@ Key = tuple[str, str]
 Handler = Callable[[str, dict[str, Any], bool], None]
 
 PAGE_SIZE = 500  # objects per LIST page: one page decoded at a time bounds the start-up peak
+MAX_BACKOFF = 16.0  # seconds between attempts while the API server is away (client-go: 0.8 s doubling to 30 s)
 WATCH_SECONDS = 300  # the server ends a watch after 300-600 s (client-go: minWatchTimeout x (1 + rand))
 
 
@@ -126,8 +127,13 @@ class Informer:
 
     def _watch_once(self, stop: threading.Event) -> None:
         seconds = int(WATCH_SECONDS * (1 + random.random()))
-        response = self._request(watch=True, allow_watch_bookmarks=True, resource_version=self.resource_version,
-                                 timeout_seconds=seconds, _request_timeout=(self._timeout, seconds + 30))
+        try:
+            response = self._request(watch=True, allow_watch_bookmarks=True, resource_version=self.resource_version,
+                                     timeout_seconds=seconds, _request_timeout=(self._timeout, seconds + 30))
+        except ApiException as err:
+            if err.status == 410:
+                raise Gone(str(err.reason)) from None
+            raise
         try:
             for line in _lines(response):
                 if stop.is_set():
@@ -153,7 +159,7 @@ class Informer:
 
     def watch(self, stop: threading.Event) -> None:
         """Follow changes until ``stop``: a watch that ends is reopened where it stopped, one
-        that fails is retried after 1, 2, 4 ... 30 s, and a 410 Gone is a re-list."""
+        that fails is retried after 1, 2, 4 ... 16 s, and a 410 Gone is a re-list."""
         failures = 0
         while not stop.is_set():
             try:
@@ -167,11 +173,11 @@ class Informer:
                 except Exception as err:  # noqa: BLE001 - the API server is away: retry below
                     failures += 1
                     log.warning("listing %s failed: %s", self.describe, _describe(err))
-                    stop.wait(min(30.0, 2.0 ** failures))
+                    stop.wait(min(MAX_BACKOFF, 2.0 ** failures))
             except Exception as err:  # noqa: BLE001 - connection lost, timeouts, 5xx: reopen
                 failures += 1
-                log.warning("watching %s failed: %s; reopening in %gs", self.describe, _describe(err), min(30.0, 2.0 ** (failures - 1)))
-                stop.wait(min(30.0, 2.0 ** (failures - 1)))
+                log.warning("watching %s failed: %s; reopening in %gs", self.describe, _describe(err), min(MAX_BACKOFF, 2.0 ** (failures - 1)))
+                stop.wait(min(MAX_BACKOFF, 2.0 ** (failures - 1)))
 
 
 def _describe(err: BaseException) -> str:
