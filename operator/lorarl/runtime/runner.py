@@ -109,6 +109,9 @@ def run(*, options: Options, clusterwide: bool, liveness: Optional[str], metrics
     metrics.LEADER.set(0 if election else 1)
     settings = operator_settings()
     registry = kopf.OperatorRegistry()
+    # a registry of our own has none of the default one's login handlers: the kubernetes client's
+    # configuration, as kopf's default (kopf.login_via_client), is what the rest of the operator uses too
+    kopf.on.login(registry=registry, id="login-via-client")(kopf.login_via_client)
     # SIGTERM/SIGINT before kopf runs (kopf then installs its own handlers) stops a standby, and
     # kopf as soon as it starts. kopf gets a future of its own loop, which it awaits natively (for
     # a threading.Event it would park an executor thread that blocks its exit); the future is
