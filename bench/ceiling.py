@@ -82,9 +82,10 @@ async def run(kubeconfig: str, namespace: str, concurrency: int) -> None:
             seen.add(item["metadata"]["name"])
             if (item.get("status") or {}).get("observedGeneration") != item["metadata"].get("generation"):
                 queue.put_nowait(item)  # a job handled before (e.g. finished) needs nothing: skipped
+        resource_version = listed["metadata"]["resourceVersion"]
         del listed
         print("ceiling: ready", flush=True)
-        async for kind, obj in client.watch("lorarl.dev/v1alpha1", "LoraRLJob", namespace, listed["metadata"]["resourceVersion"]):
+        async for kind, obj in client.watch("lorarl.dev/v1alpha1", "LoraRLJob", namespace, resource_version):
             name = obj["metadata"]["name"]
             if kind == "ADDED" and name not in seen:
                 seen.add(name)

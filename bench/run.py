@@ -356,9 +356,12 @@ class Bench:
             t1 = time.monotonic()
             ours: Ours = sysm  # type: ignore[assignment]
             deadline = t1 + 120 + n * 0.2
-            while ours.reconciles() < n:  # every job seen once (the resume handler)
+            def seen() -> int:  # every job cached (a listed finished job is not reconciled: nothing to do)
+                return sum(ours.cached_jobs().values())
+
+            while seen() < n:
                 if time.monotonic() > deadline or not sysm.alive():
-                    raise TimeoutError(f"ours reconciled {ours.reconciles():.0f} of {n} history jobs in {time.monotonic() - t1:.0f}s")
+                    raise TimeoutError(f"ours cached {seen()} of {n} history jobs in {time.monotonic() - t1:.0f}s")
                 await asyncio.sleep(0.5)
             startup = time.monotonic() - t1
             # kopf's start-up requests (discovery, the listings) are not idle cost: wait them out
@@ -409,6 +412,18 @@ class Bench:
                 t.cancel()
             await asyncio.to_thread(sysm.stop)
 
+    async def reconciles_settled(self, ours: System, seconds: float = 10, timeout: float = 120) -> None:
+        """Wait until the operator's own reconcile counter has not moved for ``seconds``."""
+        deadline, last, since = time.monotonic() + timeout, -1.0, time.monotonic()
+        while time.monotonic() < deadline:
+            now = ours.reconciles()  # type: ignore[attr-defined]
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= seconds:
+                return
+            await asyncio.sleep(0.5)
+        log(f"{ours.name} still reconciling after {timeout:.0f}s; measuring anyway")
+
     async def failover_point(self, client: Client, ns: str, n: int) -> dict[str, Any]:
         """Ours as two replicas with leader election (the defaults: lease 15 s, renew 10 s,
         retry 2 s) over ``n`` finished jobs: the leader SIGKILLed, a new job created at once;
@@ -428,9 +443,14 @@ class Bench:
         tasks = await self.watches(client, "ours", ns, tracker)
         try:
             await asyncio.to_thread(first.launch(ns, "-leader").wait_ready, 120 + n * 0.1)
-            leader = await holder()
+            deadline = time.monotonic() + 60
+            while not (leader := await holder()):  # ready as a standby at once: wait until it leads
+                if time.monotonic() > deadline or not first.alive():
+                    raise RuntimeError(f"the first replica took no lease in 60s:\n{first.log_tail()}")
+                await asyncio.sleep(0.2)
+            await asyncio.to_thread(first.wait_ready, 120 + n * 0.1)  # leading: ready once it has listed every kind
             await asyncio.to_thread(second.launch(ns, "-standby").wait_ready, 60)
-            await self.quiet(first.user, seconds=10, timeout=120)  # (the standby reads the Lease every 2 s as the same user)
+            await self.reconciles_settled(first)  # (not quiet(): the leader renews its Lease every 2 s)
             t_kill = time.monotonic()
             await asyncio.to_thread(first.kill)
             taken: dict[str, float] = {}
@@ -446,7 +466,7 @@ class Bench:
             done = await self.new_job_done(client, ns, "new-failover", tracker, second.alive, 120 + n * 0.1)
             await asyncio.wait_for(lease_task, 30)
             out = {"jobs": n, "kill_to_done_s": done - t_kill, "takeover_s": taken["at"] - t_kill, "seconds": done - taken["at"]}
-            await self.quiet(second.user, seconds=10, timeout=120, reads=True)
+            await self.reconciles_settled(second)
             window = await self.idle_window(second, self.plan.restart_idle_seconds)
             out.update(idle_cpu_pct=window["cpu_pct"], rss_mib=window["rss_mib"], peak_rss_mib=second.meter.peak_rss_mib(),
                        cached=second.cached_jobs())  # type: ignore[attr-defined]
@@ -564,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", type=lambda s: tuple(s.split(",")), help=f"subset of {','.join(SYSTEMS)}")
     parser.add_argument("--phases", type=lambda s: tuple(s.split(",")), help="subset of burst,steady,idle,history,restart")
     parser.add_argument("--steady-seconds", type=float)
-    parser.add_argument("--idle-seconds", type=float, help="idle window (settled jobs and history)")
+    parser.add_argument("--idle-seconds", type=float, help="idle window (settled jobs, history and restart)")
     parser.add_argument("--settled-jobs", type=int, help="jobs settled for the idle figure (default: the largest-but-one burst size)")
     parser.add_argument("--history-jobs", type=int)
     parser.add_argument("--restart-jobs", type=int, help="finished jobs present at the restart and fail-over points")
@@ -603,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
     if args.idle_seconds is not None:
-        plan.idle_seconds = plan.history_idle_seconds = args.idle_seconds
+        plan.idle_seconds = plan.history_idle_seconds = plan.restart_idle_seconds = args.idle_seconds
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
 
     started = datetime.datetime.now(datetime.UTC)
