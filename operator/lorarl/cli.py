@@ -153,8 +153,9 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     except kubernetes.config.ConfigException as err:
         raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
     options = Options(namespaces=() if all_namespaces else tuple(namespaces), workers=workers, resync_seconds=resync_seconds)
-    runner.run(options=options, clusterwide=all_namespaces, liveness=liveness or None, metrics_port=metrics_port or None, kube=kube,
-               election=election)
+    runner.run(register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),
+               namespaces=list(options.namespaces), clusterwide=all_namespaces, liveness=liveness or None,
+               metrics_port=metrics_port or None, kube=kube, election=election)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,14 +23,12 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Optional
 
 import kopf
 from prometheus_client import start_http_server
 
 from . import leader, metrics, probes
-from ..control.options import Options
-from ..controller import Controller
 from .kube import Api
 
 log = logging.getLogger("lorarl.runner")
@@ -99,8 +97,13 @@ def operator_settings() -> kopf.OperatorSettings:
     return settings
 
 
-def run(*, options: Options, clusterwide: bool, liveness: Optional[str], metrics_port: Optional[int], kube: Api,
-        election: Optional[Election]) -> None:
+Register = Callable[[kopf.OperatorRegistry, kopf.OperatorSettings], None]
+
+
+def run(*, register: Register, namespaces: list[str], clusterwide: bool, liveness: Optional[str], metrics_port: Optional[int],
+        kube: Api, election: Optional[Election]) -> None:
+    """``register`` builds the controller and adds its handlers to kopf's registry: called once
+    this process may write (it holds the Lease, or runs without election)."""
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # kopf's liveness server: a line per probe
     server = probes.ProbeServer(liveness, state.alive, state.ready).start() if liveness else None
@@ -146,14 +149,14 @@ def run(*, options: Options, clusterwide: bool, liveness: Optional[str], metrics
             metrics.LEADER.set(1)
             renewer = threading.Thread(target=_renew_or_exit, args=(elector, stop_renewing), name="lorarl-lease", daemon=True)
             renewer.start()
-        Controller(kube, options, settings).register(registry)
+        register(registry, settings)
         kopf.run(
             loop=loop,
             registry=registry,
             settings=settings,
             standalone=True,  # no kopf peering: see the module docstring
             clusterwide=clusterwide,
-            namespaces=list(options.namespaces),
+            namespaces=namespaces,
             liveness_endpoint=state.kopf_liveness,
             ready_flag=state.kopf_started,  # set once the startup handler listed every kind
             stop_flag=stop_kopf,
