@@ -300,7 +300,7 @@ def _restart_table(r: dict[str, Any]) -> list[str]:
             ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"), ("RSS once idle (MiB)", "rss_mib", "{:.0f}"),
             ("idle CPU once started (% of a core)", "idle_cpu_pct", "{:.2f}")]
     out = [f"**Restart over {n:,} finished jobs** (a new job created as the system starts; "
-           f"idle window {r['plan'].get('restart_idle_seconds', 0):g} s)", "",
+           f"idle window {restart[columns[0][0]].get('idle_seconds', 0):.0f} s)", "",
            "| figure | " + " | ".join(label for _, label in columns) + " |", "|---|" + "---|" * len(columns)]
     for label, key, fmt in rows:
         out.append(f"| {label} | " + " | ".join(_f(restart[k].get(key), fmt) for k, _ in columns) + " |")

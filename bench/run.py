@@ -401,7 +401,7 @@ class Bench:
             await self.quiet(sysm.user, seconds=10, timeout=120, reads=True)
             window = await self.idle_window(sysm, self.plan.restart_idle_seconds)
             out.update(idle_cpu_pct=window["cpu_pct"], idle_requests_per_min=window["requests_per_min"], rss_mib=window["rss_mib"],
-                       peak_rss_mib=sysm.meter.peak_rss_mib())
+                       peak_rss_mib=sysm.meter.peak_rss_mib(), idle_seconds=window["seconds"])
             if isinstance(sysm, Ours):
                 out["cached"] = sysm.cached_jobs()
             log(f"restart {system} over {n} finished jobs: new job reconciled {out['seconds']:.1f}s after the start, "
@@ -468,7 +468,7 @@ class Bench:
             out = {"jobs": n, "kill_to_done_s": done - t_kill, "takeover_s": taken["at"] - t_kill, "seconds": done - taken["at"]}
             await self.reconciles_settled(second)
             window = await self.idle_window(second, self.plan.restart_idle_seconds)
-            out.update(idle_cpu_pct=window["cpu_pct"], rss_mib=window["rss_mib"], peak_rss_mib=second.meter.peak_rss_mib(),
+            out.update(idle_cpu_pct=window["cpu_pct"], rss_mib=window["rss_mib"], peak_rss_mib=second.meter.peak_rss_mib(), idle_seconds=window["seconds"],
                        cached=second.cached_jobs())  # type: ignore[attr-defined]
             log(f"fail-over over {n} finished jobs: lease taken {out['takeover_s']:.1f}s after the kill, new job reconciled "
                 f"{out['seconds']:.1f}s after that; peak RSS {out['peak_rss_mib']:.0f} MiB")

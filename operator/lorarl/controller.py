@@ -33,6 +33,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -122,11 +123,12 @@ class Controller:
     def start(self) -> None:
         """List every kind (the caches are then complete), then watch, reconcile and resync."""
         for informer in self.informers:
+            began = time.monotonic()
             try:
                 count = informer.list()
             except Exception as err:  # noqa: BLE001 - kopf retries its startup handler
                 raise kopf.TemporaryError(f"listing {informer.describe} failed: {err}", delay=5) from None
-            log.info("listed %d %s", count, informer.describe)
+            log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
         self.synced.set()
         self.threads = [threading.Thread(target=i.watch, args=(self.stopping,), name=f"lorarl-watch-{i.plural}-{i.namespace or 'all'}",
                                          daemon=True) for i in self.informers]
