@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from lorarl import api
-from lorarl.informer import Informer
+from lorarl.api import types as api
+from lorarl.runtime.informer import Informer
 from tests.helpers import seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
