@@ -261,13 +261,20 @@ class Controller:
                 return
             (namespace, name), trigger = item
             try:
-                if not self.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
-                    self.run_reconcile(namespace, name, trigger)
+                if self.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
+                    continue
+                if trigger == "resync" and self._finished((namespace, name)):
+                    continue  # queued before its last write (the resync's snapshot): finished jobs are not resynced
+                self.run_reconcile(namespace, name, trigger)
             except Exception as err:  # keep the worker alive whatever happens
                 self.object_log(namespace, name).exception("reconcile failed: %s", err)
                 self.queue.add_rate_limited((namespace, name), "retry", error_backoff(False))
             finally:
                 self.queue.done((namespace, name))
+
+    def _finished(self, key: tuple[str, str]) -> bool:
+        body = self.caches.jobs.get(key)
+        return body is not None and (body.get("status") or {}).get("phase") in status.TERMINAL
 
     def _resync_loop(self) -> None:
         """Queue every unfinished cached job each ``resync_seconds`` (a backstop: it reads the
