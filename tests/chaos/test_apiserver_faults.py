@@ -99,7 +99,7 @@ def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, iso
     kubeconfig, user = operator_identity(plane, ns, tmp_path)
     with ChaosProxy.for_server(plane.server) as proxy:
         op = operators(plane, ns, kubeconfig=proxy.kubeconfig(kubeconfig, tmp_path / "via-proxy.kubeconfig"), resync_seconds=600,
-                       extra_args=["--verbose"])  # kopf's debug lines say when a watch-stream restarts after 410
+                       extra_args=["--verbose"])
         names = [f"watch-{i}" for i in range(4)]
         apply_jobs(plane, ns, names)
         converge(kube, ns, {n: "Pending" for n in names}, since=time.monotonic())
@@ -122,7 +122,7 @@ def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, iso
         expected = {"watch-0": "Running", "watch-2": "Pending", "watch-3": "Pending", "watch-4": "Pending"}
         seconds = converge(kube, ns, expected, since=reopened)
         wait_for(gone(kube, ns, ["watch-1"]), what="the deleted job's children gone")
-        relisted = sum("Restarting the watch-stream" in line for line in op.output().splitlines())
+        relisted = sum("is too old; listing again" in line for line in op.output().splitlines())  # lorarl.informer
         figures("watch-expiry", "watches cut, API server unreachable + restarted (410 Gone on resume)",
                 unreachable=reopened - cut_at, reconnects_per_second=attempts, converge_after_reachable=seconds,
                 watch_restarts_after_410=relisted)
