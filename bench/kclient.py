@@ -116,7 +116,7 @@ class Client:
         return await self.request("PATCH", path(api_version, kind, namespace, name, "status"), {"status": status},
                                   "application/merge-patch+json")
 
-    async def list(self, api_version: str, kind: str, namespace: Optional[str], limit: Optional[int] = None) -> dict[str, Any]:
+    async def list(self, api_version: str, kind: str, namespace: str | None, limit: int | None = None) -> dict[str, Any]:
         return await self.request("GET", path(api_version, kind, namespace), params={"limit": str(limit)} if limit else None)
 
     async def watch(self, api_version: str, kind: str, namespace: str, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:

@@ -85,13 +85,13 @@ def targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
 RESTART_SECONDS, RESTART_RSS_MIB = 15.0, 150.0
 
 
-def restart_targets(r: dict[str, Any]) -> list[tuple[str, Optional[bool], str]]:
+def restart_targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     restart = r.get("restart") or {}
     ours, failover, ceiling = restart.get("ours"), restart.get("ours_failover"), restart.get("ceiling")
     n = next((p["jobs"] for p in (ours, failover) if p), None)
     if n is None:
         return [("restart with 10,000 finished jobs: a new job reconciled <= 15 s after `lorarl run` starts", None, "not measured")]
-    out: list[tuple[str, Optional[bool], str]] = []
+    out: list[tuple[str, bool | None, str]] = []
     if ours:
         out.append((f"restart with {n:,} finished jobs: a new job reconciled <= {RESTART_SECONDS:g} s after `lorarl run` starts",
                     ours["seconds"] <= RESTART_SECONDS, f"{ours['seconds']:.1f} s"

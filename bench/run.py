@@ -350,7 +350,7 @@ class Bench:
     async def history_point(self, client: Client, n: int) -> dict[str, Any]:
         """Ours idle over ``n`` finished jobs that it handled in an earlier life."""
         ns, created = await self.finished_namespace(client, n)
-        sysm: Optional[System] = None
+        sysm: System | None = None
         try:
             sysm = await asyncio.to_thread(self.system("ours").start, ns)
             t1 = time.monotonic()

@@ -72,10 +72,10 @@ class System:
     def ready(self) -> bool:
         raise NotImplementedError
 
-    def start(self, namespace: str, timeout: float = 90) -> "System":
+    def start(self, namespace: str, timeout: float = 90) -> System:
         return self.launch(namespace).wait_ready(timeout)
 
-    def launch(self, namespace: str, label: str = "") -> "System":
+    def launch(self, namespace: str, label: str = "") -> System:
         """Start the process (not waiting for it to be ready)."""
         self.log_path = self.logdir / f"{self.name}-{namespace}{label}.log"
         log = open(self.log_path, "wb")
@@ -87,7 +87,7 @@ class System:
         self.meter = ProcMeter(self.proc.pid)
         return self
 
-    def wait_ready(self, timeout: float = 90) -> "System":
+    def wait_ready(self, timeout: float = 90) -> System:
         deadline = time.monotonic() + timeout
         while not self.ready():
             if self.proc.poll() is not None:

@@ -60,7 +60,7 @@ def api_connections(workers: int) -> int:
     return workers + 8
 
 
-def scopes(namespaces: tuple[str, ...]) -> list[Optional[str]]:
+def scopes(namespaces: tuple[str, ...]) -> list[str | None]:
     """The namespaces to list and watch in (None: the whole cluster). A glob matches namespaces
     that may not exist yet, so it is watched cluster-wide and filtered (``watched``)."""
     if not namespaces or any(set(p) & set("*?[") for p in namespaces):
@@ -192,14 +192,14 @@ class Controller:
 
     # -- reconciles ------------------------------------------------------------------------------
 
-    def object_log(self, namespace: str, name: str, body: Optional[dict[str, Any]] = None) -> logging.LoggerAdapter:
+    def object_log(self, namespace: str, name: str, body: dict[str, Any] | None = None) -> logging.LoggerAdapter:
         """A logger whose lines name the job: kopf's own object logger, so its formatter prints the
         "[namespace/name]" prefix (plain, full) or the ``object`` reference (JSON) exactly as for
         kopf's own lines. The local variant never posts a log line as a Kubernetes Event."""
         ref = body or {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"namespace": namespace, "name": name}}
         return kopf.LocalObjectLogger(body=ref, settings=self.settings)  # type: ignore[arg-type]
 
-    def run_reconcile(self, namespace: str, name: str, trigger: str) -> Optional[str]:
+    def run_reconcile(self, namespace: str, name: str, trigger: str) -> str | None:
         """One reconcile with metrics, a log line and its Events; schedules what comes next
         (a due time, a backoff). The queue guarantees one reconcile per job at a time."""
         key = (namespace, name)

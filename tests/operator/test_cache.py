@@ -157,10 +157,9 @@ def test_settle_keeps_only_finished_observed_jobs_compact_and_drops_their_memos(
 def _controller():
     import kopf
     import kubernetes
-
+    from lorarl.control.options import Options
     from lorarl.controller import Controller
     from lorarl.runtime.kube import Api
-    from lorarl.control.options import Options
 
     return Controller(Api(kubernetes.client.ApiClient()), Options(namespaces=("ns",)), kopf.OperatorSettings())
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from lorarl.api import types as api
 from lorarl.runtime.informer import Informer
+
 from tests.helpers import seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane

@@ -21,7 +21,8 @@ import json
 import logging
 import random
 import threading
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -51,14 +52,14 @@ def _lines(response: Any) -> Iterator[bytes]:
 
 
 class Informer:
-    def __init__(self, client: kubernetes.client.ApiClient, group: str, version: str, plural: str, namespace: Optional[str],
-                 handle: Handler, label_selector: Optional[str] = None, page_size: int = PAGE_SIZE,
+    def __init__(self, client: kubernetes.client.ApiClient, group: str, version: str, plural: str, namespace: str | None,
+                 handle: Handler, label_selector: str | None = None, page_size: int = PAGE_SIZE,
                  request_timeout: float = 60.0) -> None:
         self._api = kubernetes.client.CustomObjectsApi(client)
         self.group, self.version, self.plural, self.namespace = group, version, plural, namespace
         self._handle, self._selector, self._page_size, self._timeout = handle, label_selector, page_size, request_timeout
-        self._known: dict[Key, tuple[Optional[str], Optional[str]]] = {}  # key -> (uid, resourceVersion)
-        self.resource_version: Optional[str] = None
+        self._known: dict[Key, tuple[str | None, str | None]] = {}  # key -> (uid, resourceVersion)
+        self.resource_version: str | None = None
 
     @property
     def describe(self) -> str:
@@ -72,7 +73,7 @@ class Informer:
                                                            _preload_content=False, **query)
         return self._api.list_cluster_custom_object(self.group, self.version, self.plural, _preload_content=False, **query)
 
-    def _page(self, limit: Optional[int], token: Optional[str]) -> dict[str, Any]:
+    def _page(self, limit: int | None, token: str | None) -> dict[str, Any]:
         query: dict[str, Any] = {"_request_timeout": self._timeout}
         if limit:
             query["limit"] = limit

@@ -22,8 +22,9 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import kopf
 from prometheus_client import start_http_server
@@ -100,8 +101,8 @@ def operator_settings() -> kopf.OperatorSettings:
 Register = Callable[[kopf.OperatorRegistry, kopf.OperatorSettings], None]
 
 
-def run(*, register: Register, namespaces: list[str], clusterwide: bool, liveness: Optional[str], metrics_port: Optional[int],
-        kube: Api, election: Optional[Election]) -> None:
+def run(*, register: Register, namespaces: list[str], clusterwide: bool, liveness: str | None, metrics_port: int | None,
+        kube: Api, election: Election | None) -> None:
     """``register`` builds the controller and adds its handlers to kopf's registry: called once
     this process may write (it holds the Lease, or runs without election)."""
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
