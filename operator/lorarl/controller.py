@@ -97,8 +97,10 @@ class Controller:
         self.synced = threading.Event()
         where = scopes(options.namespaces)
         # jobs first: when a RayJob is listed, its owner's state is known
-        self.informers = [Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, ns, self.on_job) for ns in where] + [
-            Informer(kube.client, RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL, ns, self.on_rayjob, label_selector=render.JOB_LABEL)
+        self.informers = [Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, ns, self.on_job, stopping=self.stopping)
+                          for ns in where] + [
+            Informer(kube.client, RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL, ns, self.on_rayjob, label_selector=render.JOB_LABEL,
+                     stopping=self.stopping)
             for ns in where]
         self.threads: list[threading.Thread] = []
         caches = self.caches  # the cache gauges are read when scraped
