@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import kubernetes
+import urllib3
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from urllib3.util.retry import Retry
@@ -164,8 +165,18 @@ class Api:
         except ApiException as err:  # the dynamic client's errors subclass it
             raise _api_error(err) from None
         except Exception as err:  # connection refused, TLS, timeouts: retryable
+            if isinstance(err, (urllib3.exceptions.TimeoutError, urllib3.exceptions.MaxRetryError)):
+                self.drop_idle_connections()
             raise ApiError(0, type(err).__name__, str(err)) from None
         return json.loads(data) if data and answer else {}
+
+    def drop_idle_connections(self) -> None:
+        """A request timed out: the path to the API server may be dead without a FIN or RST, and so
+        may every idle pooled connection, each of which would cost the next request another timeout.
+        They are closed (requests in flight keep theirs); the next requests connect afresh. client-go
+        gets the same from HTTP/2: a connection that fails its health ping is closed for every
+        request on it (k8s.io/apimachinery@v0.37.2 pkg/util/net/http.go:146-192: idle 30 s, ping timeout 15 s)."""
+        self.client.rest_client.pool_manager.clear()
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
