@@ -72,11 +72,12 @@ def watched(patterns: tuple[str, ...], namespace: str) -> bool:
     return not patterns or any(fnmatch.fnmatch(namespace, p) for p in patterns)
 
 
-def error_backoff(transient: bool) -> Any:
+def error_backoff(transient: bool, asked: float | None = None) -> Any:
     """Seconds before retrying after an API error: 5xx/429/connection errors soon, others (403,
-    422) later; doubling per failure, capped at 5 minutes."""
+    422) later; doubling per failure, capped at 5 minutes; never sooner than the server asked
+    (``asked``: its Retry-After, once the client's own retries of it ran out)."""
     base = 1.0 if transient else 30.0
-    return lambda n: float(min(300.0, base * 2 ** min(n, 9)))
+    return lambda n: float(max(asked or 0.0, min(300.0, base * 2 ** min(n, 9))))
 
 
 def _has_ttl(body: dict[str, Any]) -> bool:
@@ -87,7 +88,7 @@ class Controller:
     """The running controller, built whole before kopf starts (``runtime.runner.run``)."""
 
     def __init__(self, kube: Api, options: Options, settings: kopf.OperatorSettings) -> None:
-        self.options, self.settings = options, settings
+        self.options, self.settings, self.kube = options, settings, kube
         self.caches = Caches()
         self.reconciler = Reconciler(kube, caches=self.caches)
         self.recorder = EventRecorder(kube)
@@ -96,8 +97,10 @@ class Controller:
         self.synced = threading.Event()
         where = scopes(options.namespaces)
         # jobs first: when a RayJob is listed, its owner's state is known
-        self.informers = [Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, ns, self.on_job) for ns in where] + [
-            Informer(kube.client, RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL, ns, self.on_rayjob, label_selector=render.JOB_LABEL)
+        self.informers = [Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, ns, self.on_job, stopping=self.stopping)
+                          for ns in where] + [
+            Informer(kube.client, RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL, ns, self.on_rayjob, label_selector=render.JOB_LABEL,
+                     stopping=self.stopping)
             for ns in where]
         self.threads: list[threading.Thread] = []
         caches = self.caches  # the cache gauges are read when scraped
@@ -142,6 +145,7 @@ class Controller:
         kopf returns (a leader then releases its lease to a successor). The watches are not
         waited for (one may block in a read for minutes); they hand nothing on after this."""
         self.stopping.set()
+        self.kube.stopping.set()  # a request waiting out a Retry-After gives up now
         self.queue.shutdown()
         for thread in self.threads:
             if not thread.name.startswith("lorarl-watch-"):
@@ -208,7 +212,7 @@ class Controller:
             outcome, seconds = timed(self.reconciler.reconcile, namespace, name, False)
         except ApiError as err:
             metrics.RECONCILES.labels(trigger, "error").inc()
-            delay = self.queue.add_rate_limited(key, "retry", error_backoff(err.transient))
+            delay = self.queue.add_rate_limited(key, "retry", error_backoff(err.transient, err.retry_after))
             self.object_log(namespace, name).warning(
                 "reconcile %s (%s) failed: %s; retrying in %gs", reconcile_id, trigger, err, delay,
                 extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "error"},

@@ -12,12 +12,10 @@ from __future__ import annotations
 import time
 
 import pytest
-import yaml
 from kubernetes import client as k8s
-from lorarl_dev import audit
 from lorarl_dev.chaosproxy import ChaosProxy
 
-from tests.chaos.world import apply_jobs, converge, delete_jobs, drive, gone
+from tests.chaos.world import apply_jobs, converge, delete_jobs, drive, gone, operator_identity, requests_of
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.controlplane]
@@ -26,22 +24,6 @@ ETCD_DOWN_SECONDS = 30
 #: a client in a busy loop against a failing API server sends hundreds of requests a second;
 #: kopf's backoffs and our TemporaryError delays keep it to a few
 MAX_REQUESTS_PER_SECOND = 10
-
-
-def operator_identity(plane, namespace: str, tmp_path):
-    """A kubeconfig for ServiceAccount ``<namespace>/operator`` with cluster-admin (this test is
-    about faults, not RBAC: tests/operator/test_operator_rbac.py covers that), and its user name."""
-    plane.ensure_service_account(namespace, "operator")
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": f"chaos-operator-{namespace}"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-               "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]}
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
-    return plane.restricted_kubeconfig(namespace, "operator"), f"system:serviceaccount:{namespace}:operator"
-
-
-def requests_of(plane, user: str) -> int:
-    return sum(1 for _ in audit.requests(plane.audit_log_path, user))
 
 
 def watch_expired(plane, namespace: str, resource_version: str) -> bool:

@@ -13,6 +13,16 @@ object reaches ``handle(type, body, listed)``: ``type`` ADDED, MODIFIED or DELET
 True for what a listing delivered. Objects are decoded one page (or one event) at a time and
 never kept here: the handler decides what to keep. Only (uid, resourceVersion) per key stays,
 to know what a re-list changed.
+
+A connection can die without a FIN or RST (a NAT or load balancer that forgot it, a peer gone
+behind a partition): the stream then just goes quiet. The API server sends a bookmark on every
+watch roughly each minute (k8s.io/apiserver@v0.37.2 ``pkg/storage/cacher/cacher.go:76-78``
+defaultBookmarkFrequency, ``cache_watcher.go:233-264``), so a watch that delivers no byte for
+``WATCH_IDLE_SECONDS`` is dead and is reopened from the last resourceVersion: kopf's
+``settings.watching.inactivity_timeout`` (70 s) rests on the same fact. client-go notices the
+same thing through HTTP/2 pings (30 s idle + 15 s ping timeout); this client speaks HTTP/1.1.
+A 429 (API Priority and Fairness) is sent again after its Retry-After (``kube.honouring_retry_after``),
+page by page, so a throttled listing does not start over.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
+from .kube import honouring_retry_after, retry_after
+
 log = logging.getLogger("lorarl.informer")
 Key = tuple[str, str]
 Handler = Callable[[str, dict[str, Any], bool], None]
@@ -34,6 +46,7 @@ Handler = Callable[[str, dict[str, Any], bool], None]
 PAGE_SIZE = 500  # objects per LIST page: one page decoded at a time bounds the start-up peak
 MAX_BACKOFF = 16.0  # seconds between attempts while the API server is away (client-go: 0.8 s doubling to 30 s)
 WATCH_SECONDS = 300  # the server ends a watch after 300-600 s (client-go: minWatchTimeout x (1 + rand))
+WATCH_IDLE_SECONDS = 70.0  # no byte (not even a bookmark, sent each ~60 s) for this long: the connection is dead
 
 
 class Gone(Exception):
@@ -54,10 +67,11 @@ def _lines(response: Any) -> Iterator[bytes]:
 class Informer:
     def __init__(self, client: kubernetes.client.ApiClient, group: str, version: str, plural: str, namespace: str | None,
                  handle: Handler, label_selector: str | None = None, page_size: int = PAGE_SIZE,
-                 request_timeout: float = 60.0) -> None:
+                 request_timeout: float = 60.0, stopping: threading.Event | None = None) -> None:
         self._api = kubernetes.client.CustomObjectsApi(client)
         self.group, self.version, self.plural, self.namespace = group, version, plural, namespace
         self._handle, self._selector, self._page_size, self._timeout = handle, label_selector, page_size, request_timeout
+        self._stopping = stopping or threading.Event()  # set: stop waiting out a Retry-After
         self._known: dict[Key, tuple[str | None, str | None]] = {}  # key -> (uid, resourceVersion)
         self.resource_version: str | None = None
 
@@ -69,9 +83,10 @@ class Informer:
         if self._selector:
             query["label_selector"] = self._selector
         if self.namespace:
-            return self._api.list_namespaced_custom_object(self.group, self.version, self.namespace, self.plural,
-                                                           _preload_content=False, **query)
-        return self._api.list_cluster_custom_object(self.group, self.version, self.plural, _preload_content=False, **query)
+            return honouring_retry_after(lambda: self._api.list_namespaced_custom_object(
+                self.group, self.version, self.namespace, self.plural, _preload_content=False, **query), self._stopping)
+        return honouring_retry_after(lambda: self._api.list_cluster_custom_object(
+            self.group, self.version, self.plural, _preload_content=False, **query), self._stopping)
 
     def _page(self, limit: int | None, token: str | None) -> dict[str, Any]:
         query: dict[str, Any] = {"_request_timeout": self._timeout}
@@ -130,7 +145,7 @@ class Informer:
         seconds = int(WATCH_SECONDS * (1 + random.random()))
         try:
             response = self._request(watch=True, allow_watch_bookmarks=True, resource_version=self.resource_version,
-                                     timeout_seconds=seconds, _request_timeout=(self._timeout, seconds + 30))
+                                     timeout_seconds=seconds, _request_timeout=(self._timeout, WATCH_IDLE_SECONDS))
         except ApiException as err:
             if err.status == 410:
                 raise Gone(str(err.reason)) from None
@@ -174,11 +189,18 @@ class Informer:
                 except Exception as err:  # noqa: BLE001 - the API server is away: retry below
                     failures += 1
                     log.warning("listing %s failed: %s", self.describe, _describe(err))
-                    stop.wait(min(MAX_BACKOFF, 2.0 ** failures))
+                    stop.wait(_backoff(failures, err))
             except Exception as err:  # noqa: BLE001 - connection lost, timeouts, 5xx: reopen
                 failures += 1
-                log.warning("watching %s failed: %s; reopening in %gs", self.describe, _describe(err), min(MAX_BACKOFF, 2.0 ** (failures - 1)))
-                stop.wait(min(MAX_BACKOFF, 2.0 ** (failures - 1)))
+                delay = _backoff(failures - 1, err)
+                log.warning("watching %s failed: %s; reopening in %gs", self.describe, _describe(err), delay)
+                stop.wait(delay)
+
+
+def _backoff(failures: int, err: BaseException) -> float:
+    """1, 2, 4 ... 16 s, and never sooner than a Retry-After still standing when its retries ran out."""
+    asked = retry_after(err) if isinstance(err, ApiException) else None
+    return max(asked or 0.0, min(MAX_BACKOFF, 2.0 ** failures))
 
 
 def _describe(err: BaseException) -> str:
