@@ -5,7 +5,8 @@ path's writes that a perfect operator must do and nothing else: parse the stored
 its children with the operator's own pure functions (``parse_stored``, ``render.render``), server-
 side apply the six children in order, write the status once (``status.compute`` on the applied
 RayJob, as a merge patch) and post the one ``Pending`` Event. No reads besides the watch, no
-retries of successful work, ``--concurrency`` jobs in flight. Run as its own process so that its
+retries of successful work, ``--concurrency`` jobs in flight; at start-up, a listed job whose
+status already has its generation observed (handled before: e.g. finished) is left alone. Run as its own process so that its
 CPU and memory are measured like an operator's::
 
     python -m bench.ceiling --kubeconfig K --namespace NS --concurrency 32
@@ -79,9 +80,12 @@ async def run(kubeconfig: str, namespace: str, concurrency: int) -> None:
         listed = await client.list("lorarl.dev/v1alpha1", "LoraRLJob", namespace)
         for item in listed["items"]:
             seen.add(item["metadata"]["name"])
-            queue.put_nowait(item)
+            if (item.get("status") or {}).get("observedGeneration") != item["metadata"].get("generation"):
+                queue.put_nowait(item)  # a job handled before (e.g. finished) needs nothing: skipped
+        resource_version = listed["metadata"]["resourceVersion"]
+        del listed
         print("ceiling: ready", flush=True)
-        async for kind, obj in client.watch("lorarl.dev/v1alpha1", "LoraRLJob", namespace, listed["metadata"]["resourceVersion"]):
+        async for kind, obj in client.watch("lorarl.dev/v1alpha1", "LoraRLJob", namespace, resource_version):
             name = obj["metadata"]["name"]
             if kind == "ADDED" and name not in seen:
                 seen.add(name)

@@ -116,8 +116,8 @@ class Client:
         return await self.request("PATCH", path(api_version, kind, namespace, name, "status"), {"status": status},
                                   "application/merge-patch+json")
 
-    async def list(self, api_version: str, kind: str, namespace: str | None) -> dict[str, Any]:
-        return await self.request("GET", path(api_version, kind, namespace))
+    async def list(self, api_version: str, kind: str, namespace: str | None, limit: int | None = None) -> dict[str, Any]:
+        return await self.request("GET", path(api_version, kind, namespace), params={"limit": str(limit)} if limit else None)
 
     async def watch(self, api_version: str, kind: str, namespace: str, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """(type, object) of every change after ``resource_version``, until cancelled."""

@@ -78,6 +78,37 @@ def targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
                     f"RSS {many['rss_mib']:.0f} vs {zero['rss_mib']:.0f} MiB"))
     else:
         out.append(("idle cost with 10,000 finished jobs equals idle cost with none", None, "not measured"))
+    out += restart_targets(r)
+    return out
+
+
+RESTART_SECONDS, RESTART_RSS_MIB = 15.0, 150.0
+
+
+def restart_targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    restart = r.get("restart") or {}
+    ours, failover, ceiling = restart.get("ours"), restart.get("ours_failover"), restart.get("ceiling")
+    n = next((p["jobs"] for p in (ours, failover) if p), None)
+    if n is None:
+        return [("restart with 10,000 finished jobs: a new job reconciled <= 15 s after `lorarl run` starts", None, "not measured")]
+    out: list[tuple[str, bool | None, str]] = []
+    if ours:
+        out.append((f"restart with {n:,} finished jobs: a new job reconciled <= {RESTART_SECONDS:g} s after `lorarl run` starts",
+                    ours["seconds"] <= RESTART_SECONDS, f"{ours['seconds']:.1f} s"
+                    + (f" (the ceiling: {ceiling['seconds']:.1f} s)" if ceiling else "")))
+    if failover:
+        out.append((f"fail-over with {n:,} finished jobs: a new job reconciled <= {RESTART_SECONDS:g} s after the standby takes the lease",
+                    failover["seconds"] <= RESTART_SECONDS,
+                    f"{failover['seconds']:.1f} s (lease taken {failover['takeover_s']:.1f} s after the leader's SIGKILL)"))
+    peaks = [p["peak_rss_mib"] for p in (ours, failover) if p]
+    out.append((f"peak RSS <= {RESTART_RSS_MIB:g} MiB after a start over {n:,} finished jobs", max(peaks) <= RESTART_RSS_MIB,
+                " / ".join(f"{x:.0f}" for x in peaks) + " MiB (restart / fail-over)"))
+    zero = (r.get("history") or {}).get("0")
+    if ours:
+        base = f"; with none: {zero['cpu_pct']:.2f}%" if zero else ""
+        out.append((f"idle CPU after a start over {n:,} finished jobs equals none within noise (<= 0.5 points)",
+                    None if zero is None else ours["idle_cpu_pct"] - zero["cpu_pct"] <= 0.5,
+                    f"{ours['idle_cpu_pct']:.2f}% of a core{base}"))
     return out
 
 
@@ -200,6 +231,11 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
         f"{_loads(r['load_after'])}" + (" (**a loaded machine: other work shared the cores**)"
                                          if max(r['load_before'][:2]) > 1.5 else ""),
         f"- offline cost per job: `parse_stored` {r['render']['parse_stored_ms']:.2f} ms, `render.render` {r['render']['render_ms']:.2f} ms",
+    ]
+    for later in r.get("later_runs") or []:
+        out.append(f"- merged from a later run ({', '.join(later['phases'])}): {later['started']} UTC; command: `{later['command']}`; "
+                   f"{later['minutes']:.1f} min; load average before {_loads(later['load_before'])}, after {_loads(later['load_after'])}")
+    out += [
         "",
         "## Targets",
         "",
@@ -245,8 +281,33 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
             for v in verbs:
                 out.append(f"| `{v}` | " + " | ".join(_f(p["by_verb_per_min"].get(v), "{:.0f}") for _, p in points) + " |")
             out.append("")
+    out += _restart_table(r)
     out += [ANALYSIS_MARK, ""]
     return "\n".join(out)
+
+
+def _restart_table(r: dict[str, Any]) -> list[str]:
+    restart = r.get("restart") or {}
+    columns = [(k, label) for k, label in (("ours", NAMES["ours"]), ("ours_failover", "lorarl, fail-over (2 replicas)"),
+                                            ("ceiling", NAMES["ceiling"])) if k in restart]
+    if not columns:
+        return []
+    n = restart[columns[0][0]]["jobs"]
+    rows = [("seconds to the new job's RayJob and status: after the start (fail-over: after the lease is taken)", "seconds", "{:.1f}"),
+            ("fail-over: seconds from the leader's SIGKILL to the lease taken", "takeover_s", "{:.1f}"),
+            ("fail-over: seconds from the leader's SIGKILL to the new job reconciled", "kill_to_done_s", "{:.1f}"),
+            ("CPU seconds from the start to the new job reconciled", "cpu_s_to_done", "{:.1f}"),
+            ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"), ("RSS once idle (MiB)", "rss_mib", "{:.0f}"),
+            ("idle CPU once started (% of a core)", "idle_cpu_pct", "{:.2f}")]
+    out = [f"**Restart over {n:,} finished jobs** (a new job created as the system starts; "
+           f"idle window {restart[columns[0][0]].get('idle_seconds', 0):.0f} s)", "",
+           "| figure | " + " | ".join(label for _, label in columns) + " |", "|---|" + "---|" * len(columns)]
+    for label, key, fmt in rows:
+        out.append(f"| {label} | " + " | ".join(_f(restart[k].get(key), fmt) for k, _ in columns) + " |")
+    cached = [restart[k].get("cached") for k, _ in columns]
+    out.append("| jobs cached whole / compact | " + " | ".join(f"{c['whole']:,} / {c['compact']:,}" if c else "–" for c in cached) + " |")
+    out.append("")
+    return out
 
 
 ANALYSIS_MARK = "<!-- analysis -->"

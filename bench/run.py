@@ -12,7 +12,10 @@ Phases (each system in a fresh namespace, its process started for the phase and 
 2. steady: jobs created at a fixed rate; apply-to-RayJob latency (KubeRay: RayJob-to-RayCluster);
 3. idle: ours with the largest-but-one burst's jobs settled (half Succeeded, half Running) for a
    window: CPU and requests per minute;
-4. history: ours idle over an empty namespace, then over many finished jobs.
+4. history: ours idle over an empty namespace, then over many finished jobs;
+5. restart: with many finished jobs present, the seconds from a system's start to a new job's
+   RayJob (ours and the ceiling), and from a SIGKILLed leader to the same with ours as two
+   replicas with leader election; peak RSS, and idle CPU once started.
 
 Not a test: nothing here asserts a duration; it prints each target as met or not.
 """
@@ -73,8 +76,10 @@ class Plan:
     history_jobs: int
     history_idle_seconds: float
     settled_jobs: int
+    restart_jobs: int = 200
+    restart_idle_seconds: float = 15
     systems: tuple[str, ...] = SYSTEMS
-    phases: tuple[str, ...] = ("burst", "steady", "idle", "history")
+    phases: tuple[str, ...] = ("burst", "steady", "idle", "history", "restart")
     ceiling_concurrency: int = 32
     create_concurrency: int = 32
     cleanup: bool = False
@@ -88,7 +93,8 @@ class Plan:
 QUICK = Plan(sizes=[20, 100], steady_rate=10, steady_seconds=15, idle_seconds=30, history_jobs=200,
              history_idle_seconds=30, settled_jobs=100)
 FULL = Plan(sizes=[100, 1000], steady_rate=10, steady_seconds=60, idle_seconds=120, history_jobs=10000,
-            history_idle_seconds=90, settled_jobs=1000, rounds=5)
+            history_idle_seconds=90, settled_jobs=1000, rounds=5, restart_jobs=10000, restart_idle_seconds=60)
+LEASE = "bench-operator"  # the Lease of the fail-over point (in its namespace)
 
 
 def log(msg: str) -> None:
@@ -102,12 +108,13 @@ class Bench:
         self.apiserver = ProcMeter(cp.pids["kube-apiserver"])
         self.etcd = ProcMeter(cp.pids["etcd"])
         self.ids = {name: identity(cp, name) for name in plan.systems}
-        self.results: dict[str, Any] = {"burst": {}, "steady": {}, "idle": None, "history": {}, "errors": []}
+        self.results: dict[str, Any] = {"burst": {}, "steady": {}, "idle": None, "history": {}, "restart": {}, "errors": []}
+        self.finished: dict[int, str] = {}  # n -> a namespace holding n finished jobs (history and restart share it)
 
-    def system(self, name: str) -> System:
+    def system(self, name: str, extra_args: tuple[str, ...] = ()) -> System:
         user, kubeconfig = self.ids[name]
         if name == "ours":
-            return Ours(self.cp, kubeconfig, user, self.workdir)
+            return Ours(self.cp, kubeconfig, user, self.workdir, extra_args=extra_args)
         if name == "ceiling":
             return Ceiling(self.cp, kubeconfig, user, self.workdir, concurrency=self.plan.ceiling_concurrency)
         return KubeRay(self.cp, kubeconfig, user, self.workdir)
@@ -156,7 +163,7 @@ class Bench:
             kinds = [(JOB, job_status_mark), (RAYJOB, owned_rayjob_mark)]
         tasks = []
         for kind, mark in kinds:
-            rv = (await client.list(*kind, namespace))["metadata"]["resourceVersion"]
+            rv = (await client.list(*kind, namespace, limit=1))["metadata"]["resourceVersion"]  # now; not the objects
             tasks.append(asyncio.create_task(tracker.follow(client, kind, namespace, rv, mark)))
         return tasks
 
@@ -317,32 +324,44 @@ class Bench:
         finally:
             await self.tear_down(client, ns, sysm, tasks)
 
-    async def history_point(self, client: Client, n: int) -> dict[str, Any]:
-        """Ours idle over ``n`` finished jobs that it handled in an earlier life (their RayJobs
-        removed, as KubeRay's ttlSecondsAfterFinished does)."""
+    async def finished_namespace(self, client: Client, n: int) -> tuple[str, float]:
+        """(a namespace with ``n`` finished jobs, seconds it took to create them: 0 when an
+        earlier phase made it). Jobs a running operator finished long ago: their RayJobs gone,
+        as KubeRay's ttlSecondsAfterFinished does."""
+        if n in self.finished:
+            return self.finished[n], 0.0
         ns = f"history-{n}"
         await self.new_namespace(client, ns)
+        t0 = time.monotonic()
+        if n:
+            gate = asyncio.Semaphore(self.plan.create_concurrency)
+
+            async def one(i: int) -> None:
+                doc, st = finished_job(ns, i)
+                async with gate:
+                    await client.create(doc)
+                    await client.patch_status(*JOB, ns, doc["metadata"]["name"], st)
+
+            await asyncio.gather(*(one(i) for i in range(n)))
+        self.finished[n] = ns
+        log(f"{n} finished jobs in {ns} ({time.monotonic() - t0:.0f}s)")
+        return ns, time.monotonic() - t0
+
+    async def history_point(self, client: Client, n: int) -> dict[str, Any]:
+        """Ours idle over ``n`` finished jobs that it handled in an earlier life."""
+        ns, created = await self.finished_namespace(client, n)
         sysm: System | None = None
         try:
-            t0 = time.monotonic()
-            if n:
-                gate = asyncio.Semaphore(self.plan.create_concurrency)
-
-                async def one(i: int) -> None:
-                    doc, st = finished_job(ns, i)
-                    async with gate:
-                        await client.create(doc)
-                        await client.patch_status(*JOB, ns, doc["metadata"]["name"], st)
-
-                await asyncio.gather(*(one(i) for i in range(n)))
-            created = time.monotonic() - t0
             sysm = await asyncio.to_thread(self.system("ours").start, ns)
             t1 = time.monotonic()
             ours: Ours = sysm  # type: ignore[assignment]
             deadline = t1 + 120 + n * 0.2
-            while ours.reconciles() < n:  # every job seen once (the resume handler)
+            def seen() -> int:  # every job cached (a listed finished job is not reconciled: nothing to do)
+                return sum(ours.cached_jobs().values())
+
+            while seen() < n:
                 if time.monotonic() > deadline or not sysm.alive():
-                    raise TimeoutError(f"ours reconciled {ours.reconciles():.0f} of {n} history jobs in {time.monotonic() - t1:.0f}s")
+                    raise TimeoutError(f"ours cached {seen()} of {n} history jobs in {time.monotonic() - t1:.0f}s")
                 await asyncio.sleep(0.5)
             startup = time.monotonic() - t1
             # kopf's start-up requests (discovery, the listings) are not idle cost: wait them out
@@ -354,11 +373,122 @@ class Bench:
                 f"{window['requests_per_min']:.0f} requests/min, {window['writes']} writes")
             return window
         finally:
+            if sysm is not None:
+                await asyncio.to_thread(sysm.stop)
+
+    async def new_job_done(self, client: Client, ns: str, name: str, watching: Tracker, alive, timeout: float) -> float:
+        """Create job ``name`` now; the monotonic time its RayJob exists and its status is written."""
+        doc = lorarl_job(ns, 0)
+        doc["metadata"]["name"] = name
+        await client.create(doc)
+        await watching.wait(lambda: watching.done_at(name) is not None or not alive(), timeout,
+                            lambda: f"the new job {name} reconciled")
+        if watching.done_at(name) is None:
+            raise RuntimeError(f"the system exited before {name} was reconciled")
+        return watching.done_at(name)
+
+    async def restart_point(self, client: Client, system: str, ns: str, n: int) -> dict[str, Any]:
+        """``system`` started over ``n`` finished jobs, a new job created as it starts: seconds
+        until that job is reconciled, peak RSS, and an idle window once it is quiet."""
+        tracker = Tracker(("status", "child"))
+        tasks = await self.watches(client, system, ns, tracker)
+        sysm = self.system(system)
+        try:
+            t0 = time.monotonic()
+            await asyncio.to_thread(sysm.launch, ns, "-restart")
+            done = await self.new_job_done(client, ns, f"new-{system}", tracker, sysm.alive, 120 + n * 0.1)
+            out = {"jobs": n, "seconds": done - t0, "cpu_s_to_done": sysm.meter.cpu_seconds()}
+            await self.quiet(sysm.user, seconds=10, timeout=120, reads=True)
+            window = await self.idle_window(sysm, self.plan.restart_idle_seconds)
+            out.update(idle_cpu_pct=window["cpu_pct"], idle_requests_per_min=window["requests_per_min"], rss_mib=window["rss_mib"],
+                       peak_rss_mib=sysm.meter.peak_rss_mib(), idle_seconds=window["seconds"])
+            if isinstance(sysm, Ours):
+                out["cached"] = sysm.cached_jobs()
+            log(f"restart {system} over {n} finished jobs: new job reconciled {out['seconds']:.1f}s after the start, "
+                f"peak RSS {out['peak_rss_mib']:.0f} MiB, idle {out['idle_cpu_pct']:.2f}% of a core")
+            return out
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.to_thread(sysm.stop)
+
+    async def reconciles_settled(self, ours: System, seconds: float = 10, timeout: float = 120) -> None:
+        """Wait until the operator's own reconcile counter has not moved for ``seconds``."""
+        deadline, last, since = time.monotonic() + timeout, -1.0, time.monotonic()
+        while time.monotonic() < deadline:
+            now = ours.reconciles()  # type: ignore[attr-defined]
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= seconds:
+                return
+            await asyncio.sleep(0.5)
+        log(f"{ours.name} still reconciling after {timeout:.0f}s; measuring anyway")
+
+    async def failover_point(self, client: Client, ns: str, n: int) -> dict[str, Any]:
+        """Ours as two replicas with leader election (the defaults: lease 15 s, renew 10 s,
+        retry 2 s) over ``n`` finished jobs: the leader SIGKILLed, a new job created at once;
+        seconds from the kill and from the standby's takeover (the Lease's holder changing, read
+        every 0.1 s) until the new job is reconciled; the new leader's peak RSS and idle CPU."""
+        election = ("--leader-elect", "--leader-election-namespace", ns, "--leader-election-id", LEASE)
+        lease_url = f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{LEASE}"
+
+        async def holder() -> str:
             try:
-                await self.cleanup(client, ns)
-            finally:
-                if sysm is not None:
-                    await asyncio.to_thread(sysm.stop)
+                return (await client.request("GET", lease_url)).get("spec", {}).get("holderIdentity") or ""
+            except KubeError:
+                return ""
+
+        first, second = self.system("ours", election), self.system("ours", election)
+        tracker = Tracker(("status", "child"))
+        tasks = await self.watches(client, "ours", ns, tracker)
+        try:
+            await asyncio.to_thread(first.launch(ns, "-leader").wait_ready, 120 + n * 0.1)
+            deadline = time.monotonic() + 60
+            while not (leader := await holder()):  # ready as a standby at once: wait until it leads
+                if time.monotonic() > deadline or not first.alive():
+                    raise RuntimeError(f"the first replica took no lease in 60s:\n{first.log_tail()}")
+                await asyncio.sleep(0.2)
+            await asyncio.to_thread(first.wait_ready, 120 + n * 0.1)  # leading: ready once it has listed every kind
+            await asyncio.to_thread(second.launch(ns, "-standby").wait_ready, 60)
+            await self.reconciles_settled(first)  # (not quiet(): the leader renews its Lease every 2 s)
+            t_kill = time.monotonic()
+            await asyncio.to_thread(first.kill)
+            taken: dict[str, float] = {}
+
+            async def watch_lease() -> None:
+                while True:
+                    if (await holder()) not in ("", leader):
+                        taken["at"] = time.monotonic()
+                        return
+                    await asyncio.sleep(0.1)
+
+            lease_task = asyncio.create_task(watch_lease())
+            done = await self.new_job_done(client, ns, "new-failover", tracker, second.alive, 120 + n * 0.1)
+            await asyncio.wait_for(lease_task, 30)
+            out = {"jobs": n, "kill_to_done_s": done - t_kill, "takeover_s": taken["at"] - t_kill, "seconds": done - taken["at"]}
+            await self.reconciles_settled(second)
+            window = await self.idle_window(second, self.plan.restart_idle_seconds)
+            out.update(idle_cpu_pct=window["cpu_pct"], rss_mib=window["rss_mib"], peak_rss_mib=second.meter.peak_rss_mib(), idle_seconds=window["seconds"],
+                       cached=second.cached_jobs())  # type: ignore[attr-defined]
+            log(f"fail-over over {n} finished jobs: lease taken {out['takeover_s']:.1f}s after the kill, new job reconciled "
+                f"{out['seconds']:.1f}s after that; peak RSS {out['peak_rss_mib']:.0f} MiB")
+            return out
+        finally:
+            for t in tasks:
+                t.cancel()
+            for sysm in (first, second):
+                await asyncio.to_thread(sysm.stop)
+
+    async def restart(self, client: Client) -> None:
+        n = self.plan.restart_jobs
+        ns, created = await self.finished_namespace(client, n)
+        self.results["restart"]["create_seconds"] = created
+        for system in [s for s in ("ours", "ceiling") if s in self.plan.systems]:
+            await self.guard(f"restart {system} over {n} finished jobs", self.results["restart"], system,
+                             self.restart_point(client, system, ns, n))
+        if "ours" in self.plan.systems:
+            await self.guard(f"fail-over over {n} finished jobs", self.results["restart"], "ours_failover",
+                             self.failover_point(client, ns, n))
 
     # -- the whole run -----------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -389,6 +519,8 @@ class Bench:
             if "history" in plan.phases and "ours" in plan.systems:
                 for n in (0, plan.history_jobs):
                     await self.guard(f"history {n}", self.results["history"], str(n), self.history_point(client, n))
+            if "restart" in plan.phases:
+                await self.restart(client)
         return self.results
 
     async def guard(self, what: str, into: dict[str, Any], key: str, coro) -> None:
@@ -450,17 +582,21 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--full", action="store_true", help="N = 100 and 1000; 60 s steady; 120 s idle; 10,000 finished jobs")
     parser.add_argument("--jobs", type=lambda s: [int(x) for x in s.split(",")], help="burst sizes, comma-separated")
     parser.add_argument("--systems", type=lambda s: tuple(s.split(",")), help=f"subset of {','.join(SYSTEMS)}")
-    parser.add_argument("--phases", type=lambda s: tuple(s.split(",")), help="subset of burst,steady,idle,history")
+    parser.add_argument("--phases", type=lambda s: tuple(s.split(",")), help="subset of burst,steady,idle,history,restart")
     parser.add_argument("--steady-seconds", type=float)
-    parser.add_argument("--idle-seconds", type=float, help="idle window (settled jobs and history)")
+    parser.add_argument("--idle-seconds", type=float, help="idle window (settled jobs, history and restart)")
     parser.add_argument("--settled-jobs", type=int, help="jobs settled for the idle figure (default: the largest-but-one burst size)")
     parser.add_argument("--history-jobs", type=int)
+    parser.add_argument("--restart-jobs", type=int, help="finished jobs present at the restart and fail-over points")
+    parser.add_argument("--restart", action="store_true", help="only the restart phase (= --phases restart)")
     parser.add_argument("--ceiling-concurrency", type=int)
     parser.add_argument("--rounds", type=int, help=f"rounds of each burst of up to {Plan.repeat_max_jobs} jobs (the median run is reported)")
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs", help="where benchmarks.md/.png/.json go")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--cleanup", action="store_true", help="delete each phase's namespace before the next (slower)")
     parser.add_argument("--from-json", type=pathlib.Path, help="only write the page and plot from a results file")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the figures of the phases (and burst sizes and systems) not run from OUT/benchmarks.json")
     args = parser.parse_args(argv)
     if args.from_json:
         results = json.loads(args.from_json.read_text())
@@ -481,11 +617,13 @@ def main(argv: list[str] | None = None) -> int:
         plan.sizes = args.jobs
         plan.settled_jobs = args.jobs[-2] if len(args.jobs) > 1 else args.jobs[0]
     plan.cleanup = args.cleanup
-    for name in ("systems", "phases", "steady_seconds", "settled_jobs", "history_jobs", "ceiling_concurrency", "rounds"):
+    if args.restart:
+        args.phases = ("restart",)
+    for name in ("systems", "phases", "steady_seconds", "settled_jobs", "history_jobs", "restart_jobs", "ceiling_concurrency", "rounds"):
         if getattr(args, name) is not None:
             setattr(plan, name, getattr(args, name))
     if args.idle_seconds is not None:
-        plan.idle_seconds = plan.history_idle_seconds = args.idle_seconds
+        plan.idle_seconds = plan.history_idle_seconds = plan.restart_idle_seconds = args.idle_seconds
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
 
     started = datetime.datetime.now(datetime.UTC)
@@ -504,9 +642,9 @@ def main(argv: list[str] | None = None) -> int:
     # the history point gets a control plane of its own: what the other phases leave behind
     # (at N = 5,000: ~18,000 jobs of three systems, 12,200 ConfigMaps of ~88 KB) plus 10,000 more
     # jobs took kube-apiserver to 21 GB of RSS on this 24 GiB machine, and it stopped answering
-    stages = [tuple(p for p in plan.phases if p != "history")]
-    if "history" in plan.phases:
-        stages.append(("history",))
+    # (the restart point shares it: both need the same finished jobs)
+    stages = [tuple(p for p in plan.phases if p not in ("history", "restart"))]
+    stages.append(tuple(p for p in plan.phases if p in ("history", "restart")))
     for phases in filter(None, stages):
         with ControlPlane() as cp:
             cp.install_crds([kuberay_crd_path("RayService")])  # KubeRay's operator will not start without it
@@ -522,11 +660,32 @@ def main(argv: list[str] | None = None) -> int:
         minutes=(time.monotonic() - t0) / 60, machine=machine(), load_before=load_before, load_after=os.getloadavg(),
         render=render_cost(),
     )
+    if args.merge and (args.out / "benchmarks.json").is_file():
+        results = merged(json.loads((args.out / "benchmarks.json").read_text()), results, plan.phases)
     status = write(results, args.out, not args.no_plot)
     log(f"done in {results['minutes']:.1f} min; process logs in {workdir}")
     if not results["errors"]:
         shutil.rmtree(workdir, ignore_errors=True)
     return status
+
+
+def merged(base: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -> dict[str, Any]:
+    """``base`` (an earlier run's figures) with what ``new`` measured of ``phases`` in their place:
+    burst figures per size and system, history per point; the page names both runs."""
+    out = dict(base)
+    for phase in phases:
+        if phase == "burst":
+            for n, systems in (new.get("burst") or {}).items():
+                out.setdefault("burst", {}).setdefault(n, {}).update(systems)
+        elif phase == "history":
+            out["history"] = {**(base.get("history") or {}), **(new.get("history") or {})}
+        elif new.get(phase):
+            out[phase] = new[phase]
+    out["errors"] = list(base.get("errors") or []) + list(new.get("errors") or [])
+    out["later_runs"] = list(base.get("later_runs") or []) + [
+        {"phases": list(phases), "command": new["command"], "started": new["started"], "minutes": new["minutes"],
+         "load_before": new["load_before"], "load_after": new["load_after"]}]
+    return out
 
 
 def write(results: dict[str, Any], out: pathlib.Path, with_plot: bool) -> int:

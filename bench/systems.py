@@ -73,7 +73,11 @@ class System:
         raise NotImplementedError
 
     def start(self, namespace: str, timeout: float = 90) -> System:
-        self.log_path = self.logdir / f"{self.name}-{namespace}.log"
+        return self.launch(namespace).wait_ready(timeout)
+
+    def launch(self, namespace: str, label: str = "") -> System:
+        """Start the process (not waiting for it to be ready)."""
+        self.log_path = self.logdir / f"{self.name}-{namespace}{label}.log"
         log = open(self.log_path, "wb")
         env = {**os.environ, **self.cp.env(), "KUBECONFIG": str(self.kubeconfig)}
         self.proc = subprocess.Popen(self.command(namespace), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -81,6 +85,9 @@ class System:
         log.close()
         _running.add(self)
         self.meter = ProcMeter(self.proc.pid)
+        return self
+
+    def wait_ready(self, timeout: float = 90) -> System:
         deadline = time.monotonic() + timeout
         while not self.ready():
             if self.proc.poll() is not None:
@@ -99,6 +106,12 @@ class System:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def kill(self) -> None:
+        """SIGKILL, as a lost node or an OOM kill would end it."""
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -121,10 +134,14 @@ class System:
 class Ours(System):
     name = "ours"
 
+    def __init__(self, *args, extra_args: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.extra_args = extra_args  # e.g. leader election
+
     def command(self, namespace: str) -> list[str]:
         self.probe_port, self.metrics_port = free_port(), free_port()
         return [sys.executable, "-m", "lorarl.cli", "run", "-n", namespace, "--liveness", f"http://127.0.0.1:{self.probe_port}/healthz",
-                "--metrics-port", str(self.metrics_port), "--log-format", "plain"]
+                "--metrics-port", str(self.metrics_port), "--log-format", "plain", *self.extra_args]
 
     def ready(self) -> bool:
         return _http_ok(f"http://127.0.0.1:{self.probe_port}/readyz")

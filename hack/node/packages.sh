@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Install the Debian packages the real node needs (lorarl_dev.node), only those missing.
+# Install the Debian packages the real node (lorarl_dev.node) and the image builds
+# (lorarl_dev.images) need, only those missing.
 # Idempotent: with everything present it changes nothing and needs no network.
 #
 #   containerd runc containernetworking-plugins   the container runtime and the CNI plugins
 #   iptables conntrack iproute2 util-linux         kube-proxy, the network namespace, nsenter
-#   umoci busybox-static openssl gcc libc6-dev     the images (OCI layouts; the pause binary is gcc -static)
+#   umoci busybox-static openssl gcc libc6-dev     the node's own images (OCI layouts; pause is gcc -static)
+#   buildah mmdebstrap                              the operator and job images (hack/images/README.md)
 #
 # Debian's containerd package would start a service: a policy-rc.d that refuses (exit 101) keeps it
 # from running one; the harness starts containerd itself with a config of its own.
 set -euo pipefail
 
 packages=(containerd runc containernetworking-plugins iptables conntrack iproute2 util-linux
-	umoci busybox-static openssl gcc libc6-dev)
+	umoci busybox-static openssl gcc libc6-dev buildah mmdebstrap)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -14,6 +14,7 @@ import yaml
 
 from . import __version__
 from .api import types as api
+from .control.options import DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 
 
 def _documents(stream: TextIO, source: str) -> Iterator[tuple[str, Any]]:
@@ -103,9 +104,9 @@ def crd() -> None:
 @click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
               help="Liveness endpoint; /readyz on the same port is the readiness endpoint ('' disables both).")
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
-@click.option("--resync-seconds", default=30.0, show_default=True, type=float,
+@click.option("--resync-seconds", default=DEFAULT_RESYNC_SECONDS, show_default=True, type=float,
               help="Period of the resync: every unfinished job is reconciled from the cache (nothing is written unless something changed).")
-@click.option("--workers", default=32, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
+@click.option("--workers", default=DEFAULT_WORKERS, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("--leader-elect", is_flag=True, help="Run only while holding a coordination.k8s.io Lease (for 2+ replicas).")
@@ -123,7 +124,7 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     import kopf
     import kubernetes
 
-    from . import controller  # registers the handlers
+    from . import controller
     from .runtime import leader, probes, runner
     from .runtime.kube import Api
 
@@ -151,9 +152,10 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
         kube = Api.from_environment(connections=controller.api_connections(workers))
     except kubernetes.config.ConfigException as err:
         raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
-    memo = kopf.Memo(metrics_port=metrics_port or None, resync_seconds=resync_seconds, workers=workers,
-                     namespaces=list(namespaces) or None, kube=kube)
-    runner.run(namespaces=list(namespaces), clusterwide=all_namespaces, liveness=liveness or None, memo=memo, kube=kube, election=election)
+    options = Options(namespaces=() if all_namespaces else tuple(namespaces), workers=workers, resync_seconds=resync_seconds)
+    runner.run(register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),
+               namespaces=list(options.namespaces), clusterwide=all_namespaces, liveness=liveness or None,
+               metrics_port=metrics_port or None, kube=kube, election=election)
 
 
 if __name__ == "__main__":  # pragma: no cover

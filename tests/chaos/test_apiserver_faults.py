@@ -12,12 +12,10 @@ from __future__ import annotations
 import time
 
 import pytest
-import yaml
 from kubernetes import client as k8s
-from lorarl_dev import audit
 from lorarl_dev.chaosproxy import ChaosProxy
 
-from tests.chaos.world import apply_jobs, converge, delete_jobs, drive, gone
+from tests.chaos.world import apply_jobs, converge, delete_jobs, drive, gone, operator_identity, requests_of
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.controlplane]
@@ -26,22 +24,6 @@ ETCD_DOWN_SECONDS = 30
 #: a client in a busy loop against a failing API server sends hundreds of requests a second;
 #: kopf's backoffs and our TemporaryError delays keep it to a few
 MAX_REQUESTS_PER_SECOND = 10
-
-
-def operator_identity(plane, namespace: str, tmp_path):
-    """A kubeconfig for ServiceAccount ``<namespace>/operator`` with cluster-admin (this test is
-    about faults, not RBAC: tests/operator/test_operator_rbac.py covers that), and its user name."""
-    plane.ensure_service_account(namespace, "operator")
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": f"chaos-operator-{namespace}"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-               "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]}
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
-    return plane.restricted_kubeconfig(namespace, "operator"), f"system:serviceaccount:{namespace}:operator"
-
-
-def requests_of(plane, user: str) -> int:
-    return sum(1 for _ in audit.requests(plane.audit_log_path, user))
 
 
 def watch_expired(plane, namespace: str, resource_version: str) -> bool:
@@ -99,7 +81,7 @@ def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, iso
     kubeconfig, user = operator_identity(plane, ns, tmp_path)
     with ChaosProxy.for_server(plane.server) as proxy:
         op = operators(plane, ns, kubeconfig=proxy.kubeconfig(kubeconfig, tmp_path / "via-proxy.kubeconfig"), resync_seconds=600,
-                       extra_args=["--verbose"])  # kopf's debug lines say when a watch-stream restarts after 410
+                       extra_args=["--verbose"])
         names = [f"watch-{i}" for i in range(4)]
         apply_jobs(plane, ns, names)
         converge(kube, ns, {n: "Pending" for n in names}, since=time.monotonic())
@@ -122,7 +104,7 @@ def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, iso
         expected = {"watch-0": "Running", "watch-2": "Pending", "watch-3": "Pending", "watch-4": "Pending"}
         seconds = converge(kube, ns, expected, since=reopened)
         wait_for(gone(kube, ns, ["watch-1"]), what="the deleted job's children gone")
-        relisted = sum("Restarting the watch-stream" in line for line in op.output().splitlines())
+        relisted = sum("is too old; listing again" in line for line in op.output().splitlines())  # lorarl.informer
         figures("watch-expiry", "watches cut, API server unreachable + restarted (410 Gone on resume)",
                 unreachable=reopened - cut_at, reconnects_per_second=attempts, converge_after_reachable=seconds,
                 watch_restarts_after_410=relisted)

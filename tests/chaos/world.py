@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import yaml
 from lorarl.runtime.kube import Api
+from lorarl_dev import audit
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from tests.helpers import seed_doc, wait_for
@@ -114,3 +115,19 @@ def gone(kube: Api, namespace: str, names: list[str]) -> Callable[[], bool]:
                     return False
         return True
     return check
+
+
+def operator_identity(plane, namespace: str, tmp_path):
+    """A kubeconfig for ServiceAccount ``<namespace>/operator`` with cluster-admin (this test is
+    about faults, not RBAC: tests/operator/test_operator_rbac.py covers that), and its user name."""
+    plane.ensure_service_account(namespace, "operator")
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": f"chaos-operator-{namespace}"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+               "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]}
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
+    return plane.restricted_kubeconfig(namespace, "operator"), f"system:serviceaccount:{namespace}:operator"
+
+
+def requests_of(plane, user: str) -> int:
+    return sum(1 for _ in audit.requests(plane.audit_log_path, user))

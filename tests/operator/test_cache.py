@@ -154,26 +154,77 @@ def test_settle_keeps_only_finished_observed_jobs_compact_and_drops_their_memos(
     assert caches.settle(key, finished) is False
 
 
+def _controller():
+    import kopf
+    import kubernetes
+    from lorarl.control.options import Options
+    from lorarl.controller import Controller
+    from lorarl.runtime.kube import Api
+
+    return Controller(Api(kubernetes.client.ApiClient()), Options(namespaces=("ns",)), kopf.OperatorSettings())
+
+
 def test_the_echo_of_a_finished_jobs_last_write_leaves_it_compact():
     """The answer to the final status write comes back first and the job is settled; then the
     watch delivers that write's echo (the whole object): no reconcile follows an echo, so the
-    cache handler itself keeps the job compact. A real change (not an echo) stays whole until
+    watch handler itself keeps the job compact. A real change (not an echo) stays whole until
     its reconcile."""
-    import asyncio
-
-    import kopf
-    from lorarl import controller
     from lorarl.control import reconcile
 
-    memo = kopf.Memo(core=controller.Core())
-    memo.core.caches, memo.core.job_echo = Caches(), {}
-    caches, key = memo.core.caches, ("ns", "a")
+    ctl = _controller()
+    caches, key = ctl.caches, ("ns", "a")
     final = job("5", {"phase": "Succeeded", "observedGeneration": 1})
     caches.jobs.note_own_write(final)
     assert caches.settle(key, reconcile.settled_finished) is True
-    asyncio.run(controller.cache_job(body=final, memo=memo, namespace="ns", name="a"))
-    assert memo.core.job_echo[key] is True and caches.jobs.read(key)[1] is False
+    ctl.on_job("MODIFIED", final, False)
+    assert caches.jobs.read(key)[1] is False and ctl.queue.waiting() == {}
 
-    asyncio.run(controller.cache_job(body=job("6", {"phase": "Succeeded", "observedGeneration": 1, "progress": {"rollout": 3}}),
-                                     memo=memo, namespace="ns", name="a"))
-    assert memo.core.job_echo[key] is False and caches.jobs.read(key)[1] is True
+    ctl.on_job("MODIFIED", job("6", {"phase": "Succeeded", "observedGeneration": 1, "progress": {"rollout": 3}}), False)
+    assert caches.jobs.read(key)[1] is True and list(ctl.queue.waiting()) == [key]
+
+
+def rayjob_of(owner, rv="1", name=None):
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "spec": {},
+            "metadata": {"namespace": "ns", "name": name or owner, "uid": f"r-{owner}", "resourceVersion": rv,
+                         "labels": {"lorarl.dev/job": owner}}}
+
+
+def test_a_listed_finished_job_is_kept_compact_and_not_reconciled():
+    """At start-up a finished, settled job is a stand-in at once and queues nothing (nor does its
+    RayJob); a finished job with a TTL, an unfinished one and one whose new generation was not
+    yet observed are reconciled ("change")."""
+    ctl = _controller()
+    done = {"phase": "Succeeded", "observedGeneration": 1}
+    ctl.on_job("ADDED", job("1", done), True)
+    with_ttl = job("2", done, uid="u2")
+    with_ttl["metadata"]["name"] = "ttl"
+    with_ttl["spec"]["ttlSecondsAfterFinished"] = 60
+    ctl.on_job("ADDED", with_ttl, True)
+    running = job("3", {"phase": "Running", "observedGeneration": 1}, uid="u3")
+    running["metadata"]["name"] = "running"
+    ctl.on_job("ADDED", running, True)
+    edited = job("4", done, generation=2, uid="u4")
+    edited["metadata"]["name"] = "edited"
+    ctl.on_job("ADDED", edited, True)
+    ctl.on_rayjob("ADDED", rayjob_of("a"), True)
+    ctl.on_rayjob("ADDED", rayjob_of("running"), True)
+    assert ctl.caches.jobs.read(("ns", "a")) == ({"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob",
+                                                  "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1,
+                                                               "resourceVersion": "1"}, "status": done}, False)
+    assert sorted(ctl.queue.waiting()) == [("ns", "edited"), ("ns", "running"), ("ns", "ttl")]
+    assert ctl.caches.jobs.compact_count() == 1 and len(ctl.caches.rayjobs) == 2
+    # a watch event about the finished job (not a listing) is reconciled, whole again
+    ctl.on_rayjob("DELETED", {"metadata": {"namespace": "ns", "name": "a", "uid": "r-a", "resourceVersion": "9"}}, True)
+    assert ("ns", "a") in ctl.queue.waiting() and len(ctl.caches.rayjobs) == 1  # a re-list's deletion: the owner from the cache
+
+
+def test_jobs_outside_the_watched_namespaces_are_ignored():
+    from lorarl.controller import scopes, watched
+
+    assert scopes(("a", "b", "a")) == ["a", "b"] and scopes(()) == [None] and scopes(("team-*",)) == [None]
+    assert watched(("team-*",), "team-x") and not watched(("team-*",), "other") and watched((), "any")
+    ctl = _controller()
+    other = job("1")
+    other["metadata"]["namespace"] = "elsewhere"
+    ctl.on_job("ADDED", other, True)
+    assert len(ctl.caches.jobs) == 0 and ctl.queue.waiting() == {}

@@ -7,9 +7,17 @@ points at the proxy verifies as before). Switches, flipped from the test's threa
   server or a slow network: every request and every watch event arrives late);
 - ``cut()``: close every open connection (watches included) - what a load balancer or an API
   server restart does to a client;
-- ``blocked``: accept new connections and close them at once (the API server unreachable).
+- ``blocked``: accept new connections and close them at once (the API server unreachable);
+- ``hang()``: every open connection, and every one accepted until ``answer()``, goes silent:
+  bytes either way are read and thrown away, nothing is forwarded and nothing is closed (no FIN,
+  no RST) - a half-open connection, as a NAT or load balancer that forgot the flow, or a peer
+  behind a partition, leaves it. ``answer()`` serves new connections again; the silent ones stay
+  silent (their state is lost) until the client gives up on them.
 
 ``connections`` counts accepted connections: a client in a busy loop shows up there.
+``swallowed`` counts the bytes thrown away per direction (``"up"``: the client's requests,
+``"down"``: the API server's answers and watch events), so a test can show that requests and
+watch streams were cut off mid-way.
 
 The event loop runs in a daemon thread of its own, so a blocking test can use it::
 
@@ -31,6 +39,13 @@ __all__ = ["ChaosProxy"]
 _CHUNK = 64 * 1024
 
 
+class _Link:
+    """One client connection; ``silent``: everything on it is swallowed from now on."""
+
+    def __init__(self, silent: bool) -> None:
+        self.silent = silent
+
+
 class ChaosProxy:
     def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
@@ -39,6 +54,9 @@ class ChaosProxy:
         self.latency = 0.0
         self.blocked = False
         self.connections = 0
+        self.swallowed = {"up": 0, "down": 0}
+        self._hanging = False
+        self._links: set[_Link] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-proxy", daemon=True)
         self._server: asyncio.base_events.Server | None = None
@@ -98,6 +116,22 @@ class ChaosProxy:
             writer.transport.abort()  # a reset, not a polite close: what a dying peer looks like
         self._open.clear()
 
+    def hang(self) -> None:
+        """Open connections and new ones go silent (see the module docstring)."""
+        self._run(self._hang())
+
+    async def _hang(self) -> None:
+        self._hanging = True
+        for link in self._links:
+            link.silent = True
+
+    def answer(self) -> None:
+        """New connections are served again; the silent ones stay silent."""
+        self._run(self._answer())
+
+    async def _answer(self) -> None:
+        self._hanging = False
+
     async def _shutdown(self) -> None:
         await self._cut()  # the pipes then end by themselves (a cancelled stream task logs noise)
         if self._tasks:
@@ -116,27 +150,51 @@ class ChaosProxy:
         if self.blocked:
             writer.transport.abort()
             return
+        link = _Link(silent=self._hanging)
+        self._links.add(link)
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._open.update((writer, up_writer))
-        try:
-            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+            if link.silent:  # accepted, then never answered
+                self._open.add(writer)
+                await self._swallow(reader)
+                return
+            try:
+                up_reader, up_writer = await asyncio.open_connection(*self.target)
+            except OSError:
+                writer.transport.abort()
+                return
+            self._open.update((writer, up_writer))
+            try:
+                await asyncio.gather(self._pipe(reader, up_writer, link, "up"), self._pipe(up_reader, writer, link, "down"))
+            finally:
+                self._open.discard(up_writer)
+                up_writer.transport.abort()
         finally:
-            for w in (writer, up_writer):
-                self._open.discard(w)
-                w.transport.abort()
+            self._links.discard(link)
+            self._open.discard(writer)
+            writer.transport.abort()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _swallow(self, reader: asyncio.StreamReader) -> None:
+        """Read the client's bytes until it closes, and throw them away."""
         try:
             while data := await reader.read(_CHUNK):
-                if self.latency:
+                self.swallowed["up"] += len(data)
+        except (ConnectionError, OSError):
+            pass
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link, direction: str) -> None:
+        try:
+            while data := await reader.read(_CHUNK):
+                if self.latency and not link.silent:
                     await asyncio.sleep(self.latency)
+                if link.silent:
+                    self.swallowed[direction] += len(data)
+                    continue
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
             pass
         finally:
-            writer.transport.abort()  # one side ended: end the other (the peer sees the close)
+            # one side ended: end the other (the peer sees the close), unless the link is silent:
+            # then the API server's close never reaches the client; the client's own close ends it
+            if not (link.silent and direction == "down"):
+                writer.transport.abort()

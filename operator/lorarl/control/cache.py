@@ -1,14 +1,15 @@
 """Watch-fed caches of LoraRLJobs and their RayJobs: what the reconciler reads instead of GETs.
 
-kopf's watches feed them (``controller.py``, through index handlers, so kopf fills them from the
-initial listing before any other handler runs: a reconcile never sees a half-filled cache and
-mistakes a RayJob not yet listed for a deleted one). Keys are (namespace, name); an update or a
-deletion of another uid under the same name (deleted and re-created) is told apart by the uid.
+The operator's own watches feed them (``informer.py``, ``controller.py``: every kind is listed
+before the first reconcile, so a reconcile never sees a half-filled cache and mistakes a RayJob
+not yet listed for a deleted one). Keys are (namespace, name); an update or a deletion of another
+uid under the same name (deleted and re-created) is told apart by the uid.
 
 Only what the operator reads is kept (bounded memory at thousands of jobs): a LoraRLJob without
 ``managedFields`` and kubectl's last-applied copy; a RayJob's metadata (of its ``managedFields``
 only who owns ``spec.suspend``), ``spec.suspend`` and status (its pod templates are the
-operator's own render, never read back). A finished job, once reconciled, is kept compact
+operator's own render, never read back). A finished job, once reconciled (or when listed
+finished and settled: ``put_compact``), is kept compact
 (``Store.compact``: name, uid, generation, phase; its parse and render memos dropped): memory
 grows with the jobs that run, not with the jobs that ever ran. The rare reconcile of a compact
 job (its RayJob went away, its TTL fell due) reads the whole object with a GET; a watch event
@@ -19,7 +20,7 @@ The operator's own writes come back through the watch, and must not trigger anot
 write the writer states what the object will look like in what the reconcile reads
 (``expect``: a fingerprint); after it, ``note_own_write`` records the resourceVersion the API
 server answered. ``put`` reports an event as an echo when it has that resourceVersion or that
-fingerprint: the second catches an echo that kopf delivers before the HTTP answer reaches the
+fingerprint: the second catches an echo that the watch delivers before the HTTP answer reaches the
 writer's thread, the first one whose content the API server normalised.
 """
 
@@ -179,6 +180,16 @@ class Store:
                 del self._expected[key]
                 return True
             return False
+
+    def put_compact(self, body: dict[str, Any], shrink: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Store only ``shrink(body)``, as a compact stand-in (a listed job with nothing left to
+        do: the whole object is never built)."""
+        key = key_of(body)
+        with self._lock:
+            self._items[key] = shrink(body)
+            self._compact.add(key)
+            self._own.pop(key, None)
+            self._expected.pop(key, None)
 
     def note_own_write(self, body: dict[str, Any]) -> None:
         """We wrote ``body`` (the API server's answer): cache it now, and know its echo."""

@@ -152,7 +152,7 @@ def children_digest(children: list[dict[str, Any]]) -> str:
 
 @dataclass
 class Outcome:
-    """What a reconcile did: for events, metrics and logs in the kopf layer."""
+    """What a reconcile did: for events, metrics and logs in the controller."""
 
     body: dict[str, Any] | None  # the LoraRLJob as read (None: gone)
     phase: str | None = None
@@ -260,7 +260,7 @@ class Reconciler:
                     result = self.kube.apply(child, field_manager=rayjob_manager if is_rayjob else kube_field_manager, answer=is_rayjob)
                 except ApiError as err:
                     if not err.needs_fix:
-                        raise  # transient: kopf retries soon
+                        raise  # transient: the controller retries soon (backoff)
                     meta = child["metadata"]
                     apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
                     break  # later children depend on earlier ones (the RayJob mounts the ConfigMap)

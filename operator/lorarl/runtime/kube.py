@@ -3,17 +3,33 @@
 Only a handful of verbs are needed: get, list, server-side apply, JSON merge patch of the status
 subresource, delete, and Events (post, patch). Paths are built from a small table instead of API discovery, so a
 missing CRD is a clear 404 rather than a discovery failure.
+
+Overload: a request the API server answers 429 (API Priority and Fairness rejected it) or 5xx
+with a ``Retry-After`` header is sent again after the seconds asked, up to 10 times, for every
+verb, as client-go does (k8s.io/client-go@v0.37.2 ``rest/request.go:167`` maxRetries 10,
+``rest/with_retry.go:148-195`` and ``checkWait`` 309-318). A 429 means the request was not
+executed (APF rejects before the handler), so a POST is safe to repeat. urllib3's own retries
+are switched off for statuses and reads (``CLIENT_RETRIES``): they honoured Retry-After only for
+GET/PUT/DELETE, hid the 429 behind a MaxRetryError, and retried a hung GET 3 times, so a request
+on a dead connection hung 4 x the timeout.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from dataclasses import dataclass
-from typing import Any
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import kubernetes
+import urllib3
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
+from urllib3.util.retry import Retry
+
+from . import metrics
 
 FIELD_MANAGER = "lorarl-operator"
 
@@ -33,12 +49,50 @@ PLURALS = {
 }
 
 
-class ApiError(Exception):
-    """A Kubernetes API error with its HTTP status and the server's message."""
+#: client-go's limit of Retry-After retries per request (rest/request.go:167)
+RETRY_AFTER_ATTEMPTS = 10
+#: connection errors (nothing was sent) are retried by urllib3; statuses and reads never are
+CLIENT_RETRIES = Retry(total=3, read=0, status_forcelist=None, respect_retry_after_header=False, raise_on_status=False)
+T = TypeVar("T")
 
-    def __init__(self, status: int, reason: str, message: str):
+
+def retry_after(err: ApiException) -> float | None:
+    """The seconds the server asked to wait before the request is sent again: a 429, or a 5xx
+    with a ``Retry-After`` header (client-go ``checkWait``), else None."""
+    status = err.status or 0
+    if status != 429 and status < 500:
+        return None
+    value = (getattr(err, "headers", None) or {}).get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def honouring_retry_after(send: Callable[[], T], stopping: threading.Event) -> T:
+    """``send()``, sent again after each Retry-After answer (at most RETRY_AFTER_ATTEMPTS
+    times). The wait ends early, with the last answer raised, once ``stopping`` is set."""
+    for attempt in itertools.count(1):
+        try:
+            return send()
+        except ApiException as err:
+            seconds = retry_after(err)
+            if seconds is None or attempt > RETRY_AFTER_ATTEMPTS:
+                raise
+            metrics.API_RETRY_AFTER.labels(str(err.status)).inc()
+            if stopping.wait(seconds):
+                raise
+    raise AssertionError("unreachable")
+
+
+class ApiError(Exception):
+    """A Kubernetes API error with its HTTP status and the server's message; ``retry_after``:
+    the seconds the server asked to wait, when it did."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None):
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after
         super().__init__(f"{status} {reason}: {message}")
 
     @property
@@ -70,7 +124,8 @@ class Api:
     """Blocking calls through the official client's ApiClient (auth, TLS, timeouts)."""
 
     client: kubernetes.client.ApiClient
-    request_timeout: float = 30.0
+    request_timeout: float = 30.0  # per attempt; a request on a half-open connection fails after it
+    stopping: threading.Event = field(default_factory=threading.Event)  # set: no more Retry-After waits
 
     @classmethod
     def from_environment(cls, connections: int | None = None) -> Api:
@@ -89,6 +144,7 @@ class Api:
         the next request pays for a new TLS session."""
         if connections is not None:
             config.connection_pool_maxsize = max(config.connection_pool_maxsize, connections)
+        config.retries = CLIENT_RETRIES
         return cls(kubernetes.client.ApiClient(config))
 
     def __post_init__(self) -> None:
@@ -98,17 +154,29 @@ class Api:
 
     def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None,
               answer: bool = True) -> dict[str, Any]:
-        try:
-            response = self._dynamic.request(
+        def send() -> Any:
+            return self._dynamic.request(
                 method, url, body=body, query_params=list(query or []), content_type=content_type,
                 header_params={"Accept": "application/json"}, serialize=False, _request_timeout=self.request_timeout,
             )
-            data = response.data
+
+        try:
+            data = honouring_retry_after(send, self.stopping).data
         except ApiException as err:  # the dynamic client's errors subclass it
             raise _api_error(err) from None
         except Exception as err:  # connection refused, TLS, timeouts: retryable
+            if isinstance(err, (urllib3.exceptions.TimeoutError, urllib3.exceptions.MaxRetryError)):
+                self.drop_idle_connections()
             raise ApiError(0, type(err).__name__, str(err)) from None
         return json.loads(data) if data and answer else {}
+
+    def drop_idle_connections(self) -> None:
+        """A request timed out: the path to the API server may be dead without a FIN or RST, and so
+        may every idle pooled connection, each of which would cost the next request another timeout.
+        They are closed (requests in flight keep theirs); the next requests connect afresh. client-go
+        gets the same from HTTP/2: a connection that fails its health ping is closed for every
+        request on it (k8s.io/apimachinery@v0.37.2 pkg/util/net/http.go:146-192: idle 30 s, ping timeout 15 s)."""
+        self.client.rest_client.pool_manager.clear()
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -204,4 +272,4 @@ def _api_error(err: ApiException) -> ApiError:
         message = parsed.get("message", message)
     except (TypeError, ValueError):
         pass
-    return ApiError(err.status or 0, err.reason or "", str(message))
+    return ApiError(err.status or 0, err.reason or "", str(message), retry_after(err))

@@ -15,3 +15,6 @@ JOBS = Gauge("lorarl_jobs", "LoraRLJobs by phase (as last reconciled).", ["phase
 CACHED = Gauge("lorarl_cached_objects", "Objects in the watch caches; form=compact: finished LoraRLJobs kept as a small stand-in.",
                ["kind", "form"])
 LEADER = Gauge("lorarl_leader", "1 while this replica runs the operator (holds the Lease, or runs without leader election), 0 as a standby.")
+API_RETRY_AFTER = Counter("lorarl_api_retry_after_total",
+                          "API requests sent again after the server answered with Retry-After (429: API Priority and Fairness).",
+                          ["code"])

@@ -1,8 +1,8 @@
-"""`lorarl run`: the probe endpoints, optional leader election, then kopf.
+"""`lorarl run`: the probe endpoints, optional leader election, then the controller under kopf.
 
 Without leader election kopf starts at once. With it, the process is a standby until it holds the
-Lease: no kopf, so no watches, no resync thread and no writes (both start in kopf's startup
-handler). Once it leads, a renewal thread keeps the Lease; if leadership is lost the process
+Lease: no controller, so no watches, no resync thread and no writes (``controller.Controller``
+is built once the Lease is held, and starts in kopf's startup handler). Once it leads, a renewal thread keeps the Lease; if leadership is lost the process
 exits at once with status 1, the way controller-runtime does, so the kubelet restarts it as a
 standby and it can never write beside a new leader. On SIGTERM kopf stops, in-flight reconciles
 finish, and only then is the Lease released, so the successor starts at its next retry.
@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,14 +88,34 @@ def _renew_or_exit(elector: leader.LeaseElector, stop: threading.Event) -> None:
         _exit_now(f"lease renewal failed unexpectedly: {err!r}; exiting")
 
 
-def run(*, namespaces: list[str], clusterwide: bool, liveness: str | None, memo: Any, kube: Api, election: Election | None) -> None:
+def operator_settings() -> kopf.OperatorSettings:
+    """kopf's settings for what it still watches itself: CRDs and namespaces (its observers)."""
+    settings = kopf.OperatorSettings()
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    return settings
+
+
+Register = Callable[[kopf.OperatorRegistry, kopf.OperatorSettings], None]
+
+
+def run(*, register: Register, namespaces: list[str], clusterwide: bool, liveness: str | None, metrics_port: int | None,
+        kube: Api, election: Election | None) -> None:
+    """``register`` builds the controller and adds its handlers to kopf's registry: called once
+    this process may write (it holds the Lease, or runs without election)."""
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # kopf's liveness server: a line per probe
     server = probes.ProbeServer(liveness, state.alive, state.ready).start() if liveness else None
-    if memo.get("metrics_port"):  # served by the standby too, so a scrape of either pod succeeds
-        start_http_server(int(memo.metrics_port), addr=memo.get("metrics_addr", "0.0.0.0"))
-        memo.metrics_started = True
+    if metrics_port:  # served by the standby too, so a scrape of either pod succeeds
+        start_http_server(metrics_port, addr="0.0.0.0")
     metrics.LEADER.set(0 if election else 1)
+    settings = operator_settings()
+    registry = kopf.OperatorRegistry()
+    # a registry of our own has none of the default one's login handlers: the kubernetes client's
+    # configuration, as kopf's default (kopf.login_via_client), is what the rest of the operator uses too
+    kopf.on.login(registry=registry, id="login-via-client")(kopf.login_via_client)
     # SIGTERM/SIGINT before kopf runs (kopf then installs its own handlers) stops a standby, and
     # kopf as soon as it starts. kopf gets a future of its own loop, which it awaits natively (for
     # a threading.Event it would park an executor thread that blocks its exit); the future is
@@ -110,7 +131,7 @@ def run(*, namespaces: list[str], clusterwide: bool, liveness: str | None, memo:
         stop.set()
         loop.call_soon_threadsafe(resolve)
 
-    @kopf.on.cleanup(id="resolve-stop-flag")
+    @kopf.on.cleanup(registry=registry, id="resolve-stop-flag")
     async def _resolve_stop_flag(**_: Any) -> None:
         resolve()
 
@@ -129,14 +150,16 @@ def run(*, namespaces: list[str], clusterwide: bool, liveness: str | None, memo:
             metrics.LEADER.set(1)
             renewer = threading.Thread(target=_renew_or_exit, args=(elector, stop_renewing), name="lorarl-lease", daemon=True)
             renewer.start()
+        register(registry, settings)
         kopf.run(
             loop=loop,
+            registry=registry,
+            settings=settings,
             standalone=True,  # no kopf peering: see the module docstring
             clusterwide=clusterwide,
             namespaces=namespaces,
             liveness_endpoint=state.kopf_liveness,
-            memo=memo,
-            ready_flag=state.kopf_started,
+            ready_flag=state.kopf_started,  # set once the startup handler listed every kind
             stop_flag=stop_kopf,
         )
     finally:

@@ -1,0 +1,16 @@
+"""What `lorarl run` configures of the controller, with the one copy of each default (stdlib only:
+the offline commands of the CLI show these defaults without importing the controller)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_WORKERS = 32  # reconcile threads = API requests in flight (docs/architecture.md: 8 to 64 measured)
+DEFAULT_RESYNC_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Options:
+    namespaces: tuple[str, ...] = ()  # watched namespaces, globs allowed; () = the whole cluster
+    workers: int = DEFAULT_WORKERS
+    resync_seconds: float = DEFAULT_RESYNC_SECONDS
