@@ -142,12 +142,15 @@ def operator_pods(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE) -> list
 
 
 def leader(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE) -> str | None:
-    """The holder of the operator's Lease (a Pod name)."""
+    """The Pod that holds the operator's Lease. The holder identity is ``<POD_NAME>_<random>``
+    (operator/lorarl/runtime/leader.py new_identity: one per process): the Pod is the name before it."""
+    pods = {p["metadata"]["name"] for p in operator_pods(cp, namespace)}
     out = cp.kubectl("get", "leases", "-n", namespace, "-o", "json")
     for lease in json.loads(out.stdout)["items"]:
-        holder = lease.get("spec", {}).get("holderIdentity")
-        if holder:
-            return holder
+        holder = lease.get("spec", {}).get("holderIdentity") or ""
+        name = holder.rsplit("_", 1)[0]
+        if name in pods:
+            return name
     return None
 
 
