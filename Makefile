@@ -12,7 +12,7 @@ LOWEST_STAMP := $(LOWEST)/.installed
 $(STAMP): pyproject.toml hack/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]' -e hack/devtools
+	$(BIN)/pip install --quiet -e '.[test,hub]' -e hack/devtools
 	touch $@
 
 setup: $(STAMP)
