@@ -34,14 +34,21 @@ def _event(body: dict[str, Any], event: status.Event, now: datetime.datetime) ->
     meta = body["metadata"]
     stamp = reconcile.rfc3339(now)
     return {
-        "apiVersion": "v1", "kind": "Event",
+        "apiVersion": "v1",
+        "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-        "involvedObject": {"apiVersion": body["apiVersion"], "kind": body["kind"], "name": meta["name"],
-                           "namespace": meta["namespace"], "uid": meta["uid"]},
-        "type": event.type, "reason": event.reason, "message": event.message[:1024],
-        "source": {"component": MANAGER}, "reportingComponent": MANAGER, "reportingInstance": MANAGER,
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        "action": "Reconcile", "count": 1,
+        "involvedObject": {"apiVersion": body["apiVersion"], "kind": body["kind"], "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+        "type": event.type,
+        "reason": event.reason,
+        "message": event.message[:1024],
+        "source": {"component": MANAGER},
+        "reportingComponent": MANAGER,
+        "reportingInstance": MANAGER,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "action": "Reconcile",
+        "count": 1,
     }
 
 
@@ -54,8 +61,13 @@ async def handle(client: Client, body: dict[str, Any]) -> None:
     for child in children:  # in order: the RayJob mounts the ConfigMap
         rayjob = await client.apply(child, MANAGER)
     now = reconcile.utcnow()
-    facts = status.Facts(generation=body["metadata"].get("generation", 1), now=reconcile.rfc3339(now),
-                         user_suspended=job.spec.suspend, queue_name=job.spec.scheduling.queue_name, verdict=verdict)
+    facts = status.Facts(
+        generation=body["metadata"].get("generation", 1),
+        now=reconcile.rfc3339(now),
+        user_suspended=job.spec.suspend,
+        queue_name=job.spec.scheduling.queue_name,
+        verdict=verdict,
+    )
     new_status, events = status.compute({}, rayjob, facts)
     meta = body["metadata"]
     await client.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", meta["namespace"], meta["name"], new_status)

@@ -74,24 +74,26 @@ class Client:
 
     async def __aenter__(self) -> Client:
         connector = aiohttp.TCPConnector(ssl=self._ssl, limit=self._concurrency + 8)
-        self.session = aiohttp.ClientSession(self.server, connector=connector, headers=self._headers,
-                                             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+        self.session = aiohttp.ClientSession(
+            self.server, connector=connector, headers=self._headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
+        )
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         if self.session is not None:
             await self.session.close()
 
-    async def request(self, method: str, url: str, body: Any = None, content_type: str = "application/json",
-                      params: dict[str, str] | None = None, retries: int = 5) -> dict[str, Any]:
+    async def request(
+        self, method: str, url: str, body: Any = None, content_type: str = "application/json", params: dict[str, str] | None = None, retries: int = 5
+    ) -> dict[str, Any]:
         """One request; 429/5xx and dropped connections are retried a few times (a benchmark
         at the API server's limit meets them), anything else raises KubeError."""
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         for attempt in range(retries + 1):
             try:
-                async with self.session.request(method, url, data=data, params=params,
-                                                headers={"Content-Type": content_type},
-                                                timeout=aiohttp.ClientTimeout(total=120)) as resp:
+                async with self.session.request(
+                    method, url, data=data, params=params, headers={"Content-Type": content_type}, timeout=aiohttp.ClientTimeout(total=120)
+                ) as resp:
                     text = await resp.text()
                     if resp.status < 400:
                         return json.loads(text) if text else {}
@@ -100,7 +102,7 @@ class Client:
             except (TimeoutError, aiohttp.ClientConnectionError):
                 if attempt == retries:
                     raise
-            await asyncio.sleep(0.2 * 2 ** attempt)
+            await asyncio.sleep(0.2 * 2**attempt)
         raise AssertionError("unreachable")
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -109,12 +111,16 @@ class Client:
 
     async def apply(self, obj: dict[str, Any], manager: str) -> dict[str, Any]:
         meta = obj["metadata"]
-        return await self.request("PATCH", path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]), obj,
-                                  "application/apply-patch+yaml", {"fieldManager": manager, "force": "true"})
+        return await self.request(
+            "PATCH",
+            path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]),
+            obj,
+            "application/apply-patch+yaml",
+            {"fieldManager": manager, "force": "true"},
+        )
 
     async def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("PATCH", path(api_version, kind, namespace, name, "status"), {"status": status},
-                                  "application/merge-patch+json")
+        return await self.request("PATCH", path(api_version, kind, namespace, name, "status"), {"status": status}, "application/merge-patch+json")
 
     async def list(self, api_version: str, kind: str, namespace: str | None, limit: int | None = None) -> dict[str, Any]:
         return await self.request("GET", path(api_version, kind, namespace), params={"limit": str(limit)} if limit else None)

@@ -90,8 +90,7 @@ class AuditTail:
             resource = ref.get("resource", "")
             if ref.get("subresource"):
                 resource += "/" + ref["subresource"]
-            req = Request(user, event.get("verb", ""), resource, int((event.get("responseStatus") or {}).get("code", 0)),
-                          event.get("userAgent", ""))
+            req = Request(user, event.get("verb", ""), resource, int((event.get("responseStatus") or {}).get("code", 0)), event.get("userAgent", ""))
             self.requests.append(req)
             self.last_request_at[user] = now
             if req.write:

@@ -128,8 +128,13 @@ def run_one(cp: ControlPlane, job: dict[str, Any], *, by_hand: bool, timeout: fl
     name = job["metadata"]["name"]
     cp.kubectl("create", "namespace", ns)
     if by_hand:
-        rendered = subprocess.run([str(pathlib.Path(sys.executable).with_name("lorarl")), "render", "-f", "-", "-n", ns],
-                                  input=json.dumps(job), capture_output=True, text=True, check=True).stdout
+        rendered = subprocess.run(
+            [str(pathlib.Path(sys.executable).with_name("lorarl")), "render", "-f", "-", "-n", ns],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     watcher = Watcher(cp, ns, name).start()
     t_apply = time.time()
     try:
@@ -144,11 +149,18 @@ def run_one(cp: ControlPlane, job: dict[str, Any], *, by_hand: bool, timeout: fl
     pod = {k: (v - t_apply if v is not None else None) for k, v in _pod_steps(watcher.last.get("head")).items()}
     rj = watcher.last.get("rayjob", {}).get("status", {})
     lj = watcher.last.get("lorarljob", {}).get("status", {})
-    return {"namespace": ns, "by_hand": by_hand, "watched": steps, "pod": pod,
-            "ray_job_start": (_ts(rj.get("startTime")) or t_apply) - t_apply if rj.get("startTime") else None,
-            "ray_job_end": (_ts(rj.get("endTime")) - t_apply) if rj.get("endTime") else None,
-            "job_status": rj.get("jobStatus"), "phase": lj.get("phase"),
-            "gpu_hours": lj.get("progress", {}).get("gpuHours"), "timed_out": done not in watcher.seen}
+    return {
+        "namespace": ns,
+        "by_hand": by_hand,
+        "watched": steps,
+        "pod": pod,
+        "ray_job_start": (_ts(rj.get("startTime")) or t_apply) - t_apply if rj.get("startTime") else None,
+        "ray_job_end": (_ts(rj.get("endTime")) - t_apply) if rj.get("endTime") else None,
+        "job_status": rj.get("jobStatus"),
+        "phase": lj.get("phase"),
+        "gpu_hours": lj.get("progress", {}).get("gpuHours"),
+        "timed_out": done not in watcher.seen,
+    }
 
 
 def measure(rounds: int = 1) -> dict[str, Any]:
@@ -171,8 +183,14 @@ def measure(rounds: int = 1) -> dict[str, Any]:
                     job = seedrun.seed_job(image=refs["job"], endpoint=endpoint, namespace=ns)
                     runs.append(run_one(cp, job, by_hand=by_hand))
                     print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-    return {"node_start_s": node_start, "images_import_s": images_s, "helm_install_s": install_s, "runs": runs,
-            "load": os.getloadavg(), "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+    return {
+        "node_start_s": node_start,
+        "images_import_s": images_s,
+        "helm_install_s": install_s,
+        "runs": runs,
+        "load": os.getloadavg(),
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
 
 
 def _f(v: float | None) -> str:
@@ -180,12 +198,20 @@ def _f(v: float | None) -> str:
 
 
 def markdown(r: dict[str, Any]) -> str:
-    rows = [("LoraRLJob (or rendered objects) applied", "apply"), ("RayJob exists", "rayjob"),
-            ("head pod created", "pod_created"), ("head pod scheduled", "pod_scheduled"),
-            ("init container (hf download) started", "init_started"), ("init container done", "init_done"),
-            ("Ray up (head Ready)", "ray_up"), ("submitter Job created", "submitter_job"),
-            ("Ray job RUNNING (KubeRay)", "ray_job_running"), ("first status report (reporter)", "first_report"),
-            ("Ray job SUCCEEDED (KubeRay)", "ray_job_succeeded"), ("LoraRLJob Succeeded", "succeeded")]
+    rows = [
+        ("LoraRLJob (or rendered objects) applied", "apply"),
+        ("RayJob exists", "rayjob"),
+        ("head pod created", "pod_created"),
+        ("head pod scheduled", "pod_scheduled"),
+        ("init container (hf download) started", "init_started"),
+        ("init container done", "init_done"),
+        ("Ray up (head Ready)", "ray_up"),
+        ("submitter Job created", "submitter_job"),
+        ("Ray job RUNNING (KubeRay)", "ray_job_running"),
+        ("first status report (reporter)", "first_report"),
+        ("Ray job SUCCEEDED (KubeRay)", "ray_job_succeeded"),
+        ("LoraRLJob Succeeded", "succeeded"),
+    ]
     ours = [x for x in r["runs"] if not x["by_hand"]]
     hand = [x for x in r["runs"] if x["by_hand"]]
 
@@ -196,26 +222,37 @@ def markdown(r: dict[str, Any]) -> str:
             return run["pod"][key]
         return run["watched"].get(key)
 
-    out = [MARK_BEGIN, "## The real node: one seed run's timeline (`python -m bench --phases realnode`)", "",
-           f"Measured {r['when']} on this machine (2 cores, shared; load afterwards {r['load'][0]:.1f}): the seed "
-           "LoraRLJob with the node overrides (`lorarl_dev.seedrun.seed_job`: the job image, 500m CPU, 3Gi, "
-           "the Hub stand-in) on the real node with the real KubeRay operator v1.5.0, real Ray 2.55.1 and the "
-           "trainer stand-in (100 rollouts of 0.2 s). Node start (control plane, node, KubeRay) "
-           f"{r['node_start_s']:.0f} s; image import {r['images_import_s']:.0f} s; `helm install --wait` "
-           f"{r['helm_install_s']:.0f} s.", "",
-           "Seconds after the apply (pod steps from the pod's own timestamps, whole seconds; the rest "
-           "from a 0.1 s poll of the API):", "",
-           "| step | via lorarl | rendered RayJob by hand |", "|---|---|---|"]
+    out = [
+        MARK_BEGIN,
+        "## The real node: one seed run's timeline (`python -m bench --phases realnode`)",
+        "",
+        f"Measured {r['when']} on this machine (2 cores, shared; load afterwards {r['load'][0]:.1f}): the seed "
+        "LoraRLJob with the node overrides (`lorarl_dev.seedrun.seed_job`: the job image, 500m CPU, 3Gi, "
+        "the Hub stand-in) on the real node with the real KubeRay operator v1.5.0, real Ray 2.55.1 and the "
+        "trainer stand-in (100 rollouts of 0.2 s). Node start (control plane, node, KubeRay) "
+        f"{r['node_start_s']:.0f} s; image import {r['images_import_s']:.0f} s; `helm install --wait` "
+        f"{r['helm_install_s']:.0f} s.",
+        "",
+        "Seconds after the apply (pod steps from the pod's own timestamps, whole seconds; the rest from a 0.1 s poll of the API):",
+        "",
+        "| step | via lorarl | rendered RayJob by hand |",
+        "|---|---|---|",
+    ]
     for label, key in rows:
         out.append(f"| {label} | {_f(val(ours[0], key)) if ours else '-'} | {_f(val(hand[0], key)) if hand else '-'} |")
     if ours and hand:
         a, b = ours[0]["watched"].get("head_pod"), hand[0]["watched"].get("head_pod")
         if a is not None and b is not None:
-            out += ["", f"**What lorarl adds to a run's start: {a - b:+.2f} s** (apply -> head pod seen: "
-                        f"{a:.2f} s via the operator, {b:.2f} s by hand; goal < 1 s: "
-                        f"{'met' if a - b < 1 else 'not met'})."]
-        out.append(f"\nThe run via lorarl ended {ours[0]['phase']} with progress.gpuHours {ours[0]['gpu_hours']}; "
-                   f"the one by hand {hand[0]['job_status']} (its reporter has no LoraRLJob to patch).")
+            out += [
+                "",
+                f"**What lorarl adds to a run's start: {a - b:+.2f} s** (apply -> head pod seen: "
+                f"{a:.2f} s via the operator, {b:.2f} s by hand; goal < 1 s: "
+                f"{'met' if a - b < 1 else 'not met'}).",
+            ]
+        out.append(
+            f"\nThe run via lorarl ended {ours[0]['phase']} with progress.gpuHours {ours[0]['gpu_hours']}; "
+            f"the one by hand {hand[0]['job_status']} (its reporter has no LoraRLJob to patch)."
+        )
     out.append(MARK_END)
     return "\n".join(out) + "\n"
 

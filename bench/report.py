@@ -28,26 +28,45 @@ def targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     out: list[tuple[str, bool | None, str]] = []
     burst = r.get("burst") or {}
     ours = _get(burst, "1000", "ours")
-    out.append(("1,000 jobs fully reconciled in <= 60 s", None if ours is None else ours["seconds"] <= 60,
-                "not measured (no N=1000 burst)" if ours is None else f"{ours['seconds']:.1f} s"))
+    out.append(
+        (
+            "1,000 jobs fully reconciled in <= 60 s",
+            None if ours is None else ours["seconds"] <= 60,
+            "not measured (no N=1000 burst)" if ours is None else f"{ours['seconds']:.1f} s",
+        )
+    )
     for n in sorted(burst, key=int):
         o, c, k = (_get(burst, n, s) for s in ("ours", "ceiling", "kuberay"))
         if o and c:
             met = o["jobs_per_s"] >= 0.8 * c["jobs_per_s"] and (k is None or o["jobs_per_s"] >= k["jobs_per_s"])
-            out.append((f"N={n}: burst throughput >= 80% of the ceiling and not below KubeRay's operator", met,
-                        f"{o['jobs_per_s']:.1f} jobs/s = {o['jobs_per_s'] / c['jobs_per_s']:.0%} of the ceiling ({c['jobs_per_s']:.1f}); "
-                        + (f"KubeRay {k['jobs_per_s']:.1f} jobs/s" if k else "KubeRay not measured") + _rounds(o, c)))
+            out.append(
+                (
+                    f"N={n}: burst throughput >= 80% of the ceiling and not below KubeRay's operator",
+                    met,
+                    f"{o['jobs_per_s']:.1f} jobs/s = {o['jobs_per_s'] / c['jobs_per_s']:.0%} of the ceiling ({c['jobs_per_s']:.1f}); "
+                    + (f"KubeRay {k['jobs_per_s']:.1f} jobs/s" if k else "KubeRay not measured")
+                    + _rounds(o, c),
+                )
+            )
     steady = _get(r, "steady", "ours")
-    out.append((f"p99 apply-to-RayJob <= 2 s at {_f(_get(steady, 'rate'), '{:g}')} jobs/s", None if steady is None else steady["p99"] <= 2,
-                "not measured" if steady is None else f"p99 {steady['p99']:.2f} s (p50 {steady['p50']:.2f}, p95 {steady['p95']:.2f})"))
+    out.append(
+        (
+            f"p99 apply-to-RayJob <= 2 s at {_f(_get(steady, 'rate'), '{:g}')} jobs/s",
+            None if steady is None else steady["p99"] <= 2,
+            "not measured" if steady is None else f"p99 {steady['p99']:.2f} s (p50 {steady['p50']:.2f}, p95 {steady['p95']:.2f})",
+        )
+    )
     idle = r.get("idle")
     rss = [v for v in (_get(burst, "1000", "ours", "peak_rss_mib"), idle["peak_rss_mib"] if idle and idle["jobs"] == 1000 else None) if v]
-    out.append(("peak RSS <= 150 MiB at 1,000 jobs", max(rss) <= 150 if rss else None,
-                f"{max(rss):.0f} MiB" if rss else "not measured (no N=1000 run)"))
+    out.append(("peak RSS <= 150 MiB at 1,000 jobs", max(rss) <= 150 if rss else None, f"{max(rss):.0f} MiB" if rss else "not measured (no N=1000 run)"))
     if idle:
-        out.append((f"idle with {idle['jobs']} settled jobs (half finished): <= 1% of a core and zero writes",
-                    idle["cpu_pct"] <= 1 and idle["writes"] == 0,
-                    f"{idle['cpu_pct']:.2f}% of a core, {idle['writes']} writes, {idle['requests_per_min']:.0f} requests/min"))
+        out.append(
+            (
+                f"idle with {idle['jobs']} settled jobs (half finished): <= 1% of a core and zero writes",
+                idle["cpu_pct"] <= 1 and idle["writes"] == 0,
+                f"{idle['cpu_pct']:.2f}% of a core, {idle['writes']} writes, {idle['requests_per_min']:.0f} requests/min",
+            )
+        )
     else:
         out.append(("idle with 1,000 settled jobs: <= 1% of a core and zero writes", None, "not measured"))
     for n in sorted(burst, key=int):
@@ -55,10 +74,15 @@ def targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
         if o:
             children = o["child_writes_per_job"]
             once = all(abs(v - 1) < 1e-9 for v in children.values())
-            out.append((f"N={n}: each child written once, <= 2 status writes per job on the create path",
-                        once and o["status_writes_per_job"] <= 2,
-                        "children " + ", ".join(f"{k} {v:.2f}" for k, v in children.items())
-                        + f"; status {o['status_writes_per_job']:.2f}; all writes {o['writes'] / o['jobs']:.2f} per job"))
+            out.append(
+                (
+                    f"N={n}: each child written once, <= 2 status writes per job on the create path",
+                    once and o["status_writes_per_job"] <= 2,
+                    "children "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in children.items())
+                    + f"; status {o['status_writes_per_job']:.2f}; all writes {o['writes'] / o['jobs']:.2f} per job",
+                )
+            )
     hist = r.get("history") or {}
     zero = hist.get("0")
     many = next((hist[k] for k in sorted(hist, key=int, reverse=True) if k != "0"), None)
@@ -72,10 +96,15 @@ def targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
             return p["requests_per_min"] - calls(p)
 
         met = abs(calls(many) - calls(zero)) <= 1 and many["cpu_pct"] - zero["cpu_pct"] <= 0.5 and many["writes"] == 0
-        out.append((f"idle cost with {many['jobs']:,} finished jobs equals idle cost with none", met,
-                    f"{many['cpu_pct']:.2f}% vs {zero['cpu_pct']:.2f}% of a core; {calls(many):.0f} vs {calls(zero):.0f} requests/min "
-                    f"(+ {reopens(many):.0f} vs {reopens(zero):.0f} watch re-opens); {many['writes']} vs {zero['writes']} writes; "
-                    f"RSS {many['rss_mib']:.0f} vs {zero['rss_mib']:.0f} MiB"))
+        out.append(
+            (
+                f"idle cost with {many['jobs']:,} finished jobs equals idle cost with none",
+                met,
+                f"{many['cpu_pct']:.2f}% vs {zero['cpu_pct']:.2f}% of a core; {calls(many):.0f} vs {calls(zero):.0f} requests/min "
+                f"(+ {reopens(many):.0f} vs {reopens(zero):.0f} watch re-opens); {many['writes']} vs {zero['writes']} writes; "
+                f"RSS {many['rss_mib']:.0f} vs {zero['rss_mib']:.0f} MiB",
+            )
+        )
     else:
         out.append(("idle cost with 10,000 finished jobs equals idle cost with none", None, "not measured"))
     out += restart_targets(r)
@@ -93,22 +122,39 @@ def restart_targets(r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
         return [("restart with 10,000 finished jobs: a new job reconciled <= 15 s after `lorarl run` starts", None, "not measured")]
     out: list[tuple[str, bool | None, str]] = []
     if ours:
-        out.append((f"restart with {n:,} finished jobs: a new job reconciled <= {RESTART_SECONDS:g} s after `lorarl run` starts",
-                    ours["seconds"] <= RESTART_SECONDS, f"{ours['seconds']:.1f} s"
-                    + (f" (the ceiling: {ceiling['seconds']:.1f} s)" if ceiling else "")))
+        out.append(
+            (
+                f"restart with {n:,} finished jobs: a new job reconciled <= {RESTART_SECONDS:g} s after `lorarl run` starts",
+                ours["seconds"] <= RESTART_SECONDS,
+                f"{ours['seconds']:.1f} s" + (f" (the ceiling: {ceiling['seconds']:.1f} s)" if ceiling else ""),
+            )
+        )
     if failover:
-        out.append((f"fail-over with {n:,} finished jobs: a new job reconciled <= {RESTART_SECONDS:g} s after the standby takes the lease",
-                    failover["seconds"] <= RESTART_SECONDS,
-                    f"{failover['seconds']:.1f} s (lease taken {failover['takeover_s']:.1f} s after the leader's SIGKILL)"))
+        out.append(
+            (
+                f"fail-over with {n:,} finished jobs: a new job reconciled <= {RESTART_SECONDS:g} s after the standby takes the lease",
+                failover["seconds"] <= RESTART_SECONDS,
+                f"{failover['seconds']:.1f} s (lease taken {failover['takeover_s']:.1f} s after the leader's SIGKILL)",
+            )
+        )
     peaks = [p["peak_rss_mib"] for p in (ours, failover) if p]
-    out.append((f"peak RSS <= {RESTART_RSS_MIB:g} MiB after a start over {n:,} finished jobs", max(peaks) <= RESTART_RSS_MIB,
-                " / ".join(f"{x:.0f}" for x in peaks) + " MiB (restart / fail-over)"))
+    out.append(
+        (
+            f"peak RSS <= {RESTART_RSS_MIB:g} MiB after a start over {n:,} finished jobs",
+            max(peaks) <= RESTART_RSS_MIB,
+            " / ".join(f"{x:.0f}" for x in peaks) + " MiB (restart / fail-over)",
+        )
+    )
     zero = (r.get("history") or {}).get("0")
     if ours:
         base = f"; with none: {zero['cpu_pct']:.2f}%" if zero else ""
-        out.append((f"idle CPU after a start over {n:,} finished jobs equals none within noise (<= 0.5 points)",
-                    None if zero is None else ours["idle_cpu_pct"] - zero["cpu_pct"] <= 0.5,
-                    f"{ours['idle_cpu_pct']:.2f}% of a core{base}"))
+        out.append(
+            (
+                f"idle CPU after a start over {n:,} finished jobs equals none within noise (<= 0.5 points)",
+                None if zero is None else ours["idle_cpu_pct"] - zero["cpu_pct"] <= 0.5,
+                f"{ours['idle_cpu_pct']:.2f}% of a core{base}",
+            )
+        )
     return out
 
 
@@ -133,19 +179,29 @@ def targets_text(r: dict[str, Any]) -> str:
 
 def _burst_table(r: dict[str, Any]) -> list[str]:
     burst = r.get("burst") or {}
-    rows = [("seconds until every job is reconciled", "seconds", "{:.1f}"), ("jobs/s", "jobs_per_s", "{:.1f}"),
-            ("median job done (s after the burst began)", "median_job_s", "{:.1f}"),
-            ("bench's own create burst (s)", "create_seconds", "{:.1f}"),
-            ("CPU seconds (the system's process)", "cpu_s", "{:.1f}"), ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
-            ("kube-apiserver CPU seconds", "apiserver_cpu_s", "{:.1f}"), ("etcd CPU seconds", "etcd_cpu_s", "{:.1f}"),
-            ("API requests per job", "requests", None), ("writes per job", "writes", None)]
+    rows = [
+        ("seconds until every job is reconciled", "seconds", "{:.1f}"),
+        ("jobs/s", "jobs_per_s", "{:.1f}"),
+        ("median job done (s after the burst began)", "median_job_s", "{:.1f}"),
+        ("bench's own create burst (s)", "create_seconds", "{:.1f}"),
+        ("CPU seconds (the system's process)", "cpu_s", "{:.1f}"),
+        ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
+        ("kube-apiserver CPU seconds", "apiserver_cpu_s", "{:.1f}"),
+        ("etcd CPU seconds", "etcd_cpu_s", "{:.1f}"),
+        ("API requests per job", "requests", None),
+        ("writes per job", "writes", None),
+    ]
     out = []
     for n in sorted(burst, key=int):
         systems = [s for s in ("ours", "ceiling", "kuberay") if s in burst[n]]
         if not systems:
             continue
-        out += [f"**Burst, N = {int(n):,}**", "", "| figure | " + " | ".join(NAMES[s] for s in systems) + " | ours / ceiling |",
-                "|---|" + "---|" * (len(systems) + 1)]
+        out += [
+            f"**Burst, N = {int(n):,}**",
+            "",
+            "| figure | " + " | ".join(NAMES[s] for s in systems) + " | ours / ceiling |",
+            "|---|" + "---|" * (len(systems) + 1),
+        ]
         for label, key, fmt in rows:
             cells = []
             for s in systems:
@@ -155,12 +211,19 @@ def _burst_table(r: dict[str, Any]) -> list[str]:
             ratio = _f(o / c, "{:.2f}") if o is not None and c else "–"
             out.append(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
         if any(len(burst[n][s].get("runs_seconds") or []) > 1 for s in systems):
-            out.append("| seconds, every round (the median run is the one above) | "
-                       + " | ".join(", ".join(f"{x:.1f}" for x in burst[n][s].get("runs_seconds") or []) or "–" for s in systems) + " | |")
+            out.append(
+                "| seconds, every round (the median run is the one above) | "
+                + " | ".join(", ".join(f"{x:.1f}" for x in burst[n][s].get("runs_seconds") or []) or "–" for s in systems)
+                + " | |"
+            )
         out.append("")
         verbs = sorted({k for s in systems for k in burst[n][s]["by_verb"]})
-        out += [f"Requests per job by verb and resource (N = {int(n):,}, from the audit log, each system's own identity):", "",
-                "| request | " + " | ".join(NAMES[s] for s in systems) + " |", "|---|" + "---|" * len(systems)]
+        out += [
+            f"Requests per job by verb and resource (N = {int(n):,}, from the audit log, each system's own identity):",
+            "",
+            "| request | " + " | ".join(NAMES[s] for s in systems) + " |",
+            "|---|" + "---|" * len(systems),
+        ]
         for v in verbs:
             out.append(f"| `{v}` | " + " | ".join(_f(burst[n][s]["per_job"].get(v), "{:.2f}") for s in systems) + " |")
         out.append("")
@@ -228,13 +291,14 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
         f"- date: {r['started']} UTC; command: `{r['command']}`; {r['minutes']:.1f} min",
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}",
         f"- load average (1/5/15 min) before: {_loads(r['load_before'])}, after: "
-        f"{_loads(r['load_after'])}" + (" (**a loaded machine: other work shared the cores**)"
-                                         if max(r['load_before'][:2]) > 1.5 else ""),
+        f"{_loads(r['load_after'])}" + (" (**a loaded machine: other work shared the cores**)" if max(r["load_before"][:2]) > 1.5 else ""),
         f"- offline cost per job: `parse_stored` {r['render']['parse_stored_ms']:.2f} ms, `render.render` {r['render']['render_ms']:.2f} ms",
     ]
     for later in r.get("later_runs") or []:
-        out.append(f"- merged from a later run ({', '.join(later['phases'])}): {later['started']} UTC; command: `{later['command']}`; "
-                   f"{later['minutes']:.1f} min; load average before {_loads(later['load_before'])}, after {_loads(later['load_after'])}")
+        out.append(
+            f"- merged from a later run ({', '.join(later['phases'])}): {later['started']} UTC; command: `{later['command']}`; "
+            f"{later['minutes']:.1f} min; load average before {_loads(later['load_before'])}, after {_loads(later['load_after'])}"
+        )
     out += [
         "",
         "## Targets",
@@ -254,30 +318,46 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
     if steady:
         systems = [s for s in ("ours", "ceiling", "kuberay") if s in steady]
         any_s = steady[systems[0]]
-        out += [f"**Steady, {any_s['rate']:g} jobs/s for {any_s['seconds']:g} s** (ours and the ceiling: create -> RayJob; "
-                "KubeRay: RayJob create -> RayCluster)", "",
-                "| figure | " + " | ".join(NAMES[s] for s in systems) + " |", "|---|" + "---|" * len(systems)]
-        for label, key, fmt in (("p50 (s)", "p50", "{:.3f}"), ("p95 (s)", "p95", "{:.3f}"), ("p99 (s)", "p99", "{:.3f}"),
-                                ("max (s)", "max", "{:.3f}"), ("CPU seconds", "cpu_s", "{:.1f}"), ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}")):
+        out += [
+            f"**Steady, {any_s['rate']:g} jobs/s for {any_s['seconds']:g} s** (ours and the ceiling: create -> RayJob; KubeRay: RayJob create -> RayCluster)",
+            "",
+            "| figure | " + " | ".join(NAMES[s] for s in systems) + " |",
+            "|---|" + "---|" * len(systems),
+        ]
+        for label, key, fmt in (
+            ("p50 (s)", "p50", "{:.3f}"),
+            ("p95 (s)", "p95", "{:.3f}"),
+            ("p99 (s)", "p99", "{:.3f}"),
+            ("max (s)", "max", "{:.3f}"),
+            ("CPU seconds", "cpu_s", "{:.1f}"),
+            ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
+        ):
             out.append(f"| {label} | " + " | ".join(_f(steady[s].get(key), fmt) for s in systems) + " |")
         out.append("")
     idle, hist = r.get("idle"), r.get("history") or {}
-    points = ([(f"{idle['jobs']:,} settled jobs (half Succeeded, half Running)", idle)] if idle else []) + \
-             [(f"{int(k):,} finished jobs (history)", hist[k]) for k in sorted(hist, key=int)]
+    points = ([(f"{idle['jobs']:,} settled jobs (half Succeeded, half Running)", idle)] if idle else []) + [
+        (f"{int(k):,} finished jobs (history)", hist[k]) for k in sorted(hist, key=int)
+    ]
     if points:
-        out += ["**Idle (ours)**", "", "| state | window (s) | CPU (% of a core) | requests/min | writes | kube-apiserver CPU (%) | RSS (MiB) | "
-                "peak RSS (MiB) | jobs cached whole / compact | startup: every job seen once (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "**Idle (ours)**",
+            "",
+            "| state | window (s) | CPU (% of a core) | requests/min | writes | kube-apiserver CPU (%) | RSS (MiB) | "
+            "peak RSS (MiB) | jobs cached whole / compact | startup: every job seen once (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for label, p in points:
             cached = p.get("cached")
             cached_text = f"{cached['whole']:,} / {cached['compact']:,}" if cached else "–"
-            out.append(f"| {label} | {p['seconds']:.0f} | {p['cpu_pct']:.2f} | {p['requests_per_min']:.0f} | {p['writes']} | "
-                       f"{p['apiserver_cpu_pct']:.1f} | {p['rss_mib']:.0f} | {_f(p.get('peak_rss_mib'), '{:.0f}')} | "
-                       f"{cached_text} | {_f(p.get('startup_seconds'))} |")
+            out.append(
+                f"| {label} | {p['seconds']:.0f} | {p['cpu_pct']:.2f} | {p['requests_per_min']:.0f} | {p['writes']} | "
+                f"{p['apiserver_cpu_pct']:.1f} | {p['rss_mib']:.0f} | {_f(p.get('peak_rss_mib'), '{:.0f}')} | "
+                f"{cached_text} | {_f(p.get('startup_seconds'))} |"
+            )
         out.append("")
         verbs = sorted({k for _, p in points for k in p["by_verb_per_min"]})
         if verbs:
-            out += ["Idle requests per minute by verb:", "", "| request | " + " | ".join(label for label, _ in points) + " |",
-                    "|---|" + "---|" * len(points)]
+            out += ["Idle requests per minute by verb:", "", "| request | " + " | ".join(label for label, _ in points) + " |", "|---|" + "---|" * len(points)]
             for v in verbs:
                 out.append(f"| `{v}` | " + " | ".join(_f(p["by_verb_per_min"].get(v), "{:.0f}") for _, p in points) + " |")
             out.append("")
@@ -288,20 +368,27 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
 
 def _restart_table(r: dict[str, Any]) -> list[str]:
     restart = r.get("restart") or {}
-    columns = [(k, label) for k, label in (("ours", NAMES["ours"]), ("ours_failover", "lorarl, fail-over (2 replicas)"),
-                                            ("ceiling", NAMES["ceiling"])) if k in restart]
+    columns = [
+        (k, label) for k, label in (("ours", NAMES["ours"]), ("ours_failover", "lorarl, fail-over (2 replicas)"), ("ceiling", NAMES["ceiling"])) if k in restart
+    ]
     if not columns:
         return []
     n = restart[columns[0][0]]["jobs"]
-    rows = [("seconds to the new job's RayJob and status: after the start (fail-over: after the lease is taken)", "seconds", "{:.1f}"),
-            ("fail-over: seconds from the leader's SIGKILL to the lease taken", "takeover_s", "{:.1f}"),
-            ("fail-over: seconds from the leader's SIGKILL to the new job reconciled", "kill_to_done_s", "{:.1f}"),
-            ("CPU seconds from the start to the new job reconciled", "cpu_s_to_done", "{:.1f}"),
-            ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"), ("RSS once idle (MiB)", "rss_mib", "{:.0f}"),
-            ("idle CPU once started (% of a core)", "idle_cpu_pct", "{:.2f}")]
-    out = [f"**Restart over {n:,} finished jobs** (a new job created as the system starts; "
-           f"idle window {restart[columns[0][0]].get('idle_seconds', 0):.0f} s)", "",
-           "| figure | " + " | ".join(label for _, label in columns) + " |", "|---|" + "---|" * len(columns)]
+    rows = [
+        ("seconds to the new job's RayJob and status: after the start (fail-over: after the lease is taken)", "seconds", "{:.1f}"),
+        ("fail-over: seconds from the leader's SIGKILL to the lease taken", "takeover_s", "{:.1f}"),
+        ("fail-over: seconds from the leader's SIGKILL to the new job reconciled", "kill_to_done_s", "{:.1f}"),
+        ("CPU seconds from the start to the new job reconciled", "cpu_s_to_done", "{:.1f}"),
+        ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
+        ("RSS once idle (MiB)", "rss_mib", "{:.0f}"),
+        ("idle CPU once started (% of a core)", "idle_cpu_pct", "{:.2f}"),
+    ]
+    out = [
+        f"**Restart over {n:,} finished jobs** (a new job created as the system starts; idle window {restart[columns[0][0]].get('idle_seconds', 0):.0f} s)",
+        "",
+        "| figure | " + " | ".join(label for _, label in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
     for label, key, fmt in rows:
         out.append(f"| {label} | " + " | ".join(_f(restart[k].get(key), fmt) for k, _ in columns) + " |")
     cached = [restart[k].get("cached") for k, _ in columns]

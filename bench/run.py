@@ -90,10 +90,19 @@ class Plan:
     repeat_max_jobs: int = 200
 
 
-QUICK = Plan(sizes=[20, 100], steady_rate=10, steady_seconds=15, idle_seconds=30, history_jobs=200,
-             history_idle_seconds=30, settled_jobs=100)
-FULL = Plan(sizes=[100, 1000], steady_rate=10, steady_seconds=60, idle_seconds=120, history_jobs=10000,
-            history_idle_seconds=90, settled_jobs=1000, rounds=5, restart_jobs=10000, restart_idle_seconds=60)
+QUICK = Plan(sizes=[20, 100], steady_rate=10, steady_seconds=15, idle_seconds=30, history_jobs=200, history_idle_seconds=30, settled_jobs=100)
+FULL = Plan(
+    sizes=[100, 1000],
+    steady_rate=10,
+    steady_seconds=60,
+    idle_seconds=120,
+    history_jobs=10000,
+    history_idle_seconds=90,
+    settled_jobs=1000,
+    rounds=5,
+    restart_jobs=10000,
+    restart_idle_seconds=60,
+)
 LEASE = "bench-operator"  # the Lease of the fail-over point (in its namespace)
 
 
@@ -226,20 +235,30 @@ class Bench:
             await self.create_all(client, objs)
             created = time.monotonic() - t0
             timeout = 60 + n * 1.0
-            await tracker.wait(lambda: tracker.done_count >= n or not sysm.alive(), timeout,
-                               lambda: f"{system}: {tracker.done_count}/{n} jobs reconciled")
+            await tracker.wait(lambda: tracker.done_count >= n or not sysm.alive(), timeout, lambda: f"{system}: {tracker.done_count}/{n} jobs reconciled")
             if not sysm.alive():
                 raise RuntimeError(f"{system} exited during the burst:\n{sysm.log_tail()}")
             done = [tracker.done_at(obj["metadata"]["name"]) - t0 for obj in objs]
             seconds = max(done)
             await self.quiet(sysm.user)
-            out = {"jobs": n, "seconds": seconds, "jobs_per_s": n / seconds, "create_seconds": created,
-                   "median_job_s": percentile(done, 50), **self.usage(sysm, start, audit_from, n)}
+            out = {
+                "jobs": n,
+                "seconds": seconds,
+                "jobs_per_s": n / seconds,
+                "create_seconds": created,
+                "median_job_s": percentile(done, 50),
+                **self.usage(sysm, start, audit_from, n),
+            }
             out["child_writes_per_job"] = {r: out["by_verb"].get(f"patch {r}", 0) / n for r in CHILDREN} if system != "kuberay" else {}
-            out["status_writes_per_job"] = out["by_verb"].get("patch lorarljobs/status", 0) / n if system != "kuberay" else \
-                (out["by_verb"].get("update rayjobs/status", 0) + out["by_verb"].get("patch rayjobs/status", 0)) / n
-            log(f"burst {system} N={n}: {seconds:.1f}s ({n / seconds:.1f} jobs/s), cpu {out['cpu_s']:.1f}s, "
-                f"peak RSS {out['peak_rss_mib']:.0f} MiB, {out['requests'] / n:.1f} requests/job, {out['writes'] / n:.1f} writes/job")
+            out["status_writes_per_job"] = (
+                out["by_verb"].get("patch lorarljobs/status", 0) / n
+                if system != "kuberay"
+                else (out["by_verb"].get("update rayjobs/status", 0) + out["by_verb"].get("patch rayjobs/status", 0)) / n
+            )
+            log(
+                f"burst {system} N={n}: {seconds:.1f}s ({n / seconds:.1f} jobs/s), cpu {out['cpu_s']:.1f}s, "
+                f"peak RSS {out['peak_rss_mib']:.0f} MiB, {out['requests'] / n:.1f} requests/job, {out['writes'] / n:.1f} writes/job"
+            )
             if system == "ours" and n == self.plan.settled_jobs and "idle" in self.plan.phases and round_ == 0:
                 self.results["idle"] = await self.settle_and_idle(client, sysm, tracker, ns, n)
             return out
@@ -271,14 +290,16 @@ class Bench:
 
         t0 = time.monotonic()
         await asyncio.gather(*(settle(i) for i in range(n)))
-        await tracker.wait(lambda: all(tracker.phases.get(k) == v for k, v in expected.items()), 60 + n * 0.5,
-                           lambda: f"ours: {sum(tracker.phases.get(k) == v for k, v in expected.items())}/{n} jobs Running/Succeeded")
+        await tracker.wait(
+            lambda: all(tracker.phases.get(k) == v for k, v in expected.items()),
+            60 + n * 0.5,
+            lambda: f"ours: {sum(tracker.phases.get(k) == v for k, v in expected.items())}/{n} jobs Running/Succeeded",
+        )
         settle_s = time.monotonic() - t0
         await self.quiet(sysm.user, seconds=10, timeout=180)
         window = await self.idle_window(sysm, self.plan.idle_seconds)
         window.update(jobs=n, settle_seconds=settle_s, peak_rss_mib=sysm.meter.peak_rss_mib(), cached=sysm.cached_jobs())  # type: ignore[attr-defined]
-        log(f"idle with {n} settled jobs: {window['cpu_pct']:.2f}% of a core, {window['requests_per_min']:.0f} requests/min, "
-            f"{window['writes']} writes")
+        log(f"idle with {n} settled jobs: {window['cpu_pct']:.2f}% of a core, {window['requests_per_min']:.0f} requests/min, {window['writes']} writes")
         return window
 
     async def idle_window(self, sysm: System, seconds: float) -> dict[str, Any]:
@@ -287,9 +308,15 @@ class Bench:
         await asyncio.sleep(seconds)
         elapsed = time.monotonic() - t0
         use = self.usage(sysm, start, audit_from, 0)
-        return {"seconds": elapsed, "cpu_pct": use["cpu_s"] / elapsed * 100, "requests_per_min": use["requests"] / elapsed * 60,
-                "writes": use["writes"], "by_verb_per_min": {k: v / elapsed * 60 for k, v in use["by_verb"].items()},
-                "apiserver_cpu_pct": use["apiserver_cpu_s"] / elapsed * 100, "rss_mib": sysm.meter.rss_mib()}
+        return {
+            "seconds": elapsed,
+            "cpu_pct": use["cpu_s"] / elapsed * 100,
+            "requests_per_min": use["requests"] / elapsed * 60,
+            "writes": use["writes"],
+            "by_verb_per_min": {k: v / elapsed * 60 for k, v in use["by_verb"].items()},
+            "apiserver_cpu_pct": use["apiserver_cpu_s"] / elapsed * 100,
+            "rss_mib": sysm.meter.rss_mib(),
+        }
 
     async def steady(self, client: Client, system: str) -> dict[str, Any]:
         rate, seconds = self.plan.steady_rate, self.plan.steady_seconds
@@ -312,13 +339,21 @@ class Bench:
                 await client.create(obj)
 
             await asyncio.gather(*(one(i, o) for i, o in enumerate(objs)))
-            await tracker.wait(lambda: tracker.done_count >= n or not sysm.alive(), 120,
-                               lambda: f"{system}: {tracker.done_count}/{n} jobs reconciled")
+            await tracker.wait(lambda: tracker.done_count >= n or not sysm.alive(), 120, lambda: f"{system}: {tracker.done_count}/{n} jobs reconciled")
             latencies = [tracker.done_at(name) - at for name, at in sent.items()]
             use = self.usage(sysm, start, audit_from, n)
-            out = {"rate": rate, "seconds": seconds, "jobs": n, "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
-                   "p99": percentile(latencies, 99), "max": max(latencies), "cpu_s": use["cpu_s"], "peak_rss_mib": use["peak_rss_mib"],
-                   "latencies": sorted(latencies)}
+            out = {
+                "rate": rate,
+                "seconds": seconds,
+                "jobs": n,
+                "p50": percentile(latencies, 50),
+                "p95": percentile(latencies, 95),
+                "p99": percentile(latencies, 99),
+                "max": max(latencies),
+                "cpu_s": use["cpu_s"],
+                "peak_rss_mib": use["peak_rss_mib"],
+                "latencies": sorted(latencies),
+            }
             log(f"steady {system} {rate:g}/s for {seconds:g}s: p50 {out['p50']:.3f}s p95 {out['p95']:.3f}s p99 {out['p99']:.3f}s")
             return out
         finally:
@@ -356,6 +391,7 @@ class Bench:
             t1 = time.monotonic()
             ours: Ours = sysm  # type: ignore[assignment]
             deadline = t1 + 120 + n * 0.2
+
             def seen() -> int:  # every job cached (a listed finished job is not reconciled: nothing to do)
                 return sum(ours.cached_jobs().values())
 
@@ -367,10 +403,11 @@ class Bench:
             # kopf's start-up requests (discovery, the listings) are not idle cost: wait them out
             await self.quiet(sysm.user, seconds=10, timeout=120, reads=True)
             window = await self.idle_window(sysm, self.plan.history_idle_seconds)
-            window.update(jobs=n, create_seconds=created, startup_seconds=startup, peak_rss_mib=sysm.meter.peak_rss_mib(),
-                          cached=ours.cached_jobs())
-            log(f"history {n} finished jobs: startup {startup:.1f}s, idle {window['cpu_pct']:.2f}% of a core, "
-                f"{window['requests_per_min']:.0f} requests/min, {window['writes']} writes")
+            window.update(jobs=n, create_seconds=created, startup_seconds=startup, peak_rss_mib=sysm.meter.peak_rss_mib(), cached=ours.cached_jobs())
+            log(
+                f"history {n} finished jobs: startup {startup:.1f}s, idle {window['cpu_pct']:.2f}% of a core, "
+                f"{window['requests_per_min']:.0f} requests/min, {window['writes']} writes"
+            )
             return window
         finally:
             if sysm is not None:
@@ -381,8 +418,7 @@ class Bench:
         doc = lorarl_job(ns, 0)
         doc["metadata"]["name"] = name
         await client.create(doc)
-        await watching.wait(lambda: watching.done_at(name) is not None or not alive(), timeout,
-                            lambda: f"the new job {name} reconciled")
+        await watching.wait(lambda: watching.done_at(name) is not None or not alive(), timeout, lambda: f"the new job {name} reconciled")
         if watching.done_at(name) is None:
             raise RuntimeError(f"the system exited before {name} was reconciled")
         return watching.done_at(name)
@@ -400,12 +436,19 @@ class Bench:
             out = {"jobs": n, "seconds": done - t0, "cpu_s_to_done": sysm.meter.cpu_seconds()}
             await self.quiet(sysm.user, seconds=10, timeout=120, reads=True)
             window = await self.idle_window(sysm, self.plan.restart_idle_seconds)
-            out.update(idle_cpu_pct=window["cpu_pct"], idle_requests_per_min=window["requests_per_min"], rss_mib=window["rss_mib"],
-                       peak_rss_mib=sysm.meter.peak_rss_mib(), idle_seconds=window["seconds"])
+            out.update(
+                idle_cpu_pct=window["cpu_pct"],
+                idle_requests_per_min=window["requests_per_min"],
+                rss_mib=window["rss_mib"],
+                peak_rss_mib=sysm.meter.peak_rss_mib(),
+                idle_seconds=window["seconds"],
+            )
             if isinstance(sysm, Ours):
                 out["cached"] = sysm.cached_jobs()
-            log(f"restart {system} over {n} finished jobs: new job reconciled {out['seconds']:.1f}s after the start, "
-                f"peak RSS {out['peak_rss_mib']:.0f} MiB, idle {out['idle_cpu_pct']:.2f}% of a core")
+            log(
+                f"restart {system} over {n} finished jobs: new job reconciled {out['seconds']:.1f}s after the start, "
+                f"peak RSS {out['peak_rss_mib']:.0f} MiB, idle {out['idle_cpu_pct']:.2f}% of a core"
+            )
             return out
         finally:
             for t in tasks:
@@ -468,10 +511,17 @@ class Bench:
             out = {"jobs": n, "kill_to_done_s": done - t_kill, "takeover_s": taken["at"] - t_kill, "seconds": done - taken["at"]}
             await self.reconciles_settled(second)
             window = await self.idle_window(second, self.plan.restart_idle_seconds)
-            out.update(idle_cpu_pct=window["cpu_pct"], rss_mib=window["rss_mib"], peak_rss_mib=second.meter.peak_rss_mib(), idle_seconds=window["seconds"],
-                       cached=second.cached_jobs())  # type: ignore[attr-defined]
-            log(f"fail-over over {n} finished jobs: lease taken {out['takeover_s']:.1f}s after the kill, new job reconciled "
-                f"{out['seconds']:.1f}s after that; peak RSS {out['peak_rss_mib']:.0f} MiB")
+            out.update(
+                idle_cpu_pct=window["cpu_pct"],
+                rss_mib=window["rss_mib"],
+                peak_rss_mib=second.meter.peak_rss_mib(),
+                idle_seconds=window["seconds"],
+                cached=second.cached_jobs(),
+            )  # type: ignore[attr-defined]
+            log(
+                f"fail-over over {n} finished jobs: lease taken {out['takeover_s']:.1f}s after the kill, new job reconciled "
+                f"{out['seconds']:.1f}s after that; peak RSS {out['peak_rss_mib']:.0f} MiB"
+            )
             return out
         finally:
             for t in tasks:
@@ -484,11 +534,9 @@ class Bench:
         ns, created = await self.finished_namespace(client, n)
         self.results["restart"]["create_seconds"] = created
         for system in [s for s in ("ours", "ceiling") if s in self.plan.systems]:
-            await self.guard(f"restart {system} over {n} finished jobs", self.results["restart"], system,
-                             self.restart_point(client, system, ns, n))
+            await self.guard(f"restart {system} over {n} finished jobs", self.results["restart"], system, self.restart_point(client, system, ns, n))
         if "ours" in self.plan.systems:
-            await self.guard(f"fail-over over {n} finished jobs", self.results["restart"], "ours_failover",
-                             self.failover_point(client, ns, n))
+            await self.guard(f"fail-over over {n} finished jobs", self.results["restart"], "ours_failover", self.failover_point(client, ns, n))
 
     # -- the whole run -----------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -556,8 +604,7 @@ def machine() -> dict[str, Any]:
         mem = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal"))) // 1024 // 1024
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
-            "kernel": platform.release()}
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(), "kernel": platform.release()}
 
 
 def render_cost(n: int = 200) -> dict[str, float]:
@@ -595,8 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--cleanup", action="store_true", help="delete each phase's namespace before the next (slower)")
     parser.add_argument("--from-json", type=pathlib.Path, help="only write the page and plot from a results file")
-    parser.add_argument("--merge", action="store_true",
-                        help="keep the figures of the phases (and burst sizes and systems) not run from OUT/benchmarks.json")
+    parser.add_argument("--merge", action="store_true", help="keep the figures of the phases (and burst sizes and systems) not run from OUT/benchmarks.json")
     args = parser.parse_args(argv)
     if args.from_json:
         results = json.loads(args.from_json.read_text())
@@ -656,8 +702,13 @@ def main(argv: list[str] | None = None) -> int:
             results["audit_log_mib"] = results.get("audit_log_mib", 0) + os.path.getsize(cp.audit_log_path) / 2**20
             results["kubernetes"] = cp.version
     results.update(
-        plan=asdict(plan), command=command, started=started.isoformat(timespec="seconds"),
-        minutes=(time.monotonic() - t0) / 60, machine=machine(), load_before=load_before, load_after=os.getloadavg(),
+        plan=asdict(plan),
+        command=command,
+        started=started.isoformat(timespec="seconds"),
+        minutes=(time.monotonic() - t0) / 60,
+        machine=machine(),
+        load_before=load_before,
+        load_after=os.getloadavg(),
         render=render_cost(),
     )
     if args.merge and (args.out / "benchmarks.json").is_file():
@@ -683,8 +734,15 @@ def merged(base: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -
             out[phase] = new[phase]
     out["errors"] = list(base.get("errors") or []) + list(new.get("errors") or [])
     out["later_runs"] = list(base.get("later_runs") or []) + [
-        {"phases": list(phases), "command": new["command"], "started": new["started"], "minutes": new["minutes"],
-         "load_before": new["load_before"], "load_after": new["load_after"]}]
+        {
+            "phases": list(phases),
+            "command": new["command"],
+            "started": new["started"],
+            "minutes": new["minutes"],
+            "load_before": new["load_before"],
+            "load_after": new["load_after"],
+        }
+    ]
     return out
 
 

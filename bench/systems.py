@@ -39,10 +39,13 @@ def identity(cp: ControlPlane, name: str) -> tuple[str, pathlib.Path]:
     cp.kubectl("create", "namespace", IDENTITY_NAMESPACE, check=False)
     kubeconfig = cp.restricted_kubeconfig(IDENTITY_NAMESPACE, name)
     user = f"system:serviceaccount:{IDENTITY_NAMESPACE}:{name}"
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": f"bench-{name}"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": IDENTITY_NAMESPACE}]}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"bench-{name}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": IDENTITY_NAMESPACE}],
+    }
     cp.kubectl("apply", "-f", "-", input=json.dumps(binding))
     return user, kubeconfig
 
@@ -80,8 +83,9 @@ class System:
         self.log_path = self.logdir / f"{self.name}-{namespace}{label}.log"
         log = open(self.log_path, "wb")
         env = {**os.environ, **self.cp.env(), "KUBECONFIG": str(self.kubeconfig)}
-        self.proc = subprocess.Popen(self.command(namespace), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True, cwd=REPO)
+        self.proc = subprocess.Popen(
+            self.command(namespace), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=REPO
+        )
         log.close()
         _running.add(self)
         self.meter = ProcMeter(self.proc.pid)
@@ -140,8 +144,21 @@ class Ours(System):
 
     def command(self, namespace: str) -> list[str]:
         self.probe_port, self.metrics_port = free_port(), free_port()
-        return [sys.executable, "-m", "lorarl.cli", "run", "-n", namespace, "--liveness", f"http://127.0.0.1:{self.probe_port}/healthz",
-                "--metrics-port", str(self.metrics_port), "--log-format", "plain", *self.extra_args]
+        return [
+            sys.executable,
+            "-m",
+            "lorarl.cli",
+            "run",
+            "-n",
+            namespace,
+            "--liveness",
+            f"http://127.0.0.1:{self.probe_port}/healthz",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--log-format",
+            "plain",
+            *self.extra_args,
+        ]
 
     def ready(self) -> bool:
         return _http_ok(f"http://127.0.0.1:{self.probe_port}/readyz")
@@ -172,8 +189,7 @@ class Ceiling(System):
         self.concurrency = concurrency
 
     def command(self, namespace: str) -> list[str]:
-        return [sys.executable, "-m", "bench.ceiling", "--kubeconfig", str(self.kubeconfig), "--namespace", namespace,
-                "--concurrency", str(self.concurrency)]
+        return [sys.executable, "-m", "bench.ceiling", "--kubeconfig", str(self.kubeconfig), "--namespace", namespace, "--concurrency", str(self.concurrency)]
 
     def ready(self) -> bool:
         try:
@@ -187,9 +203,14 @@ class KubeRay(System):
 
     def command(self, namespace: str) -> list[str]:
         self.probe_port, self.metrics_port = free_port(), free_port()
-        return [str(self.cp.bin_dir / "kuberay-operator"), f"--kubeconfig={self.kubeconfig}",
-                f"--metrics-addr=127.0.0.1:{self.metrics_port}", f"--health-probe-bind-address=127.0.0.1:{self.probe_port}",
-                "--enable-leader-election=false", f"--watch-namespace={namespace}"]
+        return [
+            str(self.cp.bin_dir / "kuberay-operator"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--metrics-addr=127.0.0.1:{self.metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.probe_port}",
+            "--enable-leader-election=false",
+            f"--watch-namespace={namespace}",
+        ]
 
     def ready(self) -> bool:
         return _http_ok(f"http://127.0.0.1:{self.probe_port}/readyz")

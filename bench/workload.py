@@ -89,8 +89,7 @@ def finished_job(namespace: str, i: int, uid: str = "00000000-0000-0000-0000-000
     previous: dict[str, Any] = {}
     for st in [None, *kuberay_statuses(rayjob, finished=True)]:
         live = None if st is None else {**rayjob, "status": st}
-        facts = status.Facts(generation=1, now=reconcile.rfc3339(reconcile.utcnow()), user_suspended=False,
-                             queue_name=None, verdict=verdict)
+        facts = status.Facts(generation=1, now=reconcile.rfc3339(reconcile.utcnow()), user_suspended=False, queue_name=None, verdict=verdict)
         new, _ = status.compute(previous, live, facts)
         previous = {**previous, **new}
     return doc, previous

@@ -95,6 +95,7 @@ def phase_is(kube, namespace, phase, name=NAME):
     def check():
         st = (job(kube, namespace, name) or {}).get("status") or {}
         return st if st.get("phase") == phase else None
+
     return check
 
 
@@ -175,9 +176,26 @@ def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path)
     log_file = tmp_path / "miles.log"
     log_file.write_bytes(log.data)
     result = subprocess.run(
-        [*shipped_reporter(kube, namespace, mine, tmp_path), "--namespace", namespace, "--name", mine,
-         "--total-rollouts", "200", "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
-        capture_output=True, env=reporter_env(control_plane, token), timeout=300,
+        [
+            *shipped_reporter(kube, namespace, mine, tmp_path),
+            "--namespace",
+            namespace,
+            "--name",
+            mine,
+            "--total-rollouts",
+            "200",
+            "--interval",
+            "0.2",
+            "--",
+            sys.executable,
+            "-c",
+            CHILD,
+            str(log_file),
+            "0",
+        ],
+        capture_output=True,
+        env=reporter_env(control_plane, token),
+        timeout=300,
     )
     return result, log
 
@@ -188,7 +206,8 @@ DENIAL = "RayJobs are refused in this namespace (lorarl test policy)"
 def deny_rayjobs(namespace):
     """A ValidatingAdmissionPolicy (CEL `false`) and its binding for this namespace only."""
     policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": f"deny-rayjobs-{namespace}"},
         "spec": {
             "failurePolicy": "Fail",
@@ -197,10 +216,14 @@ def deny_rayjobs(namespace):
         },
     }
     binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": f"deny-rayjobs-{namespace}"},
-        "spec": {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"],
-                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
+        "spec": {
+            "policyName": policy["metadata"]["name"],
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+        },
     }
     return policy, binding
 
@@ -220,18 +243,21 @@ def refuse_rayjobs(control_plane, namespace, request):
     server-side dry-run create is refused); removed when the test ends. Returns the binding's name."""
     policy, binding = deny_rayjobs(namespace)
     name = binding["metadata"]["name"]
-    request.addfinalizer(lambda: control_plane.kubectl(
-        "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found", check=False))
+    request.addfinalizer(
+        lambda: control_plane.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found", check=False)
+    )
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([policy, binding]))
     probe = yaml.safe_dump(probe_rayjob(namespace))
-    wait_for(lambda: DENIAL in control_plane.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).stderr,
-             timeout=60, what="the admission policy to be enforced")
+    wait_for(
+        lambda: DENIAL in control_plane.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).stderr,
+        timeout=60,
+        what="the admission policy to be enforced",
+    )
     return name
 
 
 def apply_crd(control_plane, crd: dict) -> None:
-    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-",
-                          input=yaml.safe_dump(crd))
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-", input=yaml.safe_dump(crd))
 
 
 PROBE_NAME = "crd-version-probe"  # no test job has this name

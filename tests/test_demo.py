@@ -35,8 +35,9 @@ def test_demo_runs_and_cleans_up(tmp_path):
         assert f"export KUBECONFIG={kubeconfig}" in out.stdout
         # the user can kubectl against it
         kubectl = os.path.join(os.path.dirname(sys.executable), "kubectl")
-        got = subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", "get", "lorarljobs,rayjobs", "-A", "-o", "json"],
-                             capture_output=True, text=True, timeout=60)
+        got = subprocess.run(
+            [kubectl, f"--kubeconfig={kubeconfig}", "get", "lorarljobs,rayjobs", "-A", "-o", "json"], capture_output=True, text=True, timeout=60
+        )
         kinds = sorted(item["kind"] for item in json.loads(got.stdout)["items"])
         assert kinds == ["LoraRLJob", "RayJob"]
         pids = json.loads((state / "controlplane" / "state.json").read_text())["pids"]

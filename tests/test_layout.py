@@ -18,8 +18,7 @@ TESTS = pathlib.Path(__file__).resolve().parent
 def test_the_controller_imports_no_validation_library():
     """The lenient read of an admitted object needs neither CEL nor JSON Schema nor the CRD
     generator: only `lorarl validate` does."""
-    code = (f"import importlib, json, sys\nfor m in {RUN_ENTRY!r}: importlib.import_module(m)\n"
-            "print(json.dumps(sorted(sys.modules)))")
+    code = f"import importlib, json, sys\nfor m in {RUN_ENTRY!r}: importlib.import_module(m)\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = json.loads(out)
     assert "lorarl.control.reconcile" in loaded, "the entry did not import the reconcile: the check proves nothing"

@@ -19,10 +19,16 @@ from lorarl_dev.node import images
 
 
 def _pod(name: str, host_network: bool) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"hostNetwork": host_network, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": images.BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["sleep", "3600"]}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "hostNetwork": host_network,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": images.BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}],
+        },
+    }
 
 
 def _ready(cp: ControlPlane, name: str) -> bool:
@@ -54,8 +60,7 @@ def main() -> None:
     try:
         for kind, host in (("bridge", False), ("hostnet", True)):
             times = [pod_start(cp, f"{kind}-{i}", host) for i in range(args.pods)]
-            result[f"pod_ready_{kind}_s"] = {"median": round(statistics.median(times), 2),
-                                             "all": [round(t, 2) for t in times]}
+            result[f"pod_ready_{kind}_s"] = {"median": round(statistics.median(times), 2), "all": [round(t, 2) for t in times]}
         result["rss_mib"] = {k: round(v / 2**20) for k, v in cp.node.rss_bytes().items()}
     finally:
         cp.stop()

@@ -101,11 +101,20 @@ def crd() -> None:
 @main.command()
 @click.option("-n", "--namespace", "namespaces", multiple=True, help="Watch these namespaces (repeatable; globs allowed).")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Watch the whole cluster.")
-@click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
-              help="Liveness endpoint; /readyz on the same port is the readiness endpoint ('' disables both).")
+@click.option(
+    "--liveness",
+    default="http://0.0.0.0:8080/healthz",
+    show_default=True,
+    help="Liveness endpoint; /readyz on the same port is the readiness endpoint ('' disables both).",
+)
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
-@click.option("--resync-seconds", default=DEFAULT_RESYNC_SECONDS, show_default=True, type=float,
-              help="Period of the resync: every unfinished job is reconciled from the cache (nothing is written unless something changed).")
+@click.option(
+    "--resync-seconds",
+    default=DEFAULT_RESYNC_SECONDS,
+    show_default=True,
+    type=float,
+    help="Period of the resync: every unfinished job is reconciled from the cache (nothing is written unless something changed).",
+)
 @click.option("--workers", default=DEFAULT_WORKERS, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
@@ -115,9 +124,22 @@ def crd() -> None:
 @click.option("--lease-duration", default=15.0, show_default=True, type=float, help="Seconds a standby waits, after the lease last changed, before taking it.")
 @click.option("--renew-deadline", default=10.0, show_default=True, type=float, help="Seconds the leader keeps trying to renew before it exits.")
 @click.option("--retry-period", default=2.0, show_default=True, type=float, help="Seconds between renewals and between a standby's tries.")
-def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metrics_port: int, resync_seconds: float, workers: int, log_format: str,
-        verbose: bool, leader_elect: bool, leader_election_namespace: str | None, leader_election_id: str,
-        lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+def run(
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    liveness: str,
+    metrics_port: int,
+    resync_seconds: float,
+    workers: int,
+    log_format: str,
+    verbose: bool,
+    leader_elect: bool,
+    leader_election_namespace: str | None,
+    leader_election_id: str,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+) -> None:
     """Run the operator (with --leader-elect: only while it holds the Lease)."""
     import os
 
@@ -153,9 +175,15 @@ def run(namespaces: tuple[str, ...], all_namespaces: bool, liveness: str, metric
     except kubernetes.config.ConfigException as err:
         raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
     options = Options(namespaces=() if all_namespaces else tuple(namespaces), workers=workers, resync_seconds=resync_seconds)
-    runner.run(register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),
-               namespaces=list(options.namespaces), clusterwide=all_namespaces, liveness=liveness or None,
-               metrics_port=metrics_port or None, kube=kube, election=election)
+    runner.run(
+        register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),
+        namespaces=list(options.namespaces),
+        clusterwide=all_namespaces,
+        liveness=liveness or None,
+        metrics_port=metrics_port or None,
+        kube=kube,
+        election=election,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

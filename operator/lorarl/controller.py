@@ -97,11 +97,10 @@ class Controller:
         self.synced = threading.Event()
         where = scopes(options.namespaces)
         # jobs first: when a RayJob is listed, its owner's state is known
-        self.informers = [Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, ns, self.on_job, stopping=self.stopping)
-                          for ns in where] + [
-            Informer(kube.client, RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL, ns, self.on_rayjob, label_selector=render.JOB_LABEL,
-                     stopping=self.stopping)
-            for ns in where]
+        self.informers = [Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, ns, self.on_job, stopping=self.stopping) for ns in where] + [
+            Informer(kube.client, RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL, ns, self.on_rayjob, label_selector=render.JOB_LABEL, stopping=self.stopping)
+            for ns in where
+        ]
         self.threads: list[threading.Thread] = []
         caches = self.caches  # the cache gauges are read when scraped
         metrics.CACHED.labels("LoraRLJob", "whole").set_function(lambda: len(caches.jobs) - caches.jobs.compact_count())
@@ -133,8 +132,9 @@ class Controller:
                 raise kopf.TemporaryError(f"listing {informer.describe} failed: {err}", delay=5) from None
             log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
         self.synced.set()
-        self.threads = [threading.Thread(target=i.watch, args=(self.stopping,), name=f"lorarl-watch-{i.plural}-{i.namespace or 'all'}",
-                                         daemon=True) for i in self.informers]
+        self.threads = [
+            threading.Thread(target=i.watch, args=(self.stopping,), name=f"lorarl-watch-{i.plural}-{i.namespace or 'all'}", daemon=True) for i in self.informers
+        ]
         self.threads += [threading.Thread(target=self._work, name=f"lorarl-worker-{n}", daemon=True) for n in range(self.options.workers)]
         self.threads.append(threading.Thread(target=self._resync_loop, name="lorarl-resync", daemon=True))
         for thread in self.threads:
@@ -214,7 +214,11 @@ class Controller:
             metrics.RECONCILES.labels(trigger, "error").inc()
             delay = self.queue.add_rate_limited(key, "retry", error_backoff(err.transient, err.retry_after))
             self.object_log(namespace, name).warning(
-                "reconcile %s (%s) failed: %s; retrying in %gs", reconcile_id, trigger, err, delay,
+                "reconcile %s (%s) failed: %s; retrying in %gs",
+                reconcile_id,
+                trigger,
+                err,
+                delay,
                 extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "error"},
             )
             return None
@@ -225,16 +229,31 @@ class Controller:
             metrics.STATUS_WRITES.inc()
         logger = self.object_log(namespace, name, outcome.body)
         if outcome.deleted:
-            logger.info("reconcile %s (%s): ttlSecondsAfterFinished passed; deleted the job, %.3fs", reconcile_id, trigger, seconds,
-                        extra={"reconcile_id": reconcile_id, "trigger": trigger, "phase": outcome.phase, "deleted": True, "duration": round(seconds, 6)})
+            logger.info(
+                "reconcile %s (%s): ttlSecondsAfterFinished passed; deleted the job, %.3fs",
+                reconcile_id,
+                trigger,
+                seconds,
+                extra={"reconcile_id": reconcile_id, "trigger": trigger, "phase": outcome.phase, "deleted": True, "duration": round(seconds, 6)},
+            )
             self.queue.remove(key)
             return outcome.phase
         logger.info(
-            "reconcile %s (%s): %s, %d applied, status %s, %.3fs", reconcile_id, trigger,
+            "reconcile %s (%s): %s, %d applied, status %s, %.3fs",
+            reconcile_id,
+            trigger,
             f"phase {outcome.phase}" if outcome.body is not None else "the job is gone",
-            outcome.applied, "written" if outcome.status_written else "unchanged", seconds,
-            extra={"reconcile_id": reconcile_id, "trigger": trigger, "phase": outcome.phase, "applied": outcome.applied,
-                   "status_written": outcome.status_written, "duration": round(seconds, 6)},
+            outcome.applied,
+            "written" if outcome.status_written else "unchanged",
+            seconds,
+            extra={
+                "reconcile_id": reconcile_id,
+                "trigger": trigger,
+                "phase": outcome.phase,
+                "applied": outcome.applied,
+                "status_written": outcome.status_written,
+                "duration": round(seconds, 6),
+            },
         )
         if outcome.body is None:
             self.queue.remove(key)
@@ -242,14 +261,19 @@ class Controller:
         now = reconcile.utcnow()
         for event in outcome.events:
             try:  # events are best effort: never fail a reconcile for one
-                self.recorder.record(outcome.body, event.type, event.reason, event.message,
-                                     reconcile.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+                self.recorder.record(outcome.body, event.type, event.reason, event.message, reconcile.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
             except ApiError as err:
                 logger.warning("could not post event %s: %s", event.reason, err, extra={"reconcile_id": reconcile_id})
         if outcome.apply_failed:
             delay = self.queue.add_rate_limited(key, "retry", status.apply_backoff)
-            logger.warning("reconcile %s (%s): %s; retrying in %gs", reconcile_id, trigger, outcome.apply_failed, delay,
-                           extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "apply-failed"})
+            logger.warning(
+                "reconcile %s (%s): %s; retrying in %gs",
+                reconcile_id,
+                trigger,
+                outcome.apply_failed,
+                delay,
+                extra={"reconcile_id": reconcile_id, "trigger": trigger, "outcome": "apply-failed"},
+            )
         else:
             self.queue.forget(key)
             if outcome.requeue_after is not None:

@@ -26,7 +26,13 @@ def dry_run_create(kube_api, namespace: str, doc: dict) -> Answer:
     body = {**doc, "metadata": doc["metadata"] if not isinstance(doc.get("metadata"), dict) else {**doc["metadata"], "namespace": namespace}}
     try:
         client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-            api.GROUP, api.VERSION, namespace, api.PLURAL, body, dry_run="All", field_validation="Strict",
+            api.GROUP,
+            api.VERSION,
+            namespace,
+            api.PLURAL,
+            body,
+            dry_run="All",
+            field_validation="Strict",
         )
     except ApiException as err:
         if err.status not in (400, 422):
@@ -58,9 +64,12 @@ def dry_run_patch_spec(kube_api, namespace: str, name: str, spec_patch: dict) ->
     """A JSON merge patch of the spec, as `kubectl patch --type=merge` sends it (dry run)."""
     try:
         _dynamic(kube_api).request(
-            "PATCH", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{namespace}/{api.PLURAL}/{name}",
-            body={"spec": spec_patch}, content_type="application/merge-patch+json",
-            query_params=[("dryRun", "All"), ("fieldValidation", "Strict")], header_params={"Accept": "application/json"},
+            "PATCH",
+            f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{namespace}/{api.PLURAL}/{name}",
+            body={"spec": spec_patch},
+            content_type="application/merge-patch+json",
+            query_params=[("dryRun", "All"), ("fieldValidation", "Strict")],
+            header_params={"Accept": "application/json"},
         )
     except ApiException as err:
         if err.status not in (400, 422):
@@ -80,8 +89,15 @@ def _dynamic(kube_api):
     return _DYNAMIC[id(kube_api)]
 
 
-_PLURALS = {"ServiceAccount": "serviceaccounts", "ConfigMap": "configmaps", "PersistentVolumeClaim": "persistentvolumeclaims",
-            "Role": "roles", "RoleBinding": "rolebindings", "RayJob": "rayjobs", "Pod": "pods"}
+_PLURALS = {
+    "ServiceAccount": "serviceaccounts",
+    "ConfigMap": "configmaps",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "RayJob": "rayjobs",
+    "Pod": "pods",
+}
 
 
 def dry_run_apply(kube_api, obj: dict) -> Answer:
@@ -93,7 +109,10 @@ def dry_run_apply(kube_api, obj: dict) -> Answer:
     url = f"{prefix}/namespaces/{meta['namespace']}/{_PLURALS[obj['kind']]}/{meta['name']}"
     try:
         _dynamic(kube_api).request(
-            "PATCH", url, body=json.dumps(obj), content_type="application/apply-patch+yaml",
+            "PATCH",
+            url,
+            body=json.dumps(obj),
+            content_type="application/apply-patch+yaml",
             query_params=[("dryRun", "All"), ("fieldManager", "lorarl-test"), ("force", "true"), ("fieldValidation", "Strict")],
             header_params={"Accept": "application/json"},
         )
@@ -115,8 +134,16 @@ def pods_of(rayjob: dict) -> list[dict]:
     pods = []
     for role, template in templates:
         spec = template["spec"]
-        pods.append({"apiVersion": "v1", "kind": "Pod", "spec": spec, "metadata": {
-            "name": f"{rayjob['metadata']['name']}-{role}"[:63].rstrip("-"), "namespace": rayjob["metadata"]["namespace"],
-            "labels": template["metadata"].get("labels", {})}})
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "spec": spec,
+                "metadata": {
+                    "name": f"{rayjob['metadata']['name']}-{role}"[:63].rstrip("-"),
+                    "namespace": rayjob["metadata"]["namespace"],
+                    "labels": template["metadata"].get("labels", {}),
+                },
+            }
+        )
     return pods
-

@@ -134,8 +134,7 @@ class Chain:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def run(self, entrypoint: str, runtime_env_yaml: str | None = None,
-            joiner: str = "list2cmdline", head_shell: str = "/bin/sh") -> Run:
+    def run(self, entrypoint: str, runtime_env_yaml: str | None = None, joiner: str = "list2cmdline", head_shell: str = "/bin/sh") -> Run:
         out = pathlib.Path(tempfile.mkdtemp(dir=self.dir))
         env = {
             "PATH": f"{self.bin}:/usr/bin:/bin",
@@ -149,7 +148,10 @@ class Chain:
         env["PYTHONPATH"] = "/submitter/site-packages"
         done = subprocess.run(
             ["/bin/bash", "-ce", "--", submitter_script(entrypoint, runtime_env_yaml)],
-            env=env, cwd=out, capture_output=True, timeout=60,
+            env=env,
+            cwd=out,
+            capture_output=True,
+            timeout=60,
         )
         argv_file = out / "argv"
         argv = argv_file.read_bytes().decode().split("\0")[:-1] if argv_file.exists() else []

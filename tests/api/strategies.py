@@ -31,8 +31,11 @@ dns_subdomain = st.builds(lambda parts: ".".join(parts), st.lists(dns_label, min
 label_value = st.from_regex(r"\A(([A-Za-z0-9][-A-Za-z0-9_.]{0,10})?[A-Za-z0-9])?\Z")
 
 
-label_key = st.builds(lambda prefix, name: f"{prefix}/{name}" if prefix else name,
-                      st.one_of(st.none(), dns_subdomain), st.from_regex(r"\A[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?\Z"))
+label_key = st.builds(
+    lambda prefix, name: f"{prefix}/{name}" if prefix else name,
+    st.one_of(st.none(), dns_subdomain),
+    st.from_regex(r"\A[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?\Z"),
+)
 
 
 # Kubernetes quantity forms (apimachinery resource.ParseQuantity): integers, decimals ("1.", ".5"),
@@ -44,48 +47,73 @@ quantity = st.one_of(
 )
 
 
-tolerations = st.lists(st.one_of(
-    st.builds(lambda k, e: {"key": k, "operator": "Exists", **({"effect": e} if e else {})}, label_key, st.sampled_from([None, "NoSchedule", "PreferNoSchedule"])),
-    st.builds(lambda k, v: {"key": k, "operator": "Equal", "value": v, "effect": "NoSchedule"}, label_key, label_value),
-    st.builds(lambda k, s: {"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": s}, label_key, st.integers(0, 86400)),
-    st.just({"operator": "Exists"}),
-), max_size=3)
-
-
-match_expression = st.builds(lambda k, op, vs: {"key": k, "operator": op, **({"values": vs} if op in ("In", "NotIn") else {})},
-                             label_key, st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]), st.lists(label_value, min_size=1, max_size=3))
-
-
-affinity = st.one_of(
-    st.builds(lambda exprs: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": exprs}]}}},
-              st.lists(match_expression, min_size=1, max_size=3)),
-    st.builds(lambda w, exprs: {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": w, "preference": {"matchExpressions": exprs}}]}},
-              st.integers(1, 100), st.lists(match_expression, max_size=2)),
-    st.builds(lambda key, labels: {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": key, "labelSelector": {"matchLabels": labels}}]}},
-              label_key, st.dictionaries(label_key, label_value, max_size=2)),
+tolerations = st.lists(
+    st.one_of(
+        st.builds(
+            lambda k, e: {"key": k, "operator": "Exists", **({"effect": e} if e else {})}, label_key, st.sampled_from([None, "NoSchedule", "PreferNoSchedule"])
+        ),
+        st.builds(lambda k, v: {"key": k, "operator": "Equal", "value": v, "effect": "NoSchedule"}, label_key, label_value),
+        st.builds(lambda k, s: {"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": s}, label_key, st.integers(0, 86400)),
+        st.just({"operator": "Exists"}),
+    ),
+    max_size=3,
 )
 
 
-data_prep = st.fixed_dictionaries({}, optional={
-    "hfTokenSecretRef": st.builds(lambda n: {"name": n, "key": "token"}, dns_label),
-    "endpoint": st.sampled_from(["https://hf-mirror.com", "http://10.0.0.1:8080/hf"]),
-    "image": st.sampled_from(["python:3.12-slim", "registry.example.com/team/hf-dl:1.0", "busybox@sha256:0123abcd"]),
-    "skip": st.booleans(),
-})
+match_expression = st.builds(
+    lambda k, op, vs: {"key": k, "operator": op, **({"values": vs} if op in ("In", "NotIn") else {})},
+    label_key,
+    st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
+    st.lists(label_value, min_size=1, max_size=3),
+)
+
+
+affinity = st.one_of(
+    st.builds(
+        lambda exprs: {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": exprs}]}}},
+        st.lists(match_expression, min_size=1, max_size=3),
+    ),
+    st.builds(
+        lambda w, exprs: {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": w, "preference": {"matchExpressions": exprs}}]}},
+        st.integers(1, 100),
+        st.lists(match_expression, max_size=2),
+    ),
+    st.builds(
+        lambda key, labels: {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": key, "labelSelector": {"matchLabels": labels}}]}
+        },
+        label_key,
+        st.dictionaries(label_key, label_value, max_size=2),
+    ),
+)
+
+
+data_prep = st.fixed_dictionaries(
+    {},
+    optional={
+        "hfTokenSecretRef": st.builds(lambda n: {"name": n, "key": "token"}, dns_label),
+        "endpoint": st.sampled_from(["https://hf-mirror.com", "http://10.0.0.1:8080/hf"]),
+        "image": st.sampled_from(["python:3.12-slim", "registry.example.com/team/hf-dl:1.0", "busybox@sha256:0123abcd"]),
+        "skip": st.booleans(),
+    },
+)
 
 
 def pass_through(accelerator):
     amd = accelerator.startswith("MI")
-    return st.fixed_dictionaries({}, optional={
-        "nodeSelector": st.dictionaries(label_key, label_value, max_size=3),
-        "tolerations": tolerations,
-        "affinity": affinity,
-        "resourceName": st.sampled_from(["amd.com/gpu", "amd.com/cpx_nps4"] if amd else ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]),
-        "cpu": quantity,
-        "memory": quantity,
-        "shmSize": quantity,
-        "profileNodeSelector": st.booleans(),
-    })
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "nodeSelector": st.dictionaries(label_key, label_value, max_size=3),
+            "tolerations": tolerations,
+            "affinity": affinity,
+            "resourceName": st.sampled_from(["amd.com/gpu", "amd.com/cpx_nps4"] if amd else ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]),
+            "cpu": quantity,
+            "memory": quantity,
+            "shmSize": quantity,
+            "profileNodeSelector": st.booleans(),
+        },
+    )
 
 
 @st.composite
@@ -156,8 +184,11 @@ def valid_specs(draw):
         spec["tracking"] = {"wandb": {"project": draw(identifier), "apiKeySecretRef": {"name": "wandb", "key": "k"}}}
     if draw(st.booleans()):
         spec["scheduling"] = {"queueName": "q"}
-    spec["extraArgs"] = draw(st.lists(st.from_regex(r"\A--[a-z][a-z0-9-]{0,20}\Z"), max_size=3).filter(
-        lambda xs: not set(xs) & {"--wandb-key", "--hf-token", "--tensor-model-parallel-size"}))
+    spec["extraArgs"] = draw(
+        st.lists(st.from_regex(r"\A--[a-z][a-z0-9-]{0,20}\Z"), max_size=3).filter(
+            lambda xs: not set(xs) & {"--wandb-key", "--hf-token", "--tensor-model-parallel-size"}
+        )
+    )
     name = draw(st.from_regex(r"\A[a-z][a-z0-9-]{0,45}[a-z0-9]\Z"))
     return {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name, "namespace": "ns", "uid": "u-1"}, "spec": spec}
 

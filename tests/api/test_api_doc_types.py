@@ -37,7 +37,9 @@ def test_types_read_as_kubernetes_types():
     assert cells["accelerator"].startswith('"MI300X" \\| "MI325X"')
     assert cells["tolerations"] == "list[[object](#spechardwaretolerations)]"
     assert cells["lastUpdateTime"] == "string (date-time)"
-    allowed = re.compile(r'^(list\[)?(string( \(quantity\)| \(date-time\))?|integer|number|boolean|object|map\[string\]string|\[object\]\(#[a-z]+\)|"[^"]+"( \\\| "[^"]+")*)\]?$')
+    allowed = re.compile(
+        r'^(list\[)?(string( \(quantity\)| \(date-time\))?|integer|number|boolean|object|map\[string\]string|\[object\]\(#[a-z]+\)|"[^"]+"( \\\| "[^"]+")*)\]?$'
+    )
     for field, cell in cells.items():
         assert allowed.match(cell), f"{field}: {cell}"
 

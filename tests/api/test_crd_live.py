@@ -56,14 +56,17 @@ def test_defaults_are_the_recipe(control_plane, namespace, kube_api):
     assert wire_form(parse_job(stored))["spec"] == {k: v for k, v in spec.items()}
 
 
-@pytest.mark.parametrize("patch,field", [
-    ('{"spec":{"lora":{"rank":8}}}', "spec.lora"),
-    ('{"spec":{"model":{"name":"Qwen/Qwen3-8B"}}}', "spec.model"),
-    ('{"spec":{"hardware":{"nodes":2}}}', "spec.hardware"),
-    ('{"spec":{"extraArgs":["--foo"]}}', "spec.extraArgs"),
-    ('{"spec":{"scheduling":{"priorityClassName":"high"}}}', "spec.scheduling"),
-    ('{"spec":{"scheduling":{"queueName":"other"}}}', "spec.scheduling"),
-])
+@pytest.mark.parametrize(
+    "patch,field",
+    [
+        ('{"spec":{"lora":{"rank":8}}}', "spec.lora"),
+        ('{"spec":{"model":{"name":"Qwen/Qwen3-8B"}}}', "spec.model"),
+        ('{"spec":{"hardware":{"nodes":2}}}', "spec.hardware"),
+        ('{"spec":{"extraArgs":["--foo"]}}', "spec.extraArgs"),
+        ('{"spec":{"scheduling":{"priorityClassName":"high"}}}', "spec.scheduling"),
+        ('{"spec":{"scheduling":{"queueName":"other"}}}', "spec.scheduling"),
+    ],
+)
 def test_training_fields_are_immutable(control_plane, namespace, patch, field):
     assert kubectl_apply(control_plane, namespace, seed_doc()).returncode == 0
     out = control_plane.kubectl("patch", "lorarljob", "qwen3-4b-lora-amd", "-n", namespace, "--type=merge", "-p", patch, check=False)

@@ -51,12 +51,12 @@ def test_every_valid_spec_renders_and_the_trainer_gets_what_the_spec_says(chain,
     received = chain.run(rayjob["spec"]["entrypoint"], joiner=variant[0], head_shell=variant[1]).argv
     assert received == command.entrypoint_argv(job)[1:]
     # ... and says what the spec says
-    train = received[received.index("--") + 1:]
+    train = received[received.index("--") + 1 :]
     for flag, value in expected_words(doc["spec"]).items():
         assert flag_value(train, flag) == value, flag
     assert ("--eval-interval" in train) == ("interval" in doc["spec"]["eval"])
     if doc["spec"]["extraArgs"]:
-        assert train[-len(doc["spec"]["extraArgs"]):] == doc["spec"]["extraArgs"]
+        assert train[-len(doc["spec"]["extraArgs"]) :] == doc["spec"]["extraArgs"]
     assert children == render.render(job)  # deterministic
     assert len({(c["kind"], c["metadata"]["name"]) for c in children}) == len(children)
     event(f"accepted, eval interval {doc['spec']['eval'].get('interval', 'off')}")
@@ -77,33 +77,49 @@ def _set(path):
         for name in path[:-1]:
             node = node.setdefault(name, {})
         node[path[-1]] = value
+
     return setter
 
 
 STRING_FIELDS = {
-    "spec.model.name": (lambda s, v: s.update(model={"name": v, "architecture": {"preset": "qwen3-4B"}}),
-                        "--hf-checkpoint", lambda v: f"/root/models/{v}/main"),
-    "spec.model.revision": (_set(["model", "revision"]), "--hf-checkpoint",
-                            lambda v: "/root/models/Qwen/Qwen3-4B/" + revision_segment(v)),
+    "spec.model.name": (
+        lambda s, v: s.update(model={"name": v, "architecture": {"preset": "qwen3-4B"}}),
+        "--hf-checkpoint",
+        lambda v: f"/root/models/{v}/main",
+    ),
+    "spec.model.revision": (_set(["model", "revision"]), "--hf-checkpoint", lambda v: "/root/models/Qwen/Qwen3-4B/" + revision_segment(v)),
     "spec.lora.targetModules[0]": (lambda s, v: s.update(lora={"targetModules": [v]}), "--target-modules", str),
     "spec.rollout.inputKey": (_set(["rollout", "inputKey"]), "--input-key", str),
     "spec.rollout.labelKey": (_set(["rollout", "labelKey"]), "--label-key", str),
     "spec.rollout.rewardType": (_set(["rollout", "rewardType"]), "--rm-type", str),
-    "spec.rollout.promptData.repo": (lambda s, v: s.update(rollout={"promptData": {"repo": v}}), "--prompt-data",
-                                     lambda v: f"/root/datasets/{v}/main/{v.rsplit('/', 1)[-1]}.jsonl"),
-    "spec.rollout.promptData.file": (lambda s, v: s.update(rollout={"promptData": {"repo": "a/b", "file": v}}), "--prompt-data",
-                                     lambda v: f"/root/datasets/a/b/main/{v}"),
-    "spec.rollout.promptData.revision": (lambda s, v: s.update(rollout={"promptData": {"repo": "a/b", "revision": v}}), "--prompt-data",
-                                         lambda v: f"/root/datasets/a/b/{revision_segment(v)}/b.jsonl"),
+    "spec.rollout.promptData.repo": (
+        lambda s, v: s.update(rollout={"promptData": {"repo": v}}),
+        "--prompt-data",
+        lambda v: f"/root/datasets/{v}/main/{v.rsplit('/', 1)[-1]}.jsonl",
+    ),
+    "spec.rollout.promptData.file": (
+        lambda s, v: s.update(rollout={"promptData": {"repo": "a/b", "file": v}}),
+        "--prompt-data",
+        lambda v: f"/root/datasets/a/b/main/{v}",
+    ),
+    "spec.rollout.promptData.revision": (
+        lambda s, v: s.update(rollout={"promptData": {"repo": "a/b", "revision": v}}),
+        "--prompt-data",
+        lambda v: f"/root/datasets/a/b/{revision_segment(v)}/b.jsonl",
+    ),
     "spec.eval.datasets[0].name": (lambda s, v: s.update(eval={"datasets": [{"name": v, "repo": "a/b"}]}), "--eval-prompt-data", str),
-    "spec.eval.datasets[0].file": (lambda s, v: s.update(eval={"datasets": [{"name": "n", "repo": "a/b", "file": v}]}), "n",
-                                   lambda v: f"/root/datasets/a/b/main/{v}"),
-    "spec.tracking.wandb.project": (lambda s, v: s.update(tracking={"wandb": {"project": v, "apiKeySecretRef": {"name": "w", "key": "k"}}}),
-                                    "--wandb-project", str),
-    "spec.tracking.wandb.team": (lambda s, v: s.update(tracking={"wandb": {"team": v, "apiKeySecretRef": {"name": "w", "key": "k"}}}),
-                                 "--wandb-team", str),
-    "spec.tracking.wandb.group": (lambda s, v: s.update(tracking={"wandb": {"group": v, "apiKeySecretRef": {"name": "w", "key": "k"}}}),
-                                  "--wandb-group", str),
+    "spec.eval.datasets[0].file": (
+        lambda s, v: s.update(eval={"datasets": [{"name": "n", "repo": "a/b", "file": v}]}),
+        "n",
+        lambda v: f"/root/datasets/a/b/main/{v}",
+    ),
+    "spec.tracking.wandb.project": (
+        lambda s, v: s.update(tracking={"wandb": {"project": v, "apiKeySecretRef": {"name": "w", "key": "k"}}}),
+        "--wandb-project",
+        str,
+    ),
+    "spec.tracking.wandb.team": (lambda s, v: s.update(tracking={"wandb": {"team": v, "apiKeySecretRef": {"name": "w", "key": "k"}}}), "--wandb-team", str),
+    "spec.tracking.wandb.group": (lambda s, v: s.update(tracking={"wandb": {"group": v, "apiKeySecretRef": {"name": "w", "key": "k"}}}), "--wandb-group", str),
     "spec.sglang.loraBackend": (_set(["sglang", "loraBackend"]), "--sglang-lora-backend", str),
     "spec.sglang.attentionBackend": (_set(["sglang", "attentionBackend"]), "--sglang-attention-backend", str),
     "spec.extraArgs[0]": (lambda s, v: s.update(extraArgs=[v]), None, str),
@@ -125,9 +141,37 @@ LOOKALIKES = [
     "\u2024\u2024/x",  # ONE DOT LEADER twice, looks like ..
     "deep\u0455caler",  # CYRILLIC s
 ]
-METACHARACTERS = ["a b", "x;rm -rf /", "$(id)", "`id`", "a'b", 'a"b', "a\nb", "${HOME}", "a|b", "a&&b", "*", "~",
-                  "a\\b", "--x=$y", "#c", ">f", "a\tb", "{a,b}", "\n", "a\rb", "\x00", "'", "\"", "../../etc/passwd",
-                  "..", "a/../../b", "/etc/passwd", "--wandb-key=abc123", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"]
+METACHARACTERS = [
+    "a b",
+    "x;rm -rf /",
+    "$(id)",
+    "`id`",
+    "a'b",
+    'a"b',
+    "a\nb",
+    "${HOME}",
+    "a|b",
+    "a&&b",
+    "*",
+    "~",
+    "a\\b",
+    "--x=$y",
+    "#c",
+    ">f",
+    "a\tb",
+    "{a,b}",
+    "\n",
+    "a\rb",
+    "\x00",
+    "'",
+    '"',
+    "../../etc/passwd",
+    "..",
+    "a/../../b",
+    "/etc/passwd",
+    "--wandb-key=abc123",
+    "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345",
+]
 nasty = st.one_of(
     st.text(min_size=1, max_size=40),
     st.sampled_from(METACHARACTERS + LOOKALIKES),
@@ -155,7 +199,7 @@ def test_strings_never_change_the_command(chain, field, value, variant):
     event(f"{field}: accepted, run through the chain")
     received = chain.run(command.entrypoint(job), joiner=variant[0], head_shell=variant[1]).argv
     assert received == command.entrypoint_argv(job)[1:], (field, value)
-    train = received[received.index("--") + 1:]
+    train = received[received.index("--") + 1 :]
     if flag is None:
         assert train[-1] == value
     else:

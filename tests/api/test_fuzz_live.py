@@ -39,7 +39,8 @@ def dry_run_create_stored(kube_api, namespace: str, doc: dict):
     body = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
     try:
         return client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-            api.GROUP, api.VERSION, namespace, api.PLURAL, body, dry_run="All", field_validation="Strict"), None
+            api.GROUP, api.VERSION, namespace, api.PLURAL, body, dry_run="All", field_validation="Strict"
+        ), None
     except ApiException as err:
         if err.status not in (400, 422):
             raise
@@ -49,8 +50,7 @@ def dry_run_create_stored(kube_api, namespace: str, doc: dict):
 def test_every_accepted_spec_reconciles_into_children_the_api_server_accepts(kube_api, namespace):
     drawn: list[dict] = []
 
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     @given(valid_specs())
     def collect(doc):
         drawn.append(copy.deepcopy(doc))
@@ -81,7 +81,7 @@ def test_every_accepted_spec_reconciles_into_children_the_api_server_accepts(kub
         received = chain.run(children[-1]["spec"]["entrypoint"], joiner=joiner, head_shell=shell).argv
         if received != command.entrypoint_argv(job)[1:]:
             return "FAIL", f"the trainer got {received} through {joiner} and {shell}"
-        train = received[received.index("--") + 1:]
+        train = received[received.index("--") + 1 :]
         wrong = {f: v for f, v in expected_words(doc["spec"]).items() if flag_value(train, f) != v}
         if wrong:
             return "FAIL", f"the trainer's flags differ from the spec: {wrong}"

@@ -93,9 +93,30 @@ def test_structural_schema_basics():
 def test_status_schema_declares_what_writers_send():
     """Anything the operator or the reporter writes must be in the schema or it is pruned."""
     status = crdgen.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    assert set(status) >= {"phase", "conditions", "observedGeneration", "rayJob", "progress", "metrics", "eval", "checkpoints", "tracking", "startTime", "completionTime"}
+    assert set(status) >= {
+        "phase",
+        "conditions",
+        "observedGeneration",
+        "rayJob",
+        "progress",
+        "metrics",
+        "eval",
+        "checkpoints",
+        "tracking",
+        "startTime",
+        "completionTime",
+    }
     assert set(status["progress"]["properties"]) == {"rollout", "total", "percent", "etaSeconds", "lastUpdateTime", "attempts", "trainedRollouts", "gpuHours"}
-    assert set(status["metrics"]["properties"]) == {"step", "rawReward", "trainRolloutLogprobAbsDiff", "trainRolloutLogprobAbsDiffMean", "kl", "loss", "responseLengthMean", "truncatedRatio"}
+    assert set(status["metrics"]["properties"]) == {
+        "step",
+        "rawReward",
+        "trainRolloutLogprobAbsDiff",
+        "trainRolloutLogprobAbsDiffMean",
+        "kl",
+        "loss",
+        "responseLengthMean",
+        "truncatedRatio",
+    }
     assert set(status["checkpoints"]["properties"]) == {"latestIteration", "latestPath", "count", "saving"}
     assert set(status["eval"]["items"]["properties"]) == {"name", "latest", "latestRollout", "best", "bestRollout"}
     assert set(status["tracking"]["properties"]) == {"wandbRunURL"}
@@ -105,10 +126,13 @@ def test_status_schema_declares_what_writers_send():
     from lorarl.reporter.summary import Summary
 
     summary = Summary(10, gpus=8)
-    for event in (Event("rollout", 0, {"rollout/raw_reward": 0.5, "rollout/response_len/mean": 9.0, "rollout/truncated_ratio": 0.1}),
-                  Event("step", 0, {"train/loss": 1.0, "train/ppo_kl": 0.1, "train/train_rollout_logprob_abs_diff": 0.01}),
-                  Event("eval", 0, {"eval/aime24": 0.5}), Event("saving", 0, {}, "/s/iter_0000000/adapter"),
-                  Event("wandb", 0, {}, "https://wandb.ai/t/p/runs/x")):
+    for event in (
+        Event("rollout", 0, {"rollout/raw_reward": 0.5, "rollout/response_len/mean": 9.0, "rollout/truncated_ratio": 0.1}),
+        Event("step", 0, {"train/loss": 1.0, "train/ppo_kl": 0.1, "train/train_rollout_logprob_abs_diff": 0.01}),
+        Event("eval", 0, {"eval/aime24": 0.5}),
+        Event("saving", 0, {}, "/s/iter_0000000/adapter"),
+        Event("wandb", 0, {}, "https://wandb.ai/t/p/runs/x"),
+    ):
         summary.apply(event)
     sent = kubeapi.patch_body(summary.status())["status"]
     sent["checkpoints"].update(latestIteration=0, latestPath="/s", count=1)
@@ -140,8 +164,17 @@ def test_documented_flags_are_what_the_renderer_emits():
     from tests.helpers import job_from, with_spec
 
     doc = with_spec(
-        model={"name": "acme/x", "architecture": {"numLayers": 2, "hiddenSize": 8, "ffnHiddenSize": 16, "numAttentionHeads": 2,
-                                                   "numQueryGroups": 1, "untieEmbeddingsAndOutputWeights": True}},
+        model={
+            "name": "acme/x",
+            "architecture": {
+                "numLayers": 2,
+                "hiddenSize": 8,
+                "ffnHiddenSize": 16,
+                "numAttentionHeads": 2,
+                "numQueryGroups": 1,
+                "untieEmbeddingsAndOutputWeights": True,
+            },
+        },
         tracking={"wandb": {"team": "t", "group": "g", "apiKeySecretRef": {"name": "w", "key": "k"}}},
     )
     words = set(command.train_argv(job_from(doc)))
@@ -157,8 +190,9 @@ def test_vendored_core_schema_is_kuberays():
     import sys
 
     vendored = (REPO / "operator" / "lorarl" / "admission" / "schemas" / "core_v1_affinity.json").read_text()
-    fresh = subprocess.run([sys.executable, str(REPO / "hack" / "schemas" / "vendor_core_v1.py"), "--stdout"],
-                           check=True, capture_output=True, text=True).stdout
+    fresh = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "schemas" / "vendor_core_v1.py"), "--stdout"], check=True, capture_output=True, text=True
+    ).stdout
     assert fresh == vendored, "stale: run hack/schemas/vendor_core_v1.py"
     assert "ray-operator@" in json.loads(vendored)["source"]
 

@@ -44,8 +44,10 @@ IDS = [p.stem for p in CASES]
 def test_corpus_size_and_summary():
     refused = [p for p in CASES if p not in ACCEPTED]
     edits = [p for p in CASES if update_of(p) is not None]
-    print(f"\nhostile corpus: {len(CASES)} cases: {len(refused)} refused naming the field "
-          f"({len(edits)} of them edits of immutable fields), {len(ACCEPTED)} accepted and shown safe")
+    print(
+        f"\nhostile corpus: {len(CASES)} cases: {len(refused)} refused naming the field "
+        f"({len(edits)} of them edits of immutable fields), {len(ACCEPTED)} accepted and shown safe"
+    )
     assert len(CASES) >= 40 and len(refused) >= 25 and len(ACCEPTED) >= 5
 
 

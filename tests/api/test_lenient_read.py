@@ -46,14 +46,22 @@ def test_a_spec_that_cannot_be_rendered_is_still_invalid():
     assert "spec.hardware.accelerator" in str(err.value)
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("2026-11-30T12:00:00Z", datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)),
-    ("2026-11-30T12:00:00.123456Z", datetime.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)),
-    ("2026-11-30T12:00:00.123456789Z", datetime.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)),
-    ("2026-11-30T14:00:00+02:00", datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)),
-    ("2026-11-30t12:00:00z", datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)),
-    ("2026-11-30T12:00:00", None), ("yesterday", None), ("", None), (None, None), (1234, None), ("2026-13-45T99:00:00Z", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("2026-11-30T12:00:00Z", datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)),
+        ("2026-11-30T12:00:00.123456Z", datetime.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)),
+        ("2026-11-30T12:00:00.123456789Z", datetime.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)),
+        ("2026-11-30T14:00:00+02:00", datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)),
+        ("2026-11-30t12:00:00z", datetime.datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)),
+        ("2026-11-30T12:00:00", None),
+        ("yesterday", None),
+        ("", None),
+        (None, None),
+        (1234, None),
+        ("2026-13-45T99:00:00Z", None),
+    ],
+)
 def test_parse_time(text, expected):
     assert parse_time(text) == expected
 

@@ -28,7 +28,7 @@ def listings(markdown: str):
             command = LIST_COMMAND.match(line)
             if command:
                 rows = []
-                for row in block[i + 2:]:
+                for row in block[i + 2 :]:
                     if not row or row.startswith("$"):
                         break
                     rows.append(row)
@@ -37,7 +37,7 @@ def listings(markdown: str):
                 # the LoraRLJob table of `get all`: the header above the lorarljob.lorarl.dev/ rows
                 for j in range(i + 1, len(block) - 1):
                     if block[j + 1].startswith("lorarljob.lorarl.dev/"):
-                        yield line, block[j], [r for r in block[j + 1:] if r.startswith("lorarljob.")], False
+                        yield line, block[j], [r for r in block[j + 1 :] if r.startswith("lorarljob.")], False
                         break
                 else:
                     raise AssertionError("`kubectl get all` in the README shows no LoraRLJob")
@@ -45,7 +45,13 @@ def listings(markdown: str):
 
 def test_readme_listings_match_the_printer_columns():
     found = list(listings(README.read_text()))
-    assert {cmd for cmd, *_ in found} >= {"$ kubectl get lorarljobs", "$ kubectl get lorarljobs -o wide", "$ kubectl get lrl", "$ kubectl get lorarl", "$ kubectl get all"}
+    assert {cmd for cmd, *_ in found} >= {
+        "$ kubectl get lorarljobs",
+        "$ kubectl get lorarljobs -o wide",
+        "$ kubectl get lrl",
+        "$ kubectl get lorarl",
+        "$ kubectl get all",
+    }
     for command, header, rows, wide in found:
         assert header.split() == columns(wide), f"README `{command}` header drifted from the CRD's printer columns"
         assert rows, command

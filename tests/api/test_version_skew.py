@@ -64,10 +64,12 @@ def test_todays_operator_keeps_reconciling_under_a_newer_crd(control_plane, name
 
     operator = OperatorProcess(control_plane, namespace, tmp_path).start()
     try:
+
         def phase(name, wanted):
             def check():
                 st = (kube.get("lorarl.dev/v1alpha1", "LoraRLJob", namespace, name) or {}).get("status") or {}
                 return st if st.get("phase") == wanted else None
+
             return check
 
         for name in ("skew-defaulted", "skew-explicit", "skew-running"):

@@ -8,7 +8,11 @@ CASES = [
     ({"rollout": {"samplesPerPrompt": 1, "batchSize": 64, "globalBatchSize": 64}}, "spec.rollout.samplesPerPrompt", "at least 2"),
     ({"hardware": {"accelerator": "MI355X", "gpusPerNode": 6}, "sglang": {"gpusPerEngine": 4}}, "spec.sglang.gpusPerEngine", "must divide"),
     ({"checkpoint": {"storage": {"existingClaim": "data", "size": "1Ti"}}}, "spec.checkpoint.storage", "cannot be combined"),
-    ({"hardware": {"accelerator": "MI355X", "nodes": 2}, "checkpoint": {"storage": {"accessModes": ["ReadWriteOnce"]}}}, "spec.checkpoint.storage.accessModes", "ReadWriteMany"),
+    (
+        {"hardware": {"accelerator": "MI355X", "nodes": 2}, "checkpoint": {"storage": {"accessModes": ["ReadWriteOnce"]}}},
+        "spec.checkpoint.storage.accessModes",
+        "ReadWriteMany",
+    ),
     ({"model": {"name": "meta-llama/Llama-3.1-8B"}}, "spec.model", "architecture is required"),
     ({"model": {"name": "Qwen/Qwen3-4B", "architecture": {"preset": "qwen3-4B", "numLayers": 3}}}, "spec.model.architecture", "not both"),
     ({"model": {"name": "acme/x", "architecture": {"numLayers": 3}}}, "spec.model.architecture", "needs numLayers"),

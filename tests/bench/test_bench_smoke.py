@@ -17,9 +17,27 @@ pytestmark = pytest.mark.controlplane
 
 def test_quick_bench_writes_its_table(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--jobs", "5", "--systems", "ours,ceiling", "--phases", "burst",
-         "--rounds", "2", "--out", str(tmp_path), "--no-plot"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--jobs",
+            "5",
+            "--systems",
+            "ours,ceiling",
+            "--phases",
+            "burst",
+            "--rounds",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--no-plot",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = (tmp_path / "benchmarks.md").read_text()
@@ -30,8 +48,14 @@ def test_quick_bench_writes_its_table(tmp_path):
     ceiling = results["burst"]["5"]["ceiling"]
     assert len(ceiling["runs_seconds"]) == 2 and ceiling["seconds"] == max(ceiling["runs_seconds"])
     assert ceiling["by_verb"] == {
-        "create events": 5, "patch configmaps": 5, "patch lorarljobs/status": 5, "patch persistentvolumeclaims": 5,
-        "patch rayjobs": 5, "patch rolebindings": 5, "patch roles": 5, "patch serviceaccounts": 5,
+        "create events": 5,
+        "patch configmaps": 5,
+        "patch lorarljobs/status": 5,
+        "patch persistentvolumeclaims": 5,
+        "patch rayjobs": 5,
+        "patch rolebindings": 5,
+        "patch roles": 5,
+        "patch serviceaccounts": 5,
     }
     ours = results["burst"]["5"]["ours"]
     # every job reconciled: each child applied by the operator's own identity

@@ -37,8 +37,12 @@ def figures(tmp_path_factory):
     path = tmp_path_factory.getbasetemp() / "chaos-figures.json"
 
     def record(test: str, fault: str, **numbers) -> None:
-        row = {"test": test, "fault": fault, **{k: round(v, 2) if isinstance(v, float) else v for k, v in numbers.items()},
-               "loadavg_1m": round(os.getloadavg()[0], 2)}
+        row = {
+            "test": test,
+            "fault": fault,
+            **{k: round(v, 2) if isinstance(v, float) else v for k, v in numbers.items()},
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        }
         _FIGURES.append(row)
         path.write_text(json.dumps(_FIGURES, indent=2) + "\n")
         print(f"chaos figure: {json.dumps(row)}")
@@ -71,7 +75,6 @@ def operators(request, tmp_path):
         if failed:
             print(f"--- {op.log_path} (tail)\n{op.output()[-4000:]}")
         op.assert_no_tracebacks(ALLOWED_TRACEBACKS)
-
 
 
 @pytest.fixture(scope="module")

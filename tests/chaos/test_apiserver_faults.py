@@ -28,8 +28,9 @@ MAX_REQUESTS_PER_SECOND = 10
 
 def watch_expired(plane, namespace: str, resource_version: str) -> bool:
     """The API server's own answer: a watch of LoraRLJobs from ``resource_version`` gets 410 Gone."""
-    out = plane.kubectl("get", "--raw", f"/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs"
-                        f"?watch=1&resourceVersion={resource_version}&timeoutSeconds=1").stdout
+    out = plane.kubectl(
+        "get", "--raw", f"/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs?watch=1&resourceVersion={resource_version}&timeoutSeconds=1"
+    ).stdout
     return '"code":410' in out
 
 
@@ -45,8 +46,13 @@ def test_apiserver_crash_and_etcd_outage(isolated_plane, isolated_namespace, iso
     plane.restart_apiserver()  # SIGKILL, then the same flags, port and etcd data
     up = time.monotonic()
     seconds = converge(kube, ns, {n: "Pending" for n in names}, since=up)
-    figures("apiserver-crash", "kube-apiserver SIGKILLed mid-burst of 20 creates, restarted", jobs_reconciled_before_crash=done_before,
-            apiserver_down=up - down, converge_after_ready=seconds)
+    figures(
+        "apiserver-crash",
+        "kube-apiserver SIGKILLed mid-burst of 20 creates, restarted",
+        jobs_reconciled_before_crash=done_before,
+        apiserver_down=up - down,
+        converge_after_ready=seconds,
+    )
 
     drive(kube, ns, "api-00", "running")
     converge(kube, ns, {**{n: "Pending" for n in names}, "api-00": "Running"}, since=time.monotonic())
@@ -66,22 +72,26 @@ def test_apiserver_crash_and_etcd_outage(isolated_plane, isolated_namespace, iso
     drive(kube, ns, "api-02", "failed")
     delete_jobs(plane, ns, ["api-03"])
     apply_jobs(plane, ns, ["api-new"])
-    expected = {**{n: "Pending" for n in names + burst if n != "api-03"}, "api-00": "Running", "api-01": "Succeeded",
-                "api-02": "Failed", "api-new": "Pending"}
+    expected = {**{n: "Pending" for n in names + burst if n != "api-03"}, "api-00": "Running", "api-01": "Succeeded", "api-02": "Failed", "api-new": "Pending"}
     seconds = converge(kube, ns, expected, since=back)
     wait_for(gone(kube, ns, ["api-03"]), what="the deleted job's children gone")
     assert op.alive and op.starts == 1, "the operator recovered without a restart of its own"
     assert rate < MAX_REQUESTS_PER_SECOND, f"{rate:.1f} requests/s while etcd was down"
-    figures("etcd-outage", f"etcd killed for {ETCD_DOWN_SECONDS}s mid-burst of 10 creates", etcd_down=restarting - began,
-            apiserver_ready_after_etcd_start=back - restarting, operator_requests_per_second=rate, converge_after_ready=seconds)
+    figures(
+        "etcd-outage",
+        f"etcd killed for {ETCD_DOWN_SECONDS}s mid-burst of 10 creates",
+        etcd_down=restarting - began,
+        apiserver_ready_after_etcd_start=back - restarting,
+        operator_requests_per_second=rate,
+        converge_after_ready=seconds,
+    )
 
 
 def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, isolated_kube, operators, tmp_path, figures):
     plane, ns, kube = isolated_plane, isolated_namespace, isolated_kube
     kubeconfig, user = operator_identity(plane, ns, tmp_path)
     with ChaosProxy.for_server(plane.server) as proxy:
-        op = operators(plane, ns, kubeconfig=proxy.kubeconfig(kubeconfig, tmp_path / "via-proxy.kubeconfig"), resync_seconds=600,
-                       extra_args=["--verbose"])
+        op = operators(plane, ns, kubeconfig=proxy.kubeconfig(kubeconfig, tmp_path / "via-proxy.kubeconfig"), resync_seconds=600, extra_args=["--verbose"])
         names = [f"watch-{i}" for i in range(4)]
         apply_jobs(plane, ns, names)
         converge(kube, ns, {n: "Pending" for n in names}, since=time.monotonic())
@@ -91,8 +101,7 @@ def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, iso
         proxy.blocked = True
         proxy.cut()
         connections, cut_at = proxy.connections, time.monotonic()
-        seen = k8s.CustomObjectsApi(kube.client).list_namespaced_custom_object(
-            "lorarl.dev", "v1alpha1", ns, "lorarljobs")["metadata"]["resourceVersion"]
+        seen = k8s.CustomObjectsApi(kube.client).list_namespaced_custom_object("lorarl.dev", "v1alpha1", ns, "lorarljobs")["metadata"]["resourceVersion"]
         drive(kube, ns, "watch-0", "running")
         delete_jobs(plane, ns, ["watch-1"])
         apply_jobs(plane, ns, ["watch-4"])
@@ -105,9 +114,14 @@ def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, iso
         seconds = converge(kube, ns, expected, since=reopened)
         wait_for(gone(kube, ns, ["watch-1"]), what="the deleted job's children gone")
         relisted = sum("is too old; listing again" in line for line in op.output().splitlines())  # lorarl.informer
-        figures("watch-expiry", "watches cut, API server unreachable + restarted (410 Gone on resume)",
-                unreachable=reopened - cut_at, reconnects_per_second=attempts, converge_after_reachable=seconds,
-                watch_restarts_after_410=relisted)
+        figures(
+            "watch-expiry",
+            "watches cut, API server unreachable + restarted (410 Gone on resume)",
+            unreachable=reopened - cut_at,
+            reconnects_per_second=attempts,
+            converge_after_reachable=seconds,
+            watch_restarts_after_410=relisted,
+        )
         assert attempts < MAX_REQUESTS_PER_SECOND
 
         # a slow API server: every chunk either way waits 0.5 s (each request >= 1 s, events late)
@@ -120,8 +134,7 @@ def test_watch_expiry_and_slow_apiserver(isolated_plane, isolated_namespace, iso
         expected = {**expected, "watch-2": "Running", "watch-3": "Failed", "watch-5": "Pending"}
         seconds = converge(kube, ns, expected, since=changed)
         rate = (requests_of(plane, user) - before) / (time.monotonic() - began)
-        figures("slow-apiserver", "0.5 s added to every chunk both ways (proxy)", converge_after_change=seconds,
-                operator_requests_per_second=rate)
+        figures("slow-apiserver", "0.5 s added to every chunk both ways (proxy)", converge_after_change=seconds, operator_requests_per_second=rate)
         assert rate < MAX_REQUESTS_PER_SECOND
         proxy.latency = 0
         assert op.alive and op.starts == 1

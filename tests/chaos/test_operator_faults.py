@@ -34,7 +34,7 @@ def test_sigkill_at_random_points_during_a_burst_of_creates(control_plane, names
     op = operators(control_plane, namespace, resync_seconds=10)
     kills = []
     for batch in range(5):
-        apply_jobs(control_plane, namespace, names[batch * 10:(batch + 1) * 10])
+        apply_jobs(control_plane, namespace, names[batch * 10 : (batch + 1) * 10])
         seen = len(op.reconciles(namespace))
         wanted = seen + rng.randint(1, 8)
         wait_for(lambda: len(op.reconciles(namespace)) >= wanted, timeout=90, interval=0.02, what=f"{wanted} reconciles")  # noqa: B023 (called within this iteration)
@@ -43,8 +43,7 @@ def test_sigkill_at_random_points_during_a_burst_of_creates(control_plane, names
         op.start()
     restarted = time.monotonic()
     seconds = converge(kube, namespace, {n: "Pending" for n in names}, since=restarted, timeout=180)
-    figures("sigkill-burst", "SIGKILL x5 during 50 creates", converge_after_last_restart=seconds,
-            reconciles_before_each_kill=kills, seed=seed)
+    figures("sigkill-burst", "SIGKILL x5 during 50 creates", converge_after_last_restart=seconds, reconciles_before_each_kill=kills, seed=seed)
     control_plane.kubectl("delete", "lorarljobs", "--all", "-n", namespace, "--wait=true", "--timeout=120s", timeout=150)
     deleted = time.monotonic()
     wait_for(gone(kube, namespace, names), timeout=120, what="every job and child gone")
@@ -65,12 +64,20 @@ def test_operator_down_while_rayjobs_change_and_jobs_come_and_go(control_plane, 
     delete_jobs(control_plane, namespace, ["down-deleted"])
     apply_jobs(control_plane, namespace, ["down-created", "down-transient"])
     delete_jobs(control_plane, namespace, ["down-transient"])
-    wait_for(lambda: kube.get(*JOB, namespace, "down-deleted") is None and kube.get(*JOB, namespace, "down-transient") is None,
-             what="the deleted jobs gone from the API server")
+    wait_for(
+        lambda: kube.get(*JOB, namespace, "down-deleted") is None and kube.get(*JOB, namespace, "down-transient") is None,
+        what="the deleted jobs gone from the API server",
+    )
     op.start()
     started = time.monotonic()
-    expected = {"down-pending": "Pending", "down-preparing": "Preparing", "down-running": "Running",
-                "down-succeeded": "Succeeded", "down-failed": "Failed", "down-created": "Pending"}
+    expected = {
+        "down-pending": "Pending",
+        "down-preparing": "Preparing",
+        "down-running": "Running",
+        "down-succeeded": "Succeeded",
+        "down-failed": "Failed",
+        "down-created": "Pending",
+    }
     seconds = converge(kube, namespace, expected, since=started)
     wait_for(gone(kube, namespace, ["down-deleted", "down-transient"]), timeout=60, what="the deleted jobs' children gone")
     figures("operator-down", "operator down while RayJobs change, jobs created and deleted", converge_after_start=seconds)
@@ -78,11 +85,19 @@ def test_operator_down_while_rayjobs_change_and_jobs_come_and_go(control_plane, 
 
 def _reporter_token(control_plane, namespace: str, tmp_path) -> str:
     """A ServiceAccount token allowed what the in-job reporter is allowed: patch the status."""
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "reporter", "namespace": namespace},
-            "rules": [{"apiGroups": ["lorarl.dev"], "resources": ["lorarljobs/status"], "verbs": ["get", "patch"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reporter", "namespace": namespace},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reporter"},
-               "subjects": [{"kind": "ServiceAccount", "name": "reporter", "namespace": namespace}]}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "reporter", "namespace": namespace},
+        "rules": [{"apiGroups": ["lorarl.dev"], "resources": ["lorarljobs/status"], "verbs": ["get", "patch"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "reporter", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reporter"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reporter", "namespace": namespace}],
+    }
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
     control_plane.ensure_service_account(namespace, "reporter")
     path = tmp_path / "reporter-token"
@@ -100,8 +115,7 @@ def test_concurrent_status_writers_lose_nothing(control_plane, namespace, kube, 
     op = operators(control_plane, namespace, resync_seconds=1)
     apply_jobs(control_plane, namespace, [name])
     converge(kube, namespace, {name: "Pending"}, since=time.monotonic())
-    patcher = Patcher(ApiConfig(control_plane.server, _reporter_token(control_plane, namespace, tmp_path), str(control_plane.ca_file)),
-                      namespace, name)
+    patcher = Patcher(ApiConfig(control_plane.server, _reporter_token(control_plane, namespace, tmp_path), str(control_plane.ca_file)), namespace, name)
     custom = k8s.CustomObjectsApi(kube.client)
     conflicts, errors = [0], []
     written_before = sum("status written" in line for line in op.reconciles(namespace, name))
@@ -109,8 +123,9 @@ def test_concurrent_status_writers_lose_nothing(control_plane, namespace, kube, 
     def reporter():
         for i in range(1, rounds + 1):
             diff = 0.05 if i % 2 else 0.01  # over, then under the 0.03 threshold: health flips each time
-            if not patcher.send({"progress": {"rollout": i, "total": rounds, "percent": 100 * i // rounds},
-                                 "metrics": {"step": i, "trainRolloutLogprobAbsDiffMean": diff}}):
+            if not patcher.send(
+                {"progress": {"rollout": i, "total": rounds, "percent": 100 * i // rounds}, "metrics": {"step": i, "trainRolloutLogprobAbsDiffMean": diff}}
+            ):
                 errors.append(f"reporter patch {i} failed")
 
     def evaluator():
@@ -142,10 +157,15 @@ def test_concurrent_status_writers_lose_nothing(control_plane, namespace, kube, 
     def final():
         st = kube.get(*JOB, namespace, name)["status"]
         conditions = {c["type"]: (c["status"], c["reason"]) for c in st.get("conditions", [])}
-        return (st.get("progress", {}).get("rollout") == rounds and st.get("metrics", {}).get("step") == rounds
-                and st.get("eval") == [{"name": "gsm8k", "latest": 1.0, "latestRollout": rounds, "best": 1.0, "bestRollout": rounds}]
-                and st.get("phase") == "Running" and conditions.get("TrainingHealthy") == ("True", "WithinThresholds")
-                and st.get("rayJob", {}).get("jobDeploymentStatus") == "Running")
+        return (
+            st.get("progress", {}).get("rollout") == rounds
+            and st.get("metrics", {}).get("step") == rounds
+            and st.get("eval") == [{"name": "gsm8k", "latest": 1.0, "latestRollout": rounds, "best": 1.0, "bestRollout": rounds}]
+            and st.get("phase") == "Running"
+            and conditions.get("TrainingHealthy") == ("True", "WithinThresholds")
+            and st.get("rayJob", {}).get("jobDeploymentStatus") == "Running"
+        )
+
     wait_for(final, timeout=60, what="every writer's last value in the status")
     converged = time.monotonic() - ended
     operator_writes = sum("status written" in line for line in op.reconciles(namespace, name)) - written_before
@@ -154,5 +174,12 @@ def test_concurrent_status_writers_lose_nothing(control_plane, namespace, kube, 
     resyncs = sum("(resync)" in line for line in op.reconciles(namespace, name))
     wait_for(lambda: sum("(resync)" in line for line in op.reconciles(namespace, name)) >= resyncs + 2, what="two more resyncs")
     assert final() and not problems(kube, namespace, {name: "Running"})
-    figures("status-writers", "3 concurrent status writers", writes_per_writer=rounds, evaluator_409s=conflicts[0],
-            operator_status_writes=operator_writes, window=ended - begun, converge_after_writers=converged)
+    figures(
+        "status-writers",
+        "3 concurrent status writers",
+        writes_per_writer=rounds,
+        evaluator_409s=conflicts[0],
+        operator_status_writes=operator_writes,
+        window=ended - begun,
+        converge_after_writers=converged,
+    )

@@ -34,24 +34,39 @@ def throttle(plane, namespace: str, name: str) -> None:
     ceil(600 server seats x 1 / (245 suggested shares + 1)) = 3 seats (KEP-1040; the suggested
     levels of k8s.io/apiserver@v0.37.2 pkg/apis/flowcontrol/bootstrap/default.go)."""
     docs = [
-        {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
-         "metadata": {"name": name},
-         "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1, "lendablePercent": 0,
-                                                 "borrowingLimitPercent": 0, "limitResponse": {"type": "Reject"}}}},
-        {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-         "metadata": {"name": name},
-         "spec": {"priorityLevelConfiguration": {"name": name}, "matchingPrecedence": 500,
-                  "distinguisherMethod": {"type": "ByUser"},
-                  "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {"name": "operator", "namespace": namespace}}],
-                             "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": True,
-                                                "namespaces": ["*"]}],
-                             "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}},
+        {
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "kind": "PriorityLevelConfiguration",
+            "metadata": {"name": name},
+            "spec": {
+                "type": "Limited",
+                "limited": {"nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0, "limitResponse": {"type": "Reject"}},
+            },
+        },
+        {
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "kind": "FlowSchema",
+            "metadata": {"name": name},
+            "spec": {
+                "priorityLevelConfiguration": {"name": name},
+                "matchingPrecedence": 500,
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [
+                    {
+                        "subjects": [{"kind": "ServiceAccount", "serviceAccount": {"name": "operator", "namespace": namespace}}],
+                        "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": True, "namespaces": ["*"]}],
+                        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                    }
+                ],
+            },
+        },
     ]
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
 
     def active() -> bool:  # the API server's APF controller has taken the FlowSchema in
         schema = yaml.safe_load(plane.kubectl("get", "flowschema", name, "-o", "yaml").stdout)
         return any(c.get("type") == "Dangling" and c.get("status") == "False" for c in (schema.get("status") or {}).get("conditions", []))
+
     wait_for(active, timeout=30, what=f"FlowSchema {name} in effect")
 
 
@@ -111,10 +126,17 @@ def test_throttled_by_priority_and_fairness(isolated_plane, isolated_namespace, 
     throttled, gaps = resend_gaps(plane, user)
     total = sum(1 for _ in audit.requests(plane.audit_log_path, user))
     log = op.output()
-    figures("apf-throttled", f"{THROTTLED_BURST} creates at once, the operator's flow on a 3-seat priority level (Reject)",
-            converge_after_burst=seconds, converge_after_change=after_change, rejected_429=rejected, audited_429=throttled,
-            operator_requests=total, resent_after_seconds_min=min(gaps, default=0.0),
-            resent_after_seconds_median=sorted(gaps)[len(gaps) // 2] if gaps else 0.0)
+    figures(
+        "apf-throttled",
+        f"{THROTTLED_BURST} creates at once, the operator's flow on a 3-seat priority level (Reject)",
+        converge_after_burst=seconds,
+        converge_after_change=after_change,
+        rejected_429=rejected,
+        audited_429=throttled,
+        operator_requests=total,
+        resent_after_seconds_min=min(gaps, default=0.0),
+        resent_after_seconds_median=sorted(gaps)[len(gaps) // 2] if gaps else 0.0,
+    )
     assert rejected > 0 and throttled > 0, "the API server never throttled the operator: nothing was tested"
     # the API server's Retry-After is at least 1 s (k8s.io/apiserver@v0.37.2 pkg/util/flowcontrol/
     # dropped_requests_tracker.go:73): a request sent again sooner did not wait as asked
@@ -154,10 +176,16 @@ def test_half_open_connection_mid_watch_and_mid_request(isolated_plane, isolated
         swallowed = dict(proxy.swallowed)
     log = op.output()
     reopened = sum("watching" in line and "failed" in line and "Timeout" in line for line in log.splitlines())
-    figures("half-open", f"every connection silent for {HANG_SECONDS}s mid-burst (no FIN/RST), then new ones answered",
-            converge_after_answer=seconds, converge_after_hang_began=seconds + (answered - hung_at),
-            watches_open_before=watches_before, bytes_swallowed_up=swallowed["up"], bytes_swallowed_down=swallowed["down"],
-            watch_reopens_after_idle=reopened)
+    figures(
+        "half-open",
+        f"every connection silent for {HANG_SECONDS}s mid-burst (no FIN/RST), then new ones answered",
+        converge_after_answer=seconds,
+        converge_after_hang_began=seconds + (answered - hung_at),
+        watches_open_before=watches_before,
+        bytes_swallowed_up=swallowed["up"],
+        bytes_swallowed_down=swallowed["down"],
+        watch_reopens_after_idle=reopened,
+    )
     assert swallowed["up"] > 0, "no request went into the silence: nothing was tested"
     assert watches_before >= 2, "the operator had no watch open when the connection went silent"
     assert reopened >= 2, "the operator's silent watches were never noticed and reopened"

@@ -14,9 +14,14 @@ from lorarl_dev.kuberay_sim import FakeKubeRay
 from tests.helpers import seed_doc, wait_for
 
 JOB = ("lorarl.dev/v1alpha1", "LoraRLJob")
-CHILD_KINDS = [("v1", "ServiceAccount"), ("rbac.authorization.k8s.io/v1", "Role"),
-               ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("v1", "ConfigMap"),
-               ("v1", "PersistentVolumeClaim"), ("ray.io/v1", "RayJob")]
+CHILD_KINDS = [
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "ConfigMap"),
+    ("v1", "PersistentVolumeClaim"),
+    ("ray.io/v1", "RayJob"),
+]
 
 #: KubeRay v1.5.0 sequences (see lorarl_dev.kuberay_sim) and the phase each one ends in
 DRIVES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -106,6 +111,7 @@ def converge(kube: Api, namespace: str, expected: dict[str, str], since: float, 
 
 def gone(kube: Api, namespace: str, names: list[str]) -> Callable[[], bool]:
     """Nothing is left of these jobs: neither the job nor any child carrying its name."""
+
     def check() -> bool:
         if any(kube.get(*JOB, namespace, n) for n in names):
             return False
@@ -114,6 +120,7 @@ def gone(kube: Api, namespace: str, names: list[str]) -> Callable[[], bool]:
                 if any(obj["metadata"]["name"] == n or obj["metadata"]["name"].startswith(f"{n}-") for n in names):
                     return False
         return True
+
     return check
 
 
@@ -121,10 +128,13 @@ def operator_identity(plane, namespace: str, tmp_path):
     """A kubeconfig for ServiceAccount ``<namespace>/operator`` with cluster-admin (this test is
     about faults, not RBAC: tests/operator/test_operator_rbac.py covers that), and its user name."""
     plane.ensure_service_account(namespace, "operator")
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": f"chaos-operator-{namespace}"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-               "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"chaos-operator-{namespace}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}],
+    }
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
     return plane.restricted_kubeconfig(namespace, "operator"), f"system:serviceaccount:{namespace}:operator"
 

@@ -35,8 +35,9 @@ class Helm:
             "HELM_DATA_HOME": str(home / "data"),
         }
 
-    def __call__(self, *args: Any, kubeconfig: os.PathLike | str | None = None, check: bool = True,
-                 input: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: Any, kubeconfig: os.PathLike | str | None = None, check: bool = True, input: str | None = None, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.binary), *map(str, args)]
         if kubeconfig is not None:
             cmd.append(f"--kubeconfig={kubeconfig}")
@@ -45,13 +46,11 @@ class Helm:
             raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
         return proc
 
-    def template(self, *args: Any, namespace: str = "lorarl-system", values: dict | None = None,
-                 release: str = RELEASE) -> str:
+    def template(self, *args: Any, namespace: str = "lorarl-system", values: dict | None = None, release: str = RELEASE) -> str:
         extra: list[Any] = []
         if values is not None:
             extra = ["--values", "-"]
-        return self("template", release, CHART, "--namespace", namespace, *extra, *args,
-                    input=yaml.safe_dump(values) if values is not None else None).stdout
+        return self("template", release, CHART, "--namespace", namespace, *extra, *args, input=yaml.safe_dump(values) if values is not None else None).stdout
 
     def render(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         return [d for d in yaml.safe_load_all(self.template(*args, **kwargs)) if d]
@@ -74,8 +73,11 @@ def helm(tmp_path_factory) -> Helm:
 
 
 def pick(docs: list[dict[str, Any]], kind: str, name: str | None = None, namespace: str | None = None) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
-             and (namespace is None or d["metadata"].get("namespace") == namespace)]
+    found = [
+        d
+        for d in docs
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name) and (namespace is None or d["metadata"].get("namespace") == namespace)
+    ]
     assert len(found) == 1, f"expected one {kind} {name or ''} {namespace or ''}, found {len(found)}"
     return found[0]
 
@@ -87,8 +89,7 @@ def kinds(docs: list[dict[str, Any]]) -> list[str]:
 @functools.cache
 def servicemonitor_crd_path() -> pathlib.Path:
     """prometheus-operator's own ServiceMonitor CRD, from its Go module (like KubeRay's CRDs)."""
-    out = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], check=True,
-                         capture_output=True, text=True, cwd=pathlib.Path.home())
+    out = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], check=True, capture_output=True, text=True, cwd=pathlib.Path.home())
     info = json.loads(out.stdout)
     if info.get("Error"):
         raise RuntimeError(f"go mod download {PROMETHEUS_OPERATOR}: {info['Error']}")

@@ -18,11 +18,11 @@ needs_helm = pytest.mark.controlplane  # the helm binary comes from hack/control
 
 def rules_of(role: dict) -> list[tuple[str, str, str]]:
     """(apiGroup, resource, verb) triples of a Role/ClusterRole."""
-    return sorted((g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
-                  for r in rule["resources"] for v in rule["verbs"])
+    return sorted((g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"])
 
 
 # -- one source -------------------------------------------------------------------------------
+
 
 def test_chart_crd_is_the_generated_crd():
     """helm installs crds/ verbatim: it must be the CRD generated from api.py (`make generate`)."""
@@ -74,20 +74,37 @@ def test_every_value_is_documented():
 
 # -- helm lint and the default render ------------------------------------------------------------
 
+
 @needs_helm
 def test_lint_strict(helm):
     out = helm("lint", "--strict", CHART)
     assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout, out.stdout
     # and with the non-default values of the other tests
-    helm("lint", "--strict", CHART, "--set", "watch.allNamespaces=false,watch.namespaces={a,b},replicaCount=2,podDisruptionBudget.enabled=true,metrics.serviceMonitor.enabled=true")
+    helm(
+        "lint",
+        "--strict",
+        CHART,
+        "--set",
+        "watch.allNamespaces=false,watch.namespaces={a,b},replicaCount=2,podDisruptionBudget.enabled=true,metrics.serviceMonitor.enabled=true",
+    )
 
 
 @needs_helm
 def test_default_render(helm):
     docs = helm.render()
-    assert kinds(docs) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Pod", "Role",
-                           "RoleBinding", "Service", "ServiceAccount", *["ValidatingAdmissionPolicy"] * 3,
-                           *["ValidatingAdmissionPolicyBinding"] * 3]
+    assert kinds(docs) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Pod",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        *["ValidatingAdmissionPolicy"] * 3,
+        *["ValidatingAdmissionPolicyBinding"] * 3,
+    ]
     for d in docs:
         labels = d["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == "lorarl-operator"
@@ -105,9 +122,19 @@ def test_default_render(helm):
     assert container["image"] == "ghcr.io/lorarl/lorarl-operator:0.1.0"
     assert "command" not in container  # the image's entrypoint is `lorarl`
     assert container["args"] == [
-        "run", "--all-namespaces", "--liveness", "http://0.0.0.0:8080/healthz", "--metrics-port", "9090",
-        "--log-format", "json", "--leader-elect", "--leader-election-namespace", "$(POD_NAMESPACE)",
-        "--leader-election-id", FULLNAME,
+        "run",
+        "--all-namespaces",
+        "--liveness",
+        "http://0.0.0.0:8080/healthz",
+        "--metrics-port",
+        "9090",
+        "--log-format",
+        "json",
+        "--leader-elect",
+        "--leader-election-namespace",
+        "$(POD_NAMESPACE)",
+        "--leader-election-id",
+        FULLNAME,
     ]
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
@@ -158,13 +185,15 @@ def test_helm_test_pod_is_restricted_and_validates_the_seed(helm, tmp_path):
     assert yaml.safe_load(example["data"]["example.yaml"]) == seed_doc()
     # the Pod's command, run here on the mounted file's content, passes
     (tmp_path / "example.yaml").write_text(example["data"]["example.yaml"])
-    out = subprocess.run([sys.executable, "-m", "lorarl.cli", *pod["spec"]["containers"][0]["args"][:-1], tmp_path / "example.yaml"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "lorarl.cli", *pod["spec"]["containers"][0]["args"][:-1], tmp_path / "example.yaml"], capture_output=True, text=True
+    )
     assert out.returncode == 0 and "valid" in out.stdout, out.stderr
     assert "Pod" not in kinds(helm.render("--set", "tests.enabled=false"))
 
 
 # -- non-default values ---------------------------------------------------------------------------
+
 
 @needs_helm
 def test_namespaced_ha_render(helm):
@@ -185,7 +214,8 @@ def test_namespaced_ha_render(helm):
         binding = pick(docs, "RoleBinding", FULLNAME, ns)
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": "lorarl-system"}]
     assert rules_of(pick(docs, "ClusterRole")) == [
-        ("", "namespaces", "list"), ("", "namespaces", "watch"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ]
@@ -209,18 +239,31 @@ def test_servicemonitor_render(helm):
 
 # -- values.schema.json -------------------------------------------------------------------------------
 
+
 @needs_helm
-@pytest.mark.parametrize("values, expected", [
-    ({"replicaCount": "2"}, "at '/replicaCount': got string, want integer"),
-    ({"watch": {"allNamespaces": False, "namespaces": ["Team_A"]}}, "at '/watch/namespaces/0': 'Team_A' does not match pattern"),
-    ({"watch": {"allNamespaces": False, "namespaces": []}}, "at '/watch/namespaces': minItems: got 0, want 1"),
-    ({"watch": {"allNamespaces": True, "namespaces": ["a"]}}, "at '/watch/namespaces': maxItems: got 1, want 0"),
-    ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "at '/replicaCount': maximum: got 2, want 1"),
-    ({"replicas": 2}, "additional properties 'replicas' not allowed"),
-    ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
-    ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'json', 'plain', 'full'"),
-], ids=["replicas-string", "namespace-not-dns-label", "namespaced-without-namespaces", "both-scopes",
-        "ha-without-leader-election", "unknown-key", "pull-policy", "log-format"])
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ({"replicaCount": "2"}, "at '/replicaCount': got string, want integer"),
+        ({"watch": {"allNamespaces": False, "namespaces": ["Team_A"]}}, "at '/watch/namespaces/0': 'Team_A' does not match pattern"),
+        ({"watch": {"allNamespaces": False, "namespaces": []}}, "at '/watch/namespaces': minItems: got 0, want 1"),
+        ({"watch": {"allNamespaces": True, "namespaces": ["a"]}}, "at '/watch/namespaces': maxItems: got 1, want 0"),
+        ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "at '/replicaCount': maximum: got 2, want 1"),
+        ({"replicas": 2}, "additional properties 'replicas' not allowed"),
+        ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
+        ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'json', 'plain', 'full'"),
+    ],
+    ids=[
+        "replicas-string",
+        "namespace-not-dns-label",
+        "namespaced-without-namespaces",
+        "both-scopes",
+        "ha-without-leader-election",
+        "unknown-key",
+        "pull-policy",
+        "log-format",
+    ],
+)
 def test_schema_rejects_bad_values(helm, values, expected):
     out = helm("template", "x", CHART, "--values", "-", input=yaml.safe_dump(values), check=False)
     assert out.returncode != 0

@@ -77,7 +77,7 @@ def deployment_command(deployment: dict, health: int, metrics: int) -> tuple[lis
         warnings.warn("`lorarl run` has no --leader-elect yet: running the Deployment's args without the leader-election flags", stacklevel=2)
         for flag in LEADER_FLAGS:
             i = args.index(flag)
-            del args[i: i + (1 if flag == "--leader-elect" else 2)]
+            del args[i : i + (1 if flag == "--leader-elect" else 2)]
     return args, env
 
 
@@ -89,8 +89,11 @@ class LocalOperator:
         self.log_path = tmp_path / f"{name}.log"
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lorarl.cli", *self.args], stdout=self.log, stderr=subprocess.STDOUT,
-            env={**os.environ, **env, "KUBECONFIG": str(kubeconfig)}, start_new_session=True,
+            [sys.executable, "-m", "lorarl.cli", *self.args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env, "KUBECONFIG": str(kubeconfig)},
+            start_new_session=True,
         )
 
     def stop(self) -> str:
@@ -107,12 +110,14 @@ class LocalOperator:
 
 def reconciled(cp, namespace: str, name: str):
     """The job's RayJob and its Pending status, once the operator has made them."""
+
     def check():
         job = get_json(cp, "lorarljob", "-n", namespace, name, check=False)
         rayjob = get_json(cp, "rayjob", "-n", namespace, name, check=False)
         if job and rayjob and (job.get("status") or {}).get("phase") == "Pending":
             return job, rayjob
         return None
+
     return wait_for(check, timeout=90, what=f"{namespace}/{name} reconciled to a RayJob")
 
 
@@ -159,13 +164,21 @@ def test_install_run_upgrade_uninstall(fresh_cp, helm, tmp_path):
     assert "kubectl get lorarljobs -A -w" in out.stdout and "--for=condition=Succeeded" in out.stdout  # NOTES
     cp.kubectl("wait", "--for=condition=Established", "crd/lorarljobs.lorarl.dev", "--timeout=60s")
     assert new_column not in printer_columns(cp) and "Phase" in printer_columns(cp)
-    for kind, name in (("serviceaccount", FULLNAME), ("deployment", FULLNAME), ("service", f"{FULLNAME}-metrics"),
-                       ("role", f"{FULLNAME}-leader-election"), ("rolebinding", f"{FULLNAME}-leader-election")):
+    for kind, name in (
+        ("serviceaccount", FULLNAME),
+        ("deployment", FULLNAME),
+        ("service", f"{FULLNAME}-metrics"),
+        ("role", f"{FULLNAME}-leader-election"),
+        ("rolebinding", f"{FULLNAME}-leader-election"),
+    ):
         assert exists(cp, kind, "-n", SYSTEM, name), (kind, name)
     assert exists(cp, "clusterrole", FULLNAME) and exists(cp, "clusterrolebinding", FULLNAME)
     # the ReplicaSet controller's Pod passed Pod Security "restricted" admission
-    wait_for(lambda: get_json(cp, "pods", "-n", SYSTEM, "-l", "app.kubernetes.io/instance=lorarl")["items"],
-             timeout=60, what="the operator Pod (created by the ReplicaSet controller)")
+    wait_for(
+        lambda: get_json(cp, "pods", "-n", SYSTEM, "-l", "app.kubernetes.io/instance=lorarl")["items"],
+        timeout=60,
+        what="the operator Pod (created by the ReplicaSet controller)",
+    )
 
     # -- the chart's ServiceAccount: reconciles the seed, never reads a Secret --------------------
     kubeconfig = cp.restricted_kubeconfig(SYSTEM, FULLNAME)
@@ -205,9 +218,17 @@ def test_install_run_upgrade_uninstall(fresh_cp, helm, tmp_path):
     assert_no_forbidden(log)
 
     # -- upgrade to this chart: other resources, and watch only jobs-b -----------------------------
-    helm("upgrade", RELEASE, CHART, "--namespace", SYSTEM, "--reuse-values",
-         "--set", "resources.requests.cpu=250m,watch.allNamespaces=false,watch.namespaces={jobs-b}",
-         kubeconfig=cp.kubeconfig)
+    helm(
+        "upgrade",
+        RELEASE,
+        CHART,
+        "--namespace",
+        SYSTEM,
+        "--reuse-values",
+        "--set",
+        "resources.requests.cpu=250m,watch.allNamespaces=false,watch.namespaces={jobs-b}",
+        kubeconfig=cp.kubeconfig,
+    )
     assert new_column not in printer_columns(cp)  # helm upgrade never touches crds/
     # the documented CRD upgrade (charts/lorarl-operator/README.md, docs/install.md): helm 4 owns
     # the CRD's fields (server-side apply, manager "helm"), so without --force-conflicts it conflicts
@@ -235,10 +256,16 @@ def test_install_run_upgrade_uninstall(fresh_cp, helm, tmp_path):
 
     # -- uninstall: the operator's objects go, the CRD and the jobs stay ---------------------------
     helm("uninstall", RELEASE, "--namespace", SYSTEM, "--wait", "--timeout", "120s", kubeconfig=cp.kubeconfig)
-    for args in (("deployment", "-n", SYSTEM, FULLNAME), ("serviceaccount", "-n", SYSTEM, FULLNAME),
-                 ("service", "-n", SYSTEM, f"{FULLNAME}-metrics"), ("role", "-n", SYSTEM, f"{FULLNAME}-leader-election"),
-                 ("role", "-n", "jobs-b", FULLNAME), ("rolebinding", "-n", "jobs-b", FULLNAME),
-                 ("clusterrole", FULLNAME), ("clusterrolebinding", FULLNAME)):
+    for args in (
+        ("deployment", "-n", SYSTEM, FULLNAME),
+        ("serviceaccount", "-n", SYSTEM, FULLNAME),
+        ("service", "-n", SYSTEM, f"{FULLNAME}-metrics"),
+        ("role", "-n", SYSTEM, f"{FULLNAME}-leader-election"),
+        ("role", "-n", "jobs-b", FULLNAME),
+        ("rolebinding", "-n", "jobs-b", FULLNAME),
+        ("clusterrole", FULLNAME),
+        ("clusterrolebinding", FULLNAME),
+    ):
         assert not exists(cp, *args), args
     assert exists(cp, "crd", "lorarljobs.lorarl.dev")
     assert exists(cp, "lorarljob", "-n", "jobs-a", name) and exists(cp, "lorarljob", "-n", "jobs-b", name_b)

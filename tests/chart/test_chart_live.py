@@ -17,8 +17,7 @@ pytestmark = pytest.mark.controlplane
 
 
 def dry_run(control_plane, docs: list[dict]) -> str:
-    out = control_plane.kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=lorarl-chart-test",
-                                "-f", "-", input=yaml.safe_dump_all(docs))
+    out = control_plane.kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=lorarl-chart-test", "-f", "-", input=yaml.safe_dump_all(docs))
     return out.stdout
 
 
@@ -52,9 +51,20 @@ def test_namespaced_ha_render_passes_server_side_dry_run(control_plane, namespac
 def test_servicemonitor_passes_the_prometheus_operator_crd(control_plane, namespace, helm):
     """The ServiceMonitor against prometheus-operator's own CRD schema (from its Go module)."""
     control_plane.install_crds([servicemonitor_crd_path()])
-    docs = helm.render(namespace=namespace, release=namespace, values={
-        "metrics": {"serviceMonitor": {"enabled": True, "scrapeTimeout": "10s", "labels": {"release": "prom"},
-                                       "relabelings": [{"action": "replace", "targetLabel": "cluster", "replacement": "a"}]}}})
+    docs = helm.render(
+        namespace=namespace,
+        release=namespace,
+        values={
+            "metrics": {
+                "serviceMonitor": {
+                    "enabled": True,
+                    "scrapeTimeout": "10s",
+                    "labels": {"release": "prom"},
+                    "relabelings": [{"action": "replace", "targetLabel": "cluster", "replacement": "a"}],
+                }
+            }
+        },
+    )
     monitor = pick(docs, "ServiceMonitor")
     assert "serverside-applied (server dry run)" in dry_run(control_plane, [monitor])
     # the CRD's schema is really checked: a wrong field type is refused
@@ -65,12 +75,10 @@ def test_servicemonitor_passes_the_prometheus_operator_crd(control_plane, namesp
 
 
 def test_operator_and_test_pods_are_admitted_under_pod_security_restricted(control_plane, namespace, helm):
-    control_plane.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
-                          "pod-security.kubernetes.io/warn=restricted")
+    control_plane.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted")
     docs = helm.render(namespace=namespace, release=namespace)
     deployment = pick(docs, "Deployment")
-    applied = control_plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(
-        [deployment, pick(docs, "ConfigMap"), pick(docs, "Pod")]))
+    applied = control_plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all([deployment, pick(docs, "ConfigMap"), pick(docs, "Pod")]))
     assert "PodSecurity" not in applied.stderr, applied.stderr  # no "would violate" warning
 
     # the ReplicaSet controller creates the operator Pod: PodSecurity admission let it in

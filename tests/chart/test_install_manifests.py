@@ -17,8 +17,7 @@ GENERATOR = REPO / "hack" / "gen-install-manifests.sh"
 
 @pytest.mark.controlplane  # the helm binary comes from hack/controlplane/build.sh
 def test_install_manifests_match_the_chart(helm, tmp_path):
-    subprocess.run(["bash", str(GENERATOR), str(tmp_path)], check=True, capture_output=True,
-                   env={**helm.env, "HELM": str(helm.binary)})
+    subprocess.run(["bash", str(GENERATOR), str(tmp_path)], check=True, capture_output=True, env={**helm.env, "HELM": str(helm.binary)})
     generated = sorted(p.name for p in tmp_path.iterdir())
     assert generated == sorted(p.name for p in INSTALL.iterdir()) == ["crds.yaml", "kustomization.yaml", "namespace.yaml", "operator.yaml"]
     stale = [name for name in generated if (tmp_path / name).read_bytes() != (INSTALL / name).read_bytes()]
@@ -28,12 +27,25 @@ def test_install_manifests_match_the_chart(helm, tmp_path):
 def test_install_manifests_contents():
     docs = [d for f in ("namespace.yaml", "crds.yaml", "operator.yaml") for d in yaml.safe_load_all((INSTALL / f).read_text()) if d]
     assert yaml.safe_load((INSTALL / "crds.yaml").read_text()) == yaml.safe_load((REPO / "crds" / "lorarl.dev_lorarljobs.yaml").read_text())
-    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
-                                              "Namespace", "Role", "RoleBinding", "Service", "ServiceAccount", *["ValidatingAdmissionPolicy"] * 3,
-                                              *["ValidatingAdmissionPolicyBinding"] * 3]
-    assert all(d["metadata"].get("namespace") == "lorarl-system" for d in docs
-               if d["kind"] not in ("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-                                    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"))
+    assert sorted(d["kind"] for d in docs) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "Deployment",
+        "Namespace",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        *["ValidatingAdmissionPolicy"] * 3,
+        *["ValidatingAdmissionPolicyBinding"] * 3,
+    ]
+    assert all(
+        d["metadata"].get("namespace") == "lorarl-system"
+        for d in docs
+        if d["kind"]
+        not in ("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    )
 
 
 @pytest.mark.parametrize("mode", [["--server-side", "--field-manager=lorarl-install-test"], []], ids=["server-side", "client-side"])
@@ -42,19 +54,28 @@ def test_kubectl_apply_k_installs_the_operator(control_plane, mode):
     operator_yaml = INSTALL / "operator.yaml"
     try:
         out = control_plane.kubectl("apply", *mode, "-k", INSTALL)
-        for name in ("namespace/lorarl-system", "customresourcedefinition.apiextensions.k8s.io/lorarljobs.lorarl.dev",
-                     "serviceaccount/lorarl-lorarl-operator", "clusterrole.rbac.authorization.k8s.io/lorarl-lorarl-operator",
-                     "clusterrolebinding.rbac.authorization.k8s.io/lorarl-lorarl-operator",
-                     "role.rbac.authorization.k8s.io/lorarl-lorarl-operator-leader-election",
-                     "deployment.apps/lorarl-lorarl-operator", "service/lorarl-lorarl-operator-metrics"):
+        for name in (
+            "namespace/lorarl-system",
+            "customresourcedefinition.apiextensions.k8s.io/lorarljobs.lorarl.dev",
+            "serviceaccount/lorarl-lorarl-operator",
+            "clusterrole.rbac.authorization.k8s.io/lorarl-lorarl-operator",
+            "clusterrolebinding.rbac.authorization.k8s.io/lorarl-lorarl-operator",
+            "role.rbac.authorization.k8s.io/lorarl-lorarl-operator-leader-election",
+            "deployment.apps/lorarl-lorarl-operator",
+            "service/lorarl-lorarl-operator-metrics",
+        ):
             assert name in out.stdout, out.stdout
         ns = json.loads(control_plane.kubectl("get", "namespace", "lorarl-system", "-o", "json").stdout)
         assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
         control_plane.kubectl("wait", "--for=condition=Established", "crd/lorarljobs.lorarl.dev", "--timeout=30s")
         # the Deployment's Pod is admitted into the restricted namespace
-        wait_for(lambda: json.loads(control_plane.kubectl("get", "pods", "-n", "lorarl-system", "-l",
-                                                          "app.kubernetes.io/name=lorarl-operator", "-o", "json").stdout)["items"],
-                 timeout=60, what="the operator Pod")
+        wait_for(
+            lambda: json.loads(
+                control_plane.kubectl("get", "pods", "-n", "lorarl-system", "-l", "app.kubernetes.io/name=lorarl-operator", "-o", "json").stdout
+            )["items"],
+            timeout=60,
+            what="the operator Pod",
+        )
     finally:
         # everything but the CRD (other tests of this session use it)
         control_plane.kubectl("delete", "-f", operator_yaml, "--ignore-not-found", "--wait=false")

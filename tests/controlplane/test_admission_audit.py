@@ -23,10 +23,22 @@ def _apply(cp, docs, **kw):
 
 def _owned_configmap(namespace, name, owner, block):
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "ownerReferences": [{
-            "apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob", "name": owner["metadata"]["name"],
-            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": block}]},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "ownerReferences": [
+                {
+                    "apiVersion": "lorarl.dev/v1alpha1",
+                    "kind": "LoraRLJob",
+                    "name": owner["metadata"]["name"],
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": block,
+                }
+            ],
+        },
     }
 
 
@@ -36,18 +48,19 @@ def test_block_owner_deletion_needs_update_on_the_owners_finalizers(control_plan
     _apply(control_plane, [doc])
     owner = json.loads(control_plane.kubectl("get", "lorarljob", doc["metadata"]["name"], "-n", namespace, "-o", "json").stdout)
     rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "writer", "namespace": namespace}, "rules": [rule]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "writer", "namespace": namespace},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "writer"},
-               "subjects": [{"kind": "ServiceAccount", "name": "writer", "namespace": namespace}]}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "writer", "namespace": namespace}, "rules": [rule]}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "writer", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "writer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "writer", "namespace": namespace}],
+    }
     _apply(control_plane, [role, binding])
     as_writer = control_plane.restricted_kubeconfig(namespace, "writer")
 
     def create(name, block):
-        return control_plane.kubectl("create", "-f", "-", input=json.dumps(_owned_configmap(namespace, name, owner, block)),
-                                     kubeconfig=as_writer, check=False)
+        return control_plane.kubectl("create", "-f", "-", input=json.dumps(_owned_configmap(namespace, name, owner, block)), kubeconfig=as_writer, check=False)
 
     refused = create("blocking", True)
     assert refused.returncode != 0
@@ -62,9 +75,12 @@ def test_block_owner_deletion_needs_update_on_the_owners_finalizers(control_plan
 
 
 def _privileged_pod(namespace):
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "privileged", "namespace": namespace},
-            "spec": {"containers": [{"name": "c", "image": "example.invalid/none",
-                                     "securityContext": {"privileged": True}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "privileged", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/none", "securityContext": {"privileged": True}}]},
+    }
 
 
 def test_pod_security_restricted_namespace_refuses_a_privileged_pod(control_plane, namespace):
@@ -87,6 +103,9 @@ def test_audit_log_records_who_did_what(control_plane, namespace):
     lists = [r for r in audit.requests(control_plane.audit_log_path, user) if r.resource == "configmaps"]
     assert [(r.verb, r.api_group, r.resource_path, r.namespace, r.code) for r in lists] == [("list", "", "configmaps", namespace, 403)]
     assert lists[0].message.startswith(f'configmaps is forbidden: User "{user}" cannot list resource "configmaps"')
-    admin_gets = [r for r in audit.requests(control_plane.audit_log_path, "lorarl-admin")
-                  if (r.verb, r.resource, r.namespace, r.name) == ("get", "serviceaccounts", namespace, "nobody")]
+    admin_gets = [
+        r
+        for r in audit.requests(control_plane.audit_log_path, "lorarl-admin")
+        if (r.verb, r.resource, r.namespace, r.name) == ("get", "serviceaccounts", namespace, "nobody")
+    ]
     assert admin_gets and admin_gets[-1].code == 200

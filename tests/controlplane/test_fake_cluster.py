@@ -27,9 +27,10 @@ def ns(fake_cluster, request):
 
 def _pod(name, ns, gpus):
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-        "spec": {"containers": [{"name": "c", "image": "example.invalid/none",
-                                 "resources": {"limits": {"amd.com/gpu": str(gpus)}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/none", "resources": {"limits": {"amd.com/gpu": str(gpus)}}}]},
     }
 
 
@@ -45,8 +46,7 @@ def test_fake_nodes_are_ready_with_gpus(fake_cluster):
 def test_scheduler_binds_gpu_pods_and_rejects_oversized_ones(fake_cluster, ns):
     fake_cluster.kubectl("apply", "-f", "-", input=json.dumps(_pod("fits", ns, 4)))
     fake_cluster.kubectl("apply", "-f", "-", input=json.dumps(_pod("too-big", ns, 9)))
-    fake_cluster.kubectl("wait", "--for=jsonpath={.status.phase}=Running", "pod/fits", "-n", ns,
-                         "--timeout=60s", timeout=90)
+    fake_cluster.kubectl("wait", "--for=jsonpath={.status.phase}=Running", "pod/fits", "-n", ns, "--timeout=60s", timeout=90)
     assert _get(fake_cluster, "pod", "fits", "-n", ns)["spec"]["nodeName"].startswith("kwok-node-")
 
     def unschedulable():
@@ -58,19 +58,25 @@ def test_scheduler_binds_gpu_pods_and_rejects_oversized_ones(fake_cluster, ns):
 
 def test_kuberay_operator_turns_a_rayjob_into_a_ready_raycluster(fake_cluster, ns):
     rayjob = {
-        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rl", "namespace": ns},
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "rl", "namespace": ns},
         "spec": {
             "entrypoint": "python -c 'print(1)'",
             "rayClusterSpec": {
-                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                    {"name": "ray-head", "image": "rayproject/ray:2.49.0"}]}}},
-                "workerGroupSpecs": [{
-                    "groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
-                    "rayStartParams": {},
-                    "template": {"spec": {"containers": [{
-                        "name": "ray-worker", "image": "rayproject/ray:2.49.0",
-                        "resources": {"limits": {"amd.com/gpu": "8"}}}]}},
-                }],
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.49.0"}]}}},
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "gpu",
+                        "replicas": 2,
+                        "minReplicas": 2,
+                        "maxReplicas": 2,
+                        "rayStartParams": {},
+                        "template": {
+                            "spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.49.0", "resources": {"limits": {"amd.com/gpu": "8"}}}]}
+                        },
+                    }
+                ],
             },
         },
     }

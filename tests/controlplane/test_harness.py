@@ -76,11 +76,14 @@ def test_crd_cel_rule_rejects_bad_object(control_plane, namespace, tmp_path):
     control_plane.install_crds([crd])
 
     def widget(name, replicas, max_replicas):
-        return yaml.safe_dump({
-            "apiVersion": "harness.lorarl.dev/v1", "kind": "Widget",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"replicas": replicas, "maxReplicas": max_replicas},
-        })
+        return yaml.safe_dump(
+            {
+                "apiVersion": "harness.lorarl.dev/v1",
+                "kind": "Widget",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": replicas, "maxReplicas": max_replicas},
+            }
+        )
 
     control_plane.kubectl("apply", "-f", "-", input=widget("good", 1, 2))
     bad = control_plane.kubectl("apply", "-f", "-", input=widget("bad", 3, 2), check=False)
@@ -99,6 +102,7 @@ def test_restricted_service_account_is_forbidden_until_a_role_allows(control_pla
 
     # the same identity through the python client: 403
     from kubernetes import config
+
     sa_api = config.new_client_from_config(config_file=str(kubeconfig))
     try:
         with pytest.raises(ApiException) as exc:
@@ -106,16 +110,21 @@ def test_restricted_service_account_is_forbidden_until_a_role_allows(control_pla
         assert exc.value.status == 403
 
         rbac = client.RbacAuthorizationV1Api(kube_api)
-        rbac.create_namespaced_role(namespace, client.V1Role(
-            metadata=client.V1ObjectMeta(name="read-configmaps"),
-            rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "list"])],
-        ))
-        rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name="limited-reads-configmaps"),
-            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role",
-                                      name="read-configmaps"),
-            subjects=[client.RbacV1Subject(kind="ServiceAccount", name="limited", namespace=namespace)],
-        ))
+        rbac.create_namespaced_role(
+            namespace,
+            client.V1Role(
+                metadata=client.V1ObjectMeta(name="read-configmaps"),
+                rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "list"])],
+            ),
+        )
+        rbac.create_namespaced_role_binding(
+            namespace,
+            client.V1RoleBinding(
+                metadata=client.V1ObjectMeta(name="limited-reads-configmaps"),
+                role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="read-configmaps"),
+                subjects=[client.RbacV1Subject(kind="ServiceAccount", name="limited", namespace=namespace)],
+            ),
+        )
 
         def allowed():
             try:
@@ -134,8 +143,7 @@ def test_restricted_service_account_is_forbidden_until_a_role_allows(control_pla
             client.CoreV1Api(sa_api).list_namespaced_secret(namespace)
         assert exc.value.status == 403
         with pytest.raises(ApiException) as exc:
-            client.CoreV1Api(sa_api).create_namespaced_config_map(
-                namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="nope")))
+            client.CoreV1Api(sa_api).create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="nope")))
         assert exc.value.status == 403
     finally:
         sa_api.close()
@@ -144,16 +152,23 @@ def test_restricted_service_account_is_forbidden_until_a_role_allows(control_pla
 @pytest.mark.parametrize("propagation", ["Background", "Foreground"])
 def test_garbage_collector_deletes_owned_objects(kube_api, namespace, propagation):
     core = client.CoreV1Api(kube_api)
-    owner = core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="owner"), data={"role": "owner"}))
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="owned", owner_references=[client.V1OwnerReference(
-            api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid,
-            controller=True, block_owner_deletion=True)]),
-        data={"role": "owned"}))
+    owner = core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner"), data={"role": "owner"}))
+    core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name="owned",
+                owner_references=[
+                    client.V1OwnerReference(
+                        api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid, controller=True, block_owner_deletion=True
+                    )
+                ],
+            ),
+            data={"role": "owned"},
+        ),
+    )
     # an unrelated object must survive
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="bystander")))
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="bystander")))
 
     core.delete_namespaced_config_map("owner", namespace, propagation_policy=propagation)
 
@@ -181,8 +196,7 @@ def test_kuberay_rayjob_crd_accepts_a_minimal_rayjob(control_plane, namespace):
             "rayClusterSpec": {
                 "headGroupSpec": {
                     "rayStartParams": {},
-                    "template": {"spec": {"containers": [
-                        {"name": "ray-head", "image": "rayproject/ray:2.49.0"}]}},
+                    "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.49.0"}]}},
                 },
             },
         },
@@ -192,8 +206,7 @@ def test_kuberay_rayjob_crd_accepts_a_minimal_rayjob(control_plane, namespace):
     assert got["spec"]["entrypoint"] == "python -c 'print(1)'"
     assert got["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["name"] == "ray-head"
 
-    bad = dict(rayjob, metadata={"name": "bad", "namespace": namespace},
-               spec={"rayClusterSpec": {"headGroupSpec": "not-an-object"}})
+    bad = dict(rayjob, metadata={"name": "bad", "namespace": namespace}, spec={"rayClusterSpec": {"headGroupSpec": "not-an-object"}})
     rejected = control_plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(bad), check=False)
     assert rejected.returncode != 0
     assert "headGroupSpec" in rejected.stderr
@@ -237,8 +250,7 @@ _CHILD = textwrap.dedent(
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_owner_process_dying_takes_the_control_plane_down(sig):
     """Even a SIGKILLed test process leaves nothing behind (PR_SET_PDEATHSIG); SIGTERM runs stop()."""
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         line = proc.stdout.readline()
         assert line, "child did not start a control plane"
@@ -265,16 +277,14 @@ def test_detached_up_env_down(tmp_path):
     """``lorarl-dev controlplane up`` semantics: survives the process that started it."""
     state = tmp_path / "state"
     code = "import sys; from lorarl_dev.controlplane import up; up(sys.argv[1], verbose=False)"
-    subprocess.run([sys.executable, "-c", code, str(state)], check=True, timeout=300,
-                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    subprocess.run([sys.executable, "-c", code, str(state)], check=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     workdir = state / "controlplane"
     pids = json.loads((workdir / "pids.json").read_text())
     try:
         assert all(cpmod._pid_alive(p) for p in pids.values())
         environ = cpmod.env(state)
         assert pathlib.Path(environ["KUBECONFIG"]).is_file()
-        out = subprocess.run([cpmod.find_kubectl(), "get", "--raw", "/readyz"], text=True,
-                             capture_output=True, env={**os.environ, **environ}, check=True)
+        out = subprocess.run([cpmod.find_kubectl(), "get", "--raw", "/readyz"], text=True, capture_output=True, env={**os.environ, **environ}, check=True)
         assert out.stdout.strip() == "ok"
         # up() again reuses the running one
         again = cpmod.up(state, verbose=False)

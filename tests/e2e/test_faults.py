@@ -31,24 +31,24 @@ def _pods(cp, ns, selector):
 
 
 def _final(cp, ns, name, explain):
-    return seedrun.wait_for("LoraRLJob finished", lambda: _status(cp, ns, name).get("phase") in ("Succeeded", "Failed")
-                            and _status(cp, ns, name), RUN_TIMEOUT, explain=explain)
+    return seedrun.wait_for(
+        "LoraRLJob finished", lambda: _status(cp, ns, name).get("phase") in ("Succeeded", "Failed") and _status(cp, ns, name), RUN_TIMEOUT, explain=explain
+    )
 
 
-def test_two_nodes_survive_the_operator_leaders_death_and_resume_after_the_head_pod_is_killed(
-        real_node_cluster, hub, node_images, job_ns, lorarl_operator):
+def test_two_nodes_survive_the_operator_leaders_death_and_resume_after_the_head_pod_is_killed(real_node_cluster, hub, node_images, job_ns, lorarl_operator):
     cp, ns, name = real_node_cluster, job_ns, "seed-2n"
     revision = hub.revision({"seconds_per_rollout": 1.0})
-    job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns,
-                           model_revision=revision, nodes=2, spec={"runPolicy": {"backoffLimit": 1}})
+    job = seedrun.seed_job(
+        image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision, nodes=2, spec={"runPolicy": {"backoffLimit": 1}}
+    )
     cp.kubectl("apply", "-f", "-", input=json.dumps(job))
     explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
 
     seedrun.wait_for("rollout >= 5", lambda: _rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
     workers = _pods(cp, ns, "ray.io/node-type=worker")
     assert len(workers) == 1 and workers[0]["status"]["phase"] == "Running"
-    gpus = sum(int(c["resources"]["limits"]["amd.com/gpu"]) for p in (*workers, *_pods(cp, ns, "ray.io/node-type=head"))
-               for c in p["spec"]["containers"])
+    gpus = sum(int(c["resources"]["limits"]["amd.com/gpu"]) for p in (*workers, *_pods(cp, ns, "ray.io/node-type=head")) for c in p["spec"]["containers"])
     assert gpus == 16
 
     # the operator's leader killed: the standby takes over, the run is unaffected
@@ -56,8 +56,7 @@ def test_two_nodes_survive_the_operator_leaders_death_and_resume_after_the_head_
     assert old_leader in {p["metadata"]["name"] for p in seedrun.operator_pods(cp, lorarl_operator)}
     before = _status(cp, ns, name)
     cp.kubectl("delete", "pod", "-n", lorarl_operator, old_leader, "--grace-period=0", "--force")
-    new_leader = seedrun.wait_for("a new leader", lambda: (holder := seedrun.leader(cp, lorarl_operator)) != old_leader and holder,
-                                  180, explain=explain)
+    new_leader = seedrun.wait_for("a new leader", lambda: (holder := seedrun.leader(cp, lorarl_operator)) != old_leader and holder, 180, explain=explain)
     assert new_leader != old_leader
     after = _status(cp, ns, name)
     assert after["phase"] == before["phase"] == "Running"
@@ -72,9 +71,11 @@ def test_two_nodes_survive_the_operator_leaders_death_and_resume_after_the_head_
     cp.kubectl("delete", "pod", "-n", ns, head["metadata"]["name"], "--grace-period=0", "--force")
 
     def new_head():
-        heads = [p for p in _pods(cp, ns, "ray.io/node-type=head")
-                 if p["metadata"]["uid"] != old_uid and p["status"].get("phase") == "Running"
-                 and not p["metadata"].get("deletionTimestamp")]
+        heads = [
+            p
+            for p in _pods(cp, ns, "ray.io/node-type=head")
+            if p["metadata"]["uid"] != old_uid and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
         return heads[0] if heads else None
 
     seedrun.wait_for("a new head pod", new_head, RUN_TIMEOUT, explain=explain)
@@ -90,14 +91,12 @@ def test_two_nodes_survive_the_operator_leaders_death_and_resume_after_the_head_
 def test_the_run_survives_its_submitter_pod_and_a_deleted_job_leaves_nothing(real_node_cluster, hub, node_images, job_ns):
     cp, ns, name = real_node_cluster, job_ns, "seed-sub"
     revision = hub.revision({"seconds_per_rollout": 0.5})
-    job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns,
-                           model_revision=revision)
+    job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
     cp.kubectl("apply", "-f", "-", input=json.dumps(job))
     explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
 
     seedrun.wait_for("rollout >= 5", lambda: _rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
-    submitters = [p for p in json.loads(cp.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
-                  if "job-name" in (p["metadata"].get("labels") or {})]
+    submitters = [p for p in json.loads(cp.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"] if "job-name" in (p["metadata"].get("labels") or {})]
     assert len(submitters) == 1, [p["metadata"]["name"] for p in submitters]
     cp.kubectl("delete", "pod", "-n", ns, submitters[0]["metadata"]["name"], "--grace-period=0", "--force")
     final = _final(cp, ns, name, explain)
@@ -107,8 +106,9 @@ def test_the_run_survives_its_submitter_pod_and_a_deleted_job_leaves_nothing(rea
     cp.kubectl("delete", "lorarljob", "-n", ns, name, "--wait=true", "--timeout=300s", timeout=330)
 
     def nothing_left():
-        out = cp.kubectl("get", "rayjobs,rayclusters,jobs,pods,configmaps,pvc,serviceaccounts,roles,rolebindings",
-                         "-n", ns, "-l", f"lorarl.dev/job={name}", "-o", "name").stdout.split()
+        out = cp.kubectl(
+            "get", "rayjobs,rayclusters,jobs,pods,configmaps,pvc,serviceaccounts,roles,rolebindings", "-n", ns, "-l", f"lorarl.dev/job={name}", "-o", "name"
+        ).stdout.split()
         pods = json.loads(cp.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
         rayjobs = cp.kubectl("get", "rayjobs,rayclusters", "-n", ns, "-o", "name").stdout.split()
         return not out and not pods and not rayjobs

@@ -27,8 +27,7 @@ def _phase(cp, ns, name):
 def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_node_cluster, hub, node_images, job_ns):
     cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
     revision = hub.revision({"seconds_per_rollout": 0.5})
-    job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns,
-                           model_revision=revision)
+    job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
     cp.kubectl("apply", "-f", "-", input=json.dumps(job))
     explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
 
@@ -41,12 +40,14 @@ def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_
     assert "prepare: all inputs present" in prepare_log
     assert "prepare: downloading model Qwen/Qwen3-4B@" + revision in prepare_log
     assert rayjob_running["status"]["jobDeploymentStatus"] == "Running"
-    seedrun.wait_for("LoraRLJob Running", lambda: _phase(cp, ns, name) in ("Running", "Succeeded"), 120,
-                     explain=explain)
+    seedrun.wait_for("LoraRLJob Running", lambda: _phase(cp, ns, name) in ("Running", "Succeeded"), 120, explain=explain)
 
-    final = seedrun.wait_for("LoraRLJob Succeeded",
-                             lambda: (_phase(cp, ns, name) in ("Succeeded", "Failed")) and seedrun.get(cp, "lorarljob", name, ns),
-                             RUN_TIMEOUT, explain=explain)
+    final = seedrun.wait_for(
+        "LoraRLJob Succeeded",
+        lambda: (_phase(cp, ns, name) in ("Succeeded", "Failed")) and seedrun.get(cp, "lorarljob", name, ns),
+        RUN_TIMEOUT,
+        explain=explain,
+    )
     status = final["status"]
     assert status["phase"] == "Succeeded", explain()
     rayjob = seedrun.get(cp, "rayjob", name, ns)

@@ -38,13 +38,23 @@ def test_every_block_is_kubernetes_objects():
     for obj in objs:
         assert {"apiVersion", "kind", "metadata"} <= set(obj), obj
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", obj["metadata"]["name"]), obj["metadata"]
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in objs) == sorted([
-        ("LoraRLJob", "qwen3-4b-lora-amd"), ("ConfigMap", "argocd-cm"),
-        ("Application", "kuberay-operator"), ("Application", "lorarl-operator"), ("Application", "ml-team-training"),
-        ("GitRepository", "config"), ("Kustomization", "lorarl-infra"), ("Kustomization", "ml-team-training"),
-        ("Namespace", "ml-team"), ("HelmRepository", "kuberay"), ("HelmRelease", "kuberay-operator"),
-        ("GitRepository", "lorarl"), ("HelmRelease", "lorarl-operator"),
-    ])
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objs) == sorted(
+        [
+            ("LoraRLJob", "qwen3-4b-lora-amd"),
+            ("ConfigMap", "argocd-cm"),
+            ("Application", "kuberay-operator"),
+            ("Application", "lorarl-operator"),
+            ("Application", "ml-team-training"),
+            ("GitRepository", "config"),
+            ("Kustomization", "lorarl-infra"),
+            ("Kustomization", "ml-team-training"),
+            ("Namespace", "ml-team"),
+            ("HelmRepository", "kuberay"),
+            ("HelmRelease", "kuberay-operator"),
+            ("GitRepository", "lorarl"),
+            ("HelmRelease", "lorarl-operator"),
+        ]
+    )
 
 
 def test_argocd_cm_carries_health_lua_byte_for_byte():
@@ -70,7 +80,9 @@ def test_flux_orders_and_health_checks_the_job():
     assert infra["spec"]["wait"] is True  # dependsOn only waits for health when the dependency checks it
     assert training["spec"]["dependsOn"] == [{"name": "lorarl-infra"}]
     assert training["spec"]["prune"] is False
-    assert {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"], "namespace": job["metadata"]["namespace"]} in training["spec"]["healthChecks"]
+    assert {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"], "namespace": job["metadata"]["namespace"]} in training[
+        "spec"
+    ]["healthChecks"]
     operator = one("HelmRelease", "lorarl-operator")
     assert operator["spec"]["dependsOn"] == [{"name": "kuberay-operator"}]
     assert operator["spec"]["chart"]["spec"]["chart"] == "./charts/lorarl-operator"

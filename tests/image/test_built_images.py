@@ -53,8 +53,7 @@ class Bundle:
         config_digest = json.loads(blob.read_text())["config"]["digest"].split(":", 1)[1]
         self.image_config = json.loads((layout / "blobs" / "sha256" / config_digest).read_text())
 
-    def run(self, *argv: str, read_only: bool = False, user: str | None = None, network: bool = False,
-            timeout: float = 300) -> subprocess.CompletedProcess:
+    def run(self, *argv: str, read_only: bool = False, user: str | None = None, network: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
         """Run argv (default: the image's entrypoint + cmd) as the image's user with its env and
         working directory, in a chroot in fresh mount and PID namespaces (and a fresh network
         namespace, loopback only, when ``network``). /proc, /dev and /sys come from the host, /tmp
@@ -73,11 +72,11 @@ class Bundle:
             f"mount -t tmpfs -o mode=1777 tmpfs {r}/tmp",
             "ip link set lo up" if network else "true",
         ]
-        command = shlex.join(["chroot", f"--userspec={userspec}", str(self.rootfs),
-                              "/usr/bin/env", "-i", f"--chdir={process.get('cwd', '/')}", *process["env"], *args])
+        command = shlex.join(
+            ["chroot", f"--userspec={userspec}", str(self.rootfs), "/usr/bin/env", "-i", f"--chdir={process.get('cwd', '/')}", *process["env"], *args]
+        )
         unshare = ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", *(["--net"] if network else [])]
-        return subprocess.run([*unshare, "sh", "-ec", " && ".join(mounts) + " && " + command],
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([*unshare, "sh", "-ec", " && ".join(mounts) + " && " + command], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +136,15 @@ def test_operator_final_stage_has_no_installer(operator_bundle):
     """No pip (the base has none, the venv was made without) and no apt (dpkg is Essential in
     Debian, as in the published python image)."""
     assert operator_bundle.run("python3", "-m", "pip", "--version").returncode != 0
-    found = [p.relative_to(operator_bundle.rootfs).as_posix() for p in operator_bundle.rootfs.rglob("*")
-             if p.is_file() and p.name in {"pip", "pip3", "apt", "apt-get"}
-             or p.is_dir() and p.name.startswith(("pip-", "setuptools-", "wheel-")) and p.name.endswith(".dist-info")]
+    found = [
+        p.relative_to(operator_bundle.rootfs).as_posix()
+        for p in operator_bundle.rootfs.rglob("*")
+        if p.is_file()
+        and p.name in {"pip", "pip3", "apt", "apt-get"}
+        or p.is_dir()
+        and p.name.startswith(("pip-", "setuptools-", "wheel-"))
+        and p.name.endswith(".dist-info")
+    ]
     assert found == [], found
 
 
@@ -177,14 +182,15 @@ def test_job_image_starts_ray_and_answers_kuberays_probes(job_bundle):
     """`ray start --head` as KubeRay's container command runs it, then its own probe commands."""
     # KubeRay's own joint (common/pod.go:480-492: "ulimit -n 65536; <ray start>"): the ulimit may
     # fail (this machine's hard limit is lower, and no CAP_SYS_RESOURCE) without stopping ray start
-    script = "ulimit -n 65536; " + " && ".join([
-        "ray start --head --node-ip-address 127.0.0.1 --dashboard-host 127.0.0.1 --num-cpus 1 "
-        "--object-store-memory 100000000 --disable-usage-stats",
-        # the probes retry as the kubelet would (period 5 s, failureThreshold 10): the agent may lag
-        *(f"for i in $(seq 30); do bash -c {shlex.quote(p)} && break; sleep 1; done; bash -c {shlex.quote(p)}" for p in HEAD_PROBES),
-        "python3 -c \"import ray; ray.init(address='auto'); print('tasks', ray.get(ray.remote(lambda: 21 * 2).remote()))\"",
-        "ray stop --force",
-    ])
+    script = "ulimit -n 65536; " + " && ".join(
+        [
+            "ray start --head --node-ip-address 127.0.0.1 --dashboard-host 127.0.0.1 --num-cpus 1 --object-store-memory 100000000 --disable-usage-stats",
+            # the probes retry as the kubelet would (period 5 s, failureThreshold 10): the agent may lag
+            *(f"for i in $(seq 30); do bash -c {shlex.quote(p)} && break; sleep 1; done; bash -c {shlex.quote(p)}" for p in HEAD_PROBES),
+            "python3 -c \"import ray; ray.init(address='auto'); print('tasks', ray.get(ray.remote(lambda: 21 * 2).remote()))\"",
+            "ray stop --force",
+        ]
+    )
     # Ray's dashboard waits 30 s for each of its module subprocesses (dashboard/consts.py:102,
     # RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT): on 2 shared cores that was too short
     slow = "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=180"

@@ -100,7 +100,11 @@ def installed(tmp_path_factory):
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix))
     result = subprocess.run(
         ["sh", str(INSTALL_SCRIPT), str(source), str(venv), str(wheels)],
-        cwd=root, env=env, capture_output=True, text=True, timeout=600,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return root, venv, wheels, env
@@ -140,10 +144,7 @@ def test_runtime_package_imports_and_cli_runs(installed):
 def test_only_runtime_dependencies_are_installed(installed):
     """Installed = the closure of lorarl's runtime requirements (read from the installed metadata)."""
     _, venv, _, _ = installed
-    script = (
-        "import importlib.metadata as m, json;"
-        "print(json.dumps({d.metadata['Name']: d.requires or [] for d in m.distributions()}))"
-    )
+    script = "import importlib.metadata as m, json;print(json.dumps({d.metadata['Name']: d.requires or [] for d in m.distributions()}))"
     result = run_in(installed, str(venv / "bin" / "python"), "-c", script)
     assert result.returncode == 0, result.stderr
     requires = {canonicalize_name(k): v for k, v in json.loads(result.stdout).items()}
@@ -156,9 +157,7 @@ def test_only_runtime_dependencies_are_installed(installed):
         needed.add(name)
         for text in requires.get(name, []):
             req = Requirement(text)
-            markers_hold = req.marker is None or any(
-                req.marker.evaluate({"extra": extra}) for extra in (extras or {""})
-            )
+            markers_hold = req.marker is None or any(req.marker.evaluate({"extra": extra}) for extra in (extras or {""}))
             if markers_hold and (canonicalize_name(req.name), frozenset(req.extras)) not in {(n, e) for n, e in todo}:
                 child = canonicalize_name(req.name)
                 assert child in installed_names, f"{name} needs {req}, which is not installed"

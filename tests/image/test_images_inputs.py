@@ -24,8 +24,15 @@ BASE = "0" * 64
 @pytest.fixture
 def repo_copy(tmp_path) -> pathlib.Path:
     """The files the two images are built from, copied (so a test can change them)."""
-    for rel in ("Dockerfile", "pyproject.toml", "README.md", "hack/image/install.sh", "hack/images/job/Dockerfile",
-                "hack/images/job/requirements.txt", "hack/images/job/constraints.txt"):
+    for rel in (
+        "Dockerfile",
+        "pyproject.toml",
+        "README.md",
+        "hack/image/install.sh",
+        "hack/images/job/Dockerfile",
+        "hack/images/job/requirements.txt",
+        "hack/images/job/constraints.txt",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, tmp_path / rel)
     shutil.copytree(REPO / "operator", tmp_path / "operator", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))

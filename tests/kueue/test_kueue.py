@@ -62,8 +62,9 @@ class SuspendRecorder:
 
     def _run(self, namespace: str, resource_version: str) -> None:
         try:
-            for event in self.watch.stream(self.custom.list_namespaced_custom_object, "ray.io", "v1", namespace, "rayjobs",
-                                           resource_version=resource_version, timeout_seconds=600):
+            for event in self.watch.stream(
+                self.custom.list_namespaced_custom_object, "ray.io", "v1", namespace, "rayjobs", resource_version=resource_version, timeout_seconds=600
+            ):
                 if event["type"] == "DELETED":
                     continue
                 obj = event["object"]
@@ -106,6 +107,7 @@ def has(kube, ns, name, type_, status_, reason=None):
     def check():
         c = condition(kube, ns, name, type_)
         return c if c.get("status") == status_ and (reason is None or c.get("reason") == reason) else None
+
     return check
 
 
@@ -207,8 +209,11 @@ def test_health_gate_pauses_a_queued_job_through_its_workload(kueue_cluster, kue
     wait_for(suspended(kube, ns, "guarded", False), what="started")
     kube.patch_status(LORARL, "LoraRLJob", ns, "guarded", {"metrics": {"trainRolloutLogprobAbsDiffMean": 0.051, "step": 9}})
     # the operator deactivates the Workload; Kueue evicts it and suspends the RayJob itself
-    wl = wait_for(lambda: (lambda w: w if (w.get("spec") or {}).get("active") is False else None)(workload(kube, ns, "guarded")),
-                  timeout=30, what="the Workload deactivated")
+    wl = wait_for(
+        lambda: (lambda w: w if (w.get("spec") or {}).get("active") is False else None)(workload(kube, ns, "guarded")),
+        timeout=30,
+        what="the Workload deactivated",
+    )
     assert wl["metadata"]["annotations"][DEACTIVATED_BY] == "HealthSuspended"
     wait_for(lambda: workload_condition(kube, ns, "guarded", "Evicted").get("reason") == "Deactivated", timeout=30, what="Kueue evicts it")
     wait_for(suspended(kube, ns, "guarded", True), timeout=30, what="Kueue suspends the RayJob")

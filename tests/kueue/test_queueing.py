@@ -62,6 +62,7 @@ def test_find_workload_by_controller_owner():
 def test_owns_suspend_reads_managed_fields():
     def rj(manager, operation, fields):
         return {"metadata": {"managedFields": [{"manager": manager, "operation": operation, "fieldsV1": {"f:spec": fields}}]}}
+
     assert owns_suspend(rj(FIELD_MANAGER, "Apply", {"f:suspend": {}, "f:entrypoint": {}}))
     assert not owns_suspend(rj(FIELD_MANAGER, "Apply", {"f:entrypoint": {}}))
     assert not owns_suspend(rj(CREATE_MANAGER, "Apply", {"f:suspend": {}}))
@@ -72,7 +73,9 @@ def test_owns_suspend_reads_managed_fields():
 
 def test_admission_digest():
     pending = admission(wl(conditions=[("QuotaReserved", "False", "Pending", "couldn't assign flavors: insufficient unused quota for amd.com/gpu")]), "team-cq")
-    assert pending == Admission(workload="rayjob-x-1a2b3", cluster_queue="team-cq", pending_message="couldn't assign flavors: insufficient unused quota for amd.com/gpu")
+    assert pending == Admission(
+        workload="rayjob-x-1a2b3", cluster_queue="team-cq", pending_message="couldn't assign flavors: insufficient unused quota for amd.com/gpu"
+    )
     admitted = admission(wl(conditions=[("QuotaReserved", "True", "QuotaReserved", ""), ("Admitted", "True", "Admitted", "")], admission_cq="cq-a"), "team-cq")
     assert admitted.admitted and admitted.cluster_queue == "cq-a"
     preempted = admission(wl(conditions=[("Evicted", "True", "Preempted", "Preempted to accommodate a workload"), ("Preempted", "True", "InClusterQueue", "")]))
@@ -104,7 +107,10 @@ def test_queued_names_the_cluster_queue_and_kueues_reason():
     out, events = status.compute({}, rayjob("Suspended"), facts(admission=adm))
     assert out["phase"] == "Pending"
     assert conds(out)["Reconciling"] == ("True", "Queued") and conds(out)["Suspended"] == ("True", "Queued")
-    assert cond(out, "Reconciling")["message"] == "waiting for Kueue to admit the job in ClusterQueue team-cq (LocalQueue gpus): insufficient unused quota for amd.com/gpu"
+    assert (
+        cond(out, "Reconciling")["message"]
+        == "waiting for Kueue to admit the job in ClusterQueue team-cq (LocalQueue gpus): insufficient unused quota for amd.com/gpu"
+    )
     assert conds(out)["Admitted"] == ("False", "Queued")
 
 
@@ -121,12 +127,20 @@ def test_admitted_is_a_condition_and_an_event():
 
 def test_preempted_reports_kueues_reason_and_waits_to_resume():
     running, _ = status.compute({}, rayjob("Running", suspend=False), facts(admission=Admission(workload="w", admitted=True, cluster_queue="cq")))
-    adm = Admission(workload="w", cluster_queue="cq", evicted_reason="Preempted", evicted_message="Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue", preempted_reason="InClusterQueue")
+    adm = Admission(
+        workload="w",
+        cluster_queue="cq",
+        evicted_reason="Preempted",
+        evicted_message="Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue",
+        preempted_reason="InClusterQueue",
+    )
     out, events = status.compute(running, rayjob("Suspending"), facts(admission=adm))
     assert out["phase"] == "Pending"
     assert conds(out)["Reconciling"] == ("True", "Preempted") and conds(out)["Suspended"] == ("True", "Preempted")
     assert conds(out)["Admitted"] == ("False", "Preempted") and conds(out)["Stalled"] == ("False", "NoError")
-    assert cond(out, "Reconciling")["message"].startswith("Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue; waiting for ClusterQueue cq")
+    assert cond(out, "Reconciling")["message"].startswith(
+        "Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue; waiting for ClusterQueue cq"
+    )
     assert [e for e in events if e.reason == "Preempted" and e.type == "Warning"]
 
 

@@ -23,8 +23,7 @@ def queued_job(namespace: str):
 
 
 def suspend_owners(rayjob: dict) -> set[tuple[str, str]]:
-    return {(e["manager"], e["operation"]) for e in rayjob["metadata"].get("managedFields", [])
-            if "f:suspend" in (e.get("fieldsV1") or {}).get("f:spec", {})}
+    return {(e["manager"], e["operation"]) for e in rayjob["metadata"].get("managedFields", []) if "f:suspend" in (e.get("fieldsV1") or {}).get("f:spec", {})}
 
 
 def apply_as_operator(kube: Api, job, live):

@@ -39,8 +39,7 @@ def _pod(name, command, *, gpus=0, volumes=(), sa=None, labels=None, restart="Ne
         spec["volumes"] = [{"name": claim, "persistentVolumeClaim": {"claimName": claim}} for claim, _ in volumes]
     if sa:
         spec["serviceAccountName"] = sa
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {"app": name}},
-            "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {"app": name}}, "spec": spec}
 
 
 def _apply(cp, ns, *objs):
@@ -48,8 +47,7 @@ def _apply(cp, ns, *objs):
 
 
 def _wait_phase(cp, ns, pod, phase, timeout=120):
-    cp.kubectl("wait", "-n", ns, f"pod/{pod}", f"--for=jsonpath={{.status.phase}}={phase}",
-               f"--timeout={timeout}s", timeout=timeout + 30)
+    cp.kubectl("wait", "-n", ns, f"pod/{pod}", f"--for=jsonpath={{.status.phase}}={phase}", f"--timeout={timeout}s", timeout=timeout + 30)
 
 
 def _logs(cp, ns, pod):
@@ -84,8 +82,9 @@ def test_gpu_pod_runs_with_two_devices_and_a_pod_over_capacity_stays_pending(rea
 
     _apply(cp, ns, _pod("too-many", "true", gpus=REAL_NODE_GPUS - 1))  # 2 + (N - 1) > N
     cp.kubectl("wait", "-n", ns, "pod/too-many", "--for=condition=PodScheduled=False", "--timeout=60s", timeout=90)
-    cond = next(c for c in json.loads(cp.kubectl("get", "pod", "-n", ns, "too-many", "-o", "json").stdout)
-                ["status"]["conditions"] if c["type"] == "PodScheduled")
+    cond = next(
+        c for c in json.loads(cp.kubectl("get", "pod", "-n", ns, "too-many", "-o", "json").stdout)["status"]["conditions"] if c["type"] == "PodScheduled"
+    )
     assert cond["reason"] == "Unschedulable"
     assert "Insufficient amd.com/gpu" in cond["message"]
 
@@ -93,15 +92,17 @@ def test_gpu_pod_runs_with_two_devices_and_a_pod_over_capacity_stays_pending(rea
 def test_a_pod_resolves_a_service_by_name_and_reaches_it_through_its_cluster_ip(real_node_cluster, ns):
     cp = real_node_cluster
     token = uuid.uuid4().hex
-    _apply(cp, ns, _pod("web", f"mkdir -p /www && echo {token} > /www/index.html && exec httpd -f -p 8080 -h /www"),
-           {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    _apply(
+        cp,
+        ns,
+        _pod("web", f"mkdir -p /www && echo {token} > /www/index.html && exec httpd -f -p 8080 -h /www"),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}},
+    )
     _wait_phase(cp, ns, "web", "Running")
     ip = cp.kubectl("get", "svc", "-n", ns, "web", "-o", "jsonpath={.spec.clusterIP}").stdout
     fqdn = f"web.{ns}.svc.{realnode.CLUSTER_DOMAIN}"
     # retried: the Service's endpoints reach kube-proxy and CoreDNS a moment after the pod is Running
-    script = (f"for i in $(seq 60); do nslookup {fqdn} && wget -qO- http://web/ && wget -qO- http://{ip}/ "
-              "&& exit 0; sleep 1; done; exit 1")
+    script = f"for i in $(seq 60); do nslookup {fqdn} && wget -qO- http://web/ && wget -qO- http://{ip}/ && exit 0; sleep 1; done; exit 1"
     _apply(cp, ns, _pod("client", script))
     _wait_phase(cp, ns, "client", "Succeeded")
     out = _logs(cp, ns, "client")
@@ -113,20 +114,30 @@ def test_a_pod_calls_the_api_server_with_its_projected_token(real_node_cluster, 
     cp = real_node_cluster
     url = f"https://kubernetes.default.svc/api/v1/namespaces/{ns}/pods"
     tok = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    call = (f'wget -q -O- --no-check-certificate --header "Authorization: Bearer $(cat {tok})" {url} '
-            '2>&1; echo "exit=$?"')
+    call = f'wget -q -O- --no-check-certificate --header "Authorization: Bearer $(cat {tok})" {url} 2>&1; echo "exit=$?"'
     _apply(cp, ns, _pod("denied", f"cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; {call}"))
     _wait_phase(cp, ns, "denied", "Succeeded")
     out = _logs(cp, ns, "denied")
     assert out.splitlines()[0] == ns
     assert "403" in out, out  # authenticated as system:serviceaccount:NS:default, not authorized
 
-    _apply(cp, ns,
-           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "pod-reader"},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]},
-           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "pod-reader"},
+    _apply(
+        cp,
+        ns,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "pod-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "pod-reader"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
-            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}]})
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
+        },
+    )
     _apply(cp, ns, _pod("allowed", call))
     _wait_phase(cp, ns, "allowed", "Succeeded")
     body = _logs(cp, ns, "allowed")
@@ -137,19 +148,23 @@ def test_a_pod_calls_the_api_server_with_its_projected_token(real_node_cluster, 
 
 def test_rwo_and_rwx_claims_bind_and_two_pods_share_them(real_node_cluster, ns):
     cp = real_node_cluster
-    claims = [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
-               "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}}}
-              for name, mode in (("rwo", "ReadWriteOnce"), ("rwx", "ReadWriteMany"))]
+    claims = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name},
+            "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+        for name, mode in (("rwo", "ReadWriteOnce"), ("rwx", "ReadWriteMany"))
+    ]
     _apply(cp, ns, *claims)
     for name in ("rwo", "rwx"):
         cp.kubectl("wait", "-n", ns, f"pvc/{name}", "--for=jsonpath={.status.phase}=Bound", "--timeout=60s", timeout=90)
     token = uuid.uuid4().hex
-    _apply(cp, ns, _pod("writer", f"echo {token} > /rwo/f && echo {token} > /rwx/f && sleep 3600",
-                        volumes=[("rwo", "/rwo"), ("rwx", "/rwx")]))
+    _apply(cp, ns, _pod("writer", f"echo {token} > /rwo/f && echo {token} > /rwx/f && sleep 3600", volumes=[("rwo", "/rwo"), ("rwx", "/rwx")]))
     _wait_phase(cp, ns, "writer", "Running")
     # the second pod runs while the first still has both volumes mounted
-    _apply(cp, ns, _pod("reader", "for i in $(seq 30); do cat /rwo/f /rwx/f && exit 0; sleep 1; done; exit 1",
-                        volumes=[("rwo", "/rwo"), ("rwx", "/rwx")]))
+    _apply(cp, ns, _pod("reader", "for i in $(seq 30); do cat /rwo/f /rwx/f && exit 0; sleep 1; done; exit 1", volumes=[("rwo", "/rwo"), ("rwx", "/rwx")]))
     _wait_phase(cp, ns, "reader", "Succeeded")
     assert _logs(cp, ns, "reader").split() == [token, token]
     pv = cp.kubectl("get", "pvc", "-n", ns, "rwx", "-o", "jsonpath={.spec.volumeName}").stdout

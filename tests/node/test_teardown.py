@@ -27,8 +27,9 @@ def test_stop_and_a_killed_runs_sweep_remove_everything_the_node_made(real_node_
     before = request.config.stash[REAL_NODE_BASELINE]
     # something that leaves traces: a running pod on the bridge with a volume
     cp.kubectl("create", "namespace", "teardown-check")
-    cp.kubectl("run", "-n", "teardown-check", "sleeper", f"--image={images.BUSYBOX_IMAGE}",
-               "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "3600")
+    cp.kubectl(
+        "run", "-n", "teardown-check", "sleeper", f"--image={images.BUSYBOX_IMAGE}", "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "3600"
+    )
     cp.kubectl("wait", "-n", "teardown-check", "pod/sleeper", "--for=condition=Ready", "--timeout=120s", timeout=150)
     pids = dict(cp.pids)
     netns_inode = os.stat(f"/run/netns/{cp.netns}").st_ino
@@ -52,15 +53,21 @@ def test_stop_and_a_killed_runs_sweep_remove_everything_the_node_made(real_node_
     # a killed run (every process we started SIGKILLed, its pods left running) is swept by the
     # next start; `lorarl-dev controlplane up --node` is that run, detached
     state = tmp_path / "state"
-    up = subprocess.run([sys.executable, "-m", "lorarl_dev.cli", "controlplane", "up", "--node", "--gpus", "2",
-                         "--state-dir", str(state)], capture_output=True, text=True, timeout=600)
+    up = subprocess.run(
+        [sys.executable, "-m", "lorarl_dev.cli", "controlplane", "up", "--node", "--gpus", "2", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert up.returncode == 0, up.stderr[-3000:]
     kubeconfig = up.stdout.strip().removeprefix("export KUBECONFIG=")
     kubectl = [cp.kubectl_path, f"--kubeconfig={kubeconfig}"]
-    subprocess.run([*kubectl, "run", "orphan", f"--image={images.BUSYBOX_IMAGE}", "--image-pull-policy=Never",
-                    "--restart=Never", "--", "sleep", "3600"], check=True, capture_output=True)
-    subprocess.run([*kubectl, "wait", "pod/orphan", "--for=condition=Ready", "--timeout=120s"], check=True,
-                   capture_output=True, timeout=150)
+    subprocess.run(
+        [*kubectl, "run", "orphan", f"--image={images.BUSYBOX_IMAGE}", "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "3600"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run([*kubectl, "wait", "pod/orphan", "--for=condition=Ready", "--timeout=120s"], check=True, capture_output=True, timeout=150)
     record = json.loads(realnode.RECORD.read_text())
     for pid in record["pids"].values():
         os.kill(pid, signal.SIGKILL)

@@ -15,4 +15,3 @@ def operator(control_plane, namespace, tmp_path, request):
     if call_failed(request.node):
         print(op.output()[-5000:])
     op.assert_no_tracebacks()  # a traceback in the operator's log fails the test (as in tests/chaos)
-

@@ -29,7 +29,9 @@ def facts(**kw):
 BAD = Verdict("False", "LogprobDiffTooHigh", "mean 0.05 >= 0.03")
 
 
-REFUSED = 'applying RayJob ns/j: 422 Unprocessable Entity: RayJob.ray.io "j" is invalid: spec.rayClusterSpec.headGroupSpec.template.spec.affinity: Invalid value'
+REFUSED = (
+    'applying RayJob ns/j: 422 Unprocessable Entity: RayJob.ray.io "j" is invalid: spec.rayClusterSpec.headGroupSpec.template.spec.affinity: Invalid value'
+)
 
 
 # Written by hand from docs/status.md (KubeRay states) and kstatus's rules (sigs.k8s.io/cli-utils
@@ -45,7 +47,19 @@ TABLE = {
     # New ("") again on a retry or resume: KubeRay keeps startTime and the counters
     "restarting-after-retry": (("", "", "", "", {"startTime": NOW, "failed": 1}), {}, "Preparing", F, "RayClusterRestarting", T, F, F, F, F, "InProgress"),
     "restarting-after-resume": (("", "", "", "", {"startTime": NOW, "failed": 0}), {}, "Preparing", F, "RayClusterRestarting", T, F, F, F, F, "InProgress"),
-    "queued-initializing": (("Initializing", "", "", "", {}, {"suspend": True}), {"queue_name": "rl-team"}, "Pending", F, "Queued", T, F, F, F, T, "InProgress"),
+    "queued-initializing": (
+        ("Initializing", "", "", "", {}, {"suspend": True}),
+        {"queue_name": "rl-team"},
+        "Pending",
+        F,
+        "Queued",
+        T,
+        F,
+        F,
+        F,
+        T,
+        "InProgress",
+    ),
     "initializing": (("Initializing", "", ""), {}, "Preparing", F, "RayClusterInitializing", T, F, F, F, F, "InProgress"),
     "waiting": (("Waiting", "", ""), {}, "Preparing", F, "WaitingForSubmission", T, F, F, F, F, "InProgress"),
     "submitted-pending": (("Running", "PENDING", ""), {}, "Preparing", F, "JobSubmitted", T, F, F, F, F, "InProgress"),
@@ -76,8 +90,15 @@ TABLE = {
     "unknown-state": (("SomethingNew", "", ""), {}, "Pending", F, "UnknownRayJobState", T, F, F, F, F, "InProgress"),
     **{
         f"failed-{reason}": (("Failed", "FAILED", reason), {}, "Failed", F, reason, F, T, F, T, F, "Failed")
-        for reason in ("SubmissionFailed", "DeadlineExceeded", "AppFailed", "JobDeploymentStatusTransitionGracePeriodExceeded",
-                       "ValidationFailed", "PreRunningDeadlineExceeded", "JobStatusCheckTimeoutExceeded")
+        for reason in (
+            "SubmissionFailed",
+            "DeadlineExceeded",
+            "AppFailed",
+            "JobDeploymentStatusTransitionGracePeriodExceeded",
+            "ValidationFailed",
+            "PreRunningDeadlineExceeded",
+            "JobStatusCheckTimeoutExceeded",
+        )
     },
 }
 

@@ -16,11 +16,13 @@ from tests.operator.conftest import OperatorProcess
 
 pytestmark = pytest.mark.controlplane
 
+
 def stalled(kube, namespace, reason):
     def check():
         st = (job(kube, namespace) or {}).get("status") or {}
         cond = next((c for c in st.get("conditions", []) if c["type"] == "Stalled"), None)
         return cond if cond and cond["status"] == "True" and cond["reason"] == reason else None
+
     return check
 
 
@@ -29,6 +31,7 @@ def recovered(kube, namespace):
         st = (job(kube, namespace) or {}).get("status") or {}
         c = conditions(st)
         return st if rayjob(kube, namespace) and c.get("Stalled") == ("False", "NoError") else None
+
     return check
 
 

@@ -6,10 +6,21 @@ from lorarl.control.cache import Caches, Memo, merge_patch
 
 
 def job(rv, status=None, generation=1, uid="u1", **meta):
-    return {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob",
-            "metadata": {"namespace": "ns", "name": "a", "uid": uid, "generation": generation, "resourceVersion": rv,
-                         "managedFields": [{"manager": "kubectl"}], **meta},
-            "spec": {"suspend": False}, "status": status or {}}
+    return {
+        "apiVersion": "lorarl.dev/v1alpha1",
+        "kind": "LoraRLJob",
+        "metadata": {
+            "namespace": "ns",
+            "name": "a",
+            "uid": uid,
+            "generation": generation,
+            "resourceVersion": rv,
+            "managedFields": [{"manager": "kubectl"}],
+            **meta,
+        },
+        "spec": {"suspend": False},
+        "status": status or {},
+    }
 
 
 def test_an_echo_is_known_by_its_resource_version_or_by_what_was_written():
@@ -46,8 +57,13 @@ def test_cached_objects_are_trimmed_to_what_the_reconcile_reads():
     caches.jobs.put(job("1", annotations={last: "{...}", "keep": "me"}))
     meta = caches.jobs.get(("ns", "a"))["metadata"]
     assert "managedFields" not in meta and meta["annotations"] == {"keep": "me"}
-    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"namespace": "ns", "name": "a", "uid": "r", "resourceVersion": "1"},
-              "spec": {"suspend": True, "entrypoint": "python3 ...", "rayClusterSpec": {"headGroupSpec": {}}}, "status": {"jobStatus": "RUNNING"}}
+    rayjob = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"namespace": "ns", "name": "a", "uid": "r", "resourceVersion": "1"},
+        "spec": {"suspend": True, "entrypoint": "python3 ...", "rayClusterSpec": {"headGroupSpec": {}}},
+        "status": {"jobStatus": "RUNNING"},
+    }
     caches.rayjobs.put(rayjob)
     assert caches.rayjobs.get(("ns", "a"))["spec"] == {"suspend": True}
     assert caches.rayjobs.get(("ns", "a"))["status"] == {"jobStatus": "RUNNING"}
@@ -72,18 +88,25 @@ def test_rayjob_cache_keeps_who_owns_suspend_and_nothing_else_of_managed_fields(
     from lorarl.control.cache import trim_rayjob
 
     live = {
-        "apiVersion": "ray.io/v1", "kind": "RayJob",
-        "metadata": {"name": "r", "namespace": "ns", "managedFields": [
-            {"manager": queueing.FIELD_MANAGER, "operation": "Apply",
-             "fieldsV1": {"f:spec": {"f:suspend": {}, "f:entrypoint": {}}, "f:metadata": {"f:labels": {}}}},
-            {"manager": "kuberay-operator", "operation": "Update", "fieldsV1": {"f:status": {}}},
-        ]},
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {
+            "name": "r",
+            "namespace": "ns",
+            "managedFields": [
+                {
+                    "manager": queueing.FIELD_MANAGER,
+                    "operation": "Apply",
+                    "fieldsV1": {"f:spec": {"f:suspend": {}, "f:entrypoint": {}}, "f:metadata": {"f:labels": {}}},
+                },
+                {"manager": "kuberay-operator", "operation": "Update", "fieldsV1": {"f:status": {}}},
+            ],
+        },
         "spec": {"suspend": True, "entrypoint": "x"},
     }
     trimmed = trim_rayjob(live)
     assert queueing.owns_suspend(live) and queueing.owns_suspend(trimmed)
-    assert trimmed["metadata"]["managedFields"] == [
-        {"manager": queueing.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:suspend": {}}}}]
+    assert trimmed["metadata"]["managedFields"] == [{"manager": queueing.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:suspend": {}}}}]
     assert "entrypoint" not in trimmed["spec"]
     live["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"].pop("f:suspend")
     assert not queueing.owns_suspend(trim_rayjob(live))
@@ -138,9 +161,12 @@ def test_settle_keeps_only_finished_observed_jobs_compact_and_drops_their_memos(
     assert caches.settle(key, finished) is True
     small, whole = caches.jobs.read(key)
     assert whole is False and len(caches.parsed) == 0 and len(caches.digests) == 0
-    assert small == {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob",
-                     "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1, "resourceVersion": "2"},
-                     "status": {"phase": "Succeeded", "observedGeneration": 1}}
+    assert small == {
+        "apiVersion": "lorarl.dev/v1alpha1",
+        "kind": "LoraRLJob",
+        "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1, "resourceVersion": "2"},
+        "status": {"phase": "Succeeded", "observedGeneration": 1},
+    }
     caches.parsed.get(("u1", 1), lambda: "parsed again")  # the reconcile of the stand-in read and parsed the job
     assert caches.settle(key, finished) is False and len(caches.parsed) == 0  # already compact; its memo dropped again
 
@@ -184,9 +210,12 @@ def test_the_echo_of_a_finished_jobs_last_write_leaves_it_compact():
 
 
 def rayjob_of(owner, rv="1", name=None):
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "spec": {},
-            "metadata": {"namespace": "ns", "name": name or owner, "uid": f"r-{owner}", "resourceVersion": rv,
-                         "labels": {"lorarl.dev/job": owner}}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "spec": {},
+        "metadata": {"namespace": "ns", "name": name or owner, "uid": f"r-{owner}", "resourceVersion": rv, "labels": {"lorarl.dev/job": owner}},
+    }
 
 
 def test_a_listed_finished_job_is_kept_compact_and_not_reconciled():
@@ -208,9 +237,15 @@ def test_a_listed_finished_job_is_kept_compact_and_not_reconciled():
     ctl.on_job("ADDED", edited, True)
     ctl.on_rayjob("ADDED", rayjob_of("a"), True)
     ctl.on_rayjob("ADDED", rayjob_of("running"), True)
-    assert ctl.caches.jobs.read(("ns", "a")) == ({"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob",
-                                                  "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1,
-                                                               "resourceVersion": "1"}, "status": done}, False)
+    assert ctl.caches.jobs.read(("ns", "a")) == (
+        {
+            "apiVersion": "lorarl.dev/v1alpha1",
+            "kind": "LoraRLJob",
+            "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1, "resourceVersion": "1"},
+            "status": done,
+        },
+        False,
+    )
     assert sorted(ctl.queue.waiting()) == [("ns", "edited"), ("ns", "running"), ("ns", "ttl")]
     assert ctl.caches.jobs.compact_count() == 1 and len(ctl.caches.rayjobs) == 2
     # a watch event about the finished job (not a listing) is reconciled, whole again

@@ -93,8 +93,9 @@ def test_a_finished_job_kept_compact_still_answers_its_events(control_plane, nam
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         except OSError:
             return None
-        return next((float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                     if line.startswith(f'lorarl_cached_objects{{form="{form}",kind="LoraRLJob"}}')), None)
+        return next(
+            (float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(f'lorarl_cached_objects{{form="{form}",kind="LoraRLJob"}}')), None
+        )
 
     try:
         apply_job(control_plane, namespace, seed_doc())
@@ -107,8 +108,10 @@ def test_a_finished_job_kept_compact_still_answers_its_events(control_plane, nam
         before = job(kube, namespace)["status"]
         seen = count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged")
         kube.delete("ray.io/v1", "RayJob", namespace, NAME)  # as KubeRay's ttlSecondsAfterFinished does
-        wait_for(lambda: count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged") > seen,
-                 what="the reconcile of the RayJob's deletion")
+        wait_for(
+            lambda: count_reconciles(operator, namespace, "(rayjob-event): phase Succeeded, 0 applied, status unchanged") > seen,
+            what="the reconcile of the RayJob's deletion",
+        )
         assert rayjob(kube, namespace) is None and job(kube, namespace)["status"] == before
         poke_and_await(kube, operator, namespace, "Succeeded", 7)
         after = job(kube, namespace)["status"]

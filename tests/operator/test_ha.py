@@ -64,8 +64,9 @@ class AdmissionRecorder:
             def do_POST(self):  # noqa: N802
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 recorder._record(review["request"])
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": {"uid": review["request"]["uid"], "allowed": True}}).encode()
+                body = json.dumps(
+                    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": review["request"]["uid"], "allowed": True}}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -80,22 +81,41 @@ class AdmissionRecorder:
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         self.config_name = f"lorarl-recorder-{namespace}"
-        self.control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": self.config_name},
-            "webhooks": [{
-                "name": "recorder.lorarl.dev",
-                "clientConfig": {"url": f"https://127.0.0.1:{self._server.server_address[1]}/",
-                                 "caBundle": __import__("base64").b64encode(ca.cert_pem).decode()},
-                "rules": [{"operations": ["CREATE", "UPDATE", "DELETE"], "apiGroups": ["*"], "apiVersions": ["*"],
-                           "resources": ["*/*"], "scope": "Namespaced"}],
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "failurePolicy": "Fail",  # a write the recorder did not see is a write refused
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }],
-        }))
+        self.control_plane.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump(
+                {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingWebhookConfiguration",
+                    "metadata": {"name": self.config_name},
+                    "webhooks": [
+                        {
+                            "name": "recorder.lorarl.dev",
+                            "clientConfig": {
+                                "url": f"https://127.0.0.1:{self._server.server_address[1]}/",
+                                "caBundle": __import__("base64").b64encode(ca.cert_pem).decode(),
+                            },
+                            "rules": [
+                                {
+                                    "operations": ["CREATE", "UPDATE", "DELETE"],
+                                    "apiGroups": ["*"],
+                                    "apiVersions": ["*"],
+                                    "resources": ["*/*"],
+                                    "scope": "Namespaced",
+                                }
+                            ],
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                            "failurePolicy": "Fail",  # a write the recorder did not see is a write refused
+                            "sideEffects": "None",
+                            "admissionReviewVersions": ["v1"],
+                            "timeoutSeconds": 10,
+                        }
+                    ],
+                }
+            ),
+        )
         # the API server picks the configuration up asynchronously: wait until a write is seen
         core = k8s.CoreV1Api(control_plane.api_client())
         for i in range(300):
@@ -110,15 +130,17 @@ class AdmissionRecorder:
         obj = request.get("object") or request.get("oldObject") or {}
         meta = obj.get("metadata") or {}
         with self._lock:
-            self.records.append({
-                "at": time.monotonic(),
-                "user": request["userInfo"]["username"],
-                "operation": request["operation"],
-                "resource": request["resource"]["resource"] + (f"/{request['subResource']}" if request.get("subResource") else ""),
-                "name": request.get("name") or meta.get("name") or meta.get("generateName", ""),
-                "about": (obj.get("involvedObject") or {}).get("name"),  # an Event's object
-                "holder": (obj.get("spec") or {}).get("holderIdentity") if request["resource"]["resource"] == "leases" else None,
-            })
+            self.records.append(
+                {
+                    "at": time.monotonic(),
+                    "user": request["userInfo"]["username"],
+                    "operation": request["operation"],
+                    "resource": request["resource"]["resource"] + (f"/{request['subResource']}" if request.get("subResource") else ""),
+                    "name": request.get("name") or meta.get("name") or meta.get("generateName", ""),
+                    "about": (obj.get("involvedObject") or {}).get("name"),  # an Event's object
+                    "holder": (obj.get("spec") or {}).get("holderIdentity") if request["resource"]["resource"] == "leases" else None,
+                }
+            )
 
     def snapshot(self) -> list[dict]:
         with self._lock:
@@ -184,9 +206,27 @@ class Replica(OperatorProcess):
             env["KUBECONFIG"] = str(self.kubeconfig)
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lorarl.cli", "run", "-n", self.namespace, "--liveness", f"http://127.0.0.1:{self.port}/healthz",
-             "--metrics-port", str(self.metrics_port), "--resync-seconds", "1", "--log-format", self.log_format, *self.extra],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "lorarl.cli",
+                "run",
+                "-n",
+                self.namespace,
+                "--liveness",
+                f"http://127.0.0.1:{self.port}/healthz",
+                "--metrics-port",
+                str(self.metrics_port),
+                "--resync-seconds",
+                "1",
+                "--log-format",
+                self.log_format,
+                *self.extra,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         return self
 
@@ -286,8 +326,7 @@ def test_one_leader_writes_and_a_killed_leader_is_replaced(control_plane, namesp
     assert sorted(r["metadata"]["name"] for r in kube.list("ray.io/v1", "RayJob", namespace)) == jobs
     # every phase event once, although two replicas handled the jobs: first see the new leader
     # reconcile every job (it would post a duplicate then), then count
-    wait_for(lambda: all(f"[{namespace}/{name}] reconcile " in standby.output() for name in jobs),
-             timeout=60, what="the new leader reconciled every job")
+    wait_for(lambda: all(f"[{namespace}/{name}] reconcile " in standby.output() for name in jobs), timeout=60, what="the new leader reconciled every job")
     wait_for(lambda: event_counts(kube, namespace)[("job-3", "Pending")], what="job-3's Pending event")
     counts = event_counts(kube, namespace)
     assert set(counts.values()) == {1}, counts
@@ -373,10 +412,7 @@ def test_log_lines_name_their_object(control_plane, namespace, kube, tmp_path, l
     finally:
         op.stop()
     lines = [line for line in op.output().splitlines() if line.strip()]
-    about_the_job = [
-        line for line in lines
-        if NAME in line or "Handler '" in line or "reconcile" in line.lower()
-    ]
+    about_the_job = [line for line in lines if NAME in line or "Handler '" in line or "reconcile" in line.lower()]
     assert len(about_the_job) >= 3, lines  # change, rayjob-event, resync
     if log_format == "plain":
         for line in about_the_job:

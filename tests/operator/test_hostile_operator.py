@@ -33,6 +33,7 @@ def test_accepted_hostile_cases_are_reconciled_safely(kube_api, kube, namespace,
             stored = kube.get(api.API_VERSION, api.KIND, namespace, name)
             status = (stored or {}).get("status") or {}
             return stored if status.get("phase") == "Pending" and status.get("observedGeneration") == 1 else None
+
         return check
 
     with Chain() as chain:

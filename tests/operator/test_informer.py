@@ -24,8 +24,15 @@ def test_listing_in_pages_then_only_changes(control_plane, namespace, kube):
     for i in range(5):
         create(kube, namespace, f"job-{i}")
     seen: list[tuple[str, str, bool]] = []
-    informer = Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, namespace,
-                        lambda type_, body, listed: seen.append((type_, body["metadata"]["name"], listed)), page_size=2)
+    informer = Informer(
+        kube.client,
+        api.GROUP,
+        api.VERSION,
+        api.PLURAL,
+        namespace,
+        lambda type_, body, listed: seen.append((type_, body["metadata"]["name"], listed)),
+        page_size=2,
+    )
     assert informer.list() == 5  # three pages
     assert sorted(seen) == [("ADDED", f"job-{i}", True) for i in range(5)]
 
@@ -53,8 +60,9 @@ def test_a_resource_version_too_old_is_a_relist(control_plane, namespace, kube):
     create(kube, namespace, "kept")
     create(kube, namespace, "removed")
     seen: list[tuple[str, str, bool]] = []
-    informer = Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, namespace,
-                        lambda type_, body, listed: seen.append((type_, body["metadata"]["name"], listed)))
+    informer = Informer(
+        kube.client, api.GROUP, api.VERSION, api.PLURAL, namespace, lambda type_, body, listed: seen.append((type_, body["metadata"]["name"], listed))
+    )
     informer.list()
     kube.delete(api.API_VERSION, api.KIND, namespace, "removed")
     informer.resource_version = "1"  # compacted long ago: the API server answers 410 Gone

@@ -29,8 +29,7 @@ DENIED = "is written only by the lorarl operator"
 # what the operator writes (lorarl/control/status.py compute) and a forged value for each
 FORGED = {
     "phase": "Succeeded",
-    "conditions": [{"type": "Succeeded", "status": "True", "reason": "Forged", "message": "",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    "conditions": [{"type": "Succeeded", "status": "True", "reason": "Forged", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
     "observedGeneration": 99,
     "rayJob": {"name": "elsewhere", "jobStatus": "SUCCEEDED"},
     "startTime": "2020-01-01T00:00:00Z",
@@ -67,7 +66,8 @@ def patch_status(control_plane, token, namespace, name, status):
     """A merge patch of ``status`` as ``token``: (HTTP code, the API server's message)."""
     req = urllib.request.Request(
         f"{control_plane.server}/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs/{name}/status",
-        data=json.dumps({"status": status}).encode(), method="PATCH",
+        data=json.dumps({"status": status}).encode(),
+        method="PATCH",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"},
     )
     ctx = ssl.create_default_context(cafile=str(control_plane.ca_file))
@@ -141,6 +141,7 @@ def test_a_job_with_its_own_service_account_is_held_to_the_same_keys(enforced, c
     doc["spec"].setdefault("scheduling", {})["serviceAccountName"] = "team-runner"
     apply_job(control_plane, namespace, doc)
     from lorarl.control.reconcile import Reconciler
+
     Reconciler(kube).reconcile(namespace, "job-c")
     token = control_plane.service_account_token(namespace, "team-runner")
     assert patch_status(control_plane, token, namespace, "job-c", {"progress": REPORTER_WRITES["progress"]}) == (200, "")
@@ -158,11 +159,19 @@ def test_the_operators_service_account_is_not_restricted(enforced, control_plane
     assert op_namespace == namespace
     control_plane.ensure_service_account(namespace, op_name)
     rbac = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "status-writer", "namespace": namespace},
-         "rules": [{"apiGroups": ["lorarl.dev"], "resources": ["lorarljobs/status"], "verbs": ["patch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "status-writer", "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "status-writer"},
-         "subjects": [{"kind": "ServiceAccount", "name": op_name, "namespace": namespace}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "status-writer", "namespace": namespace},
+            "rules": [{"apiGroups": ["lorarl.dev"], "resources": ["lorarljobs/status"], "verbs": ["patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "status-writer", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "status-writer"},
+            "subjects": [{"kind": "ServiceAccount", "name": op_name, "namespace": namespace}],
+        },
     ]
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
     token = control_plane.service_account_token(namespace, op_name)
@@ -212,8 +221,7 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     cluster_scoped = [d for d in docs if d["kind"].startswith("Cluster")]
     sa_name = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
-    operator_kube = Api(__import__("kubernetes").config.new_client_from_config(
-        config_file=str(control_plane.restricted_kubeconfig(namespace, sa_name))))
+    operator_kube = Api(__import__("kubernetes").config.new_client_from_config(config_file=str(control_plane.restricted_kubeconfig(namespace, sa_name))))
     try:
         # someone else's RayJob and ConfigMap under the names job "victim" renders its children
         doc = seed_doc()
@@ -221,8 +229,7 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
         doc["metadata"]["namespace"] = namespace
         foreign_rayjob = render.rayjob(job_from(doc))  # no uid: no ownerReference
         foreign_rayjob["metadata"]["labels"] = {"team": "someone-else"}
-        foreign_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "victim-lorarl", "namespace": namespace},
-                      "data": {"owner": "someone else"}}
+        foreign_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "victim-lorarl", "namespace": namespace}, "data": {"owner": "someone else"}}
         control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([foreign_rayjob, foreign_cm]))
         apply_job(control_plane, namespace, doc)
         outcome = wait_for(lambda: _reconciled(operator_kube, namespace, "victim"), what="a reconcile as the operator")
@@ -258,6 +265,7 @@ def _reconcile_as_the_operator(operator_kube, namespace, name):
     from lorarl.control.cache import Caches
     from lorarl.control.reconcile import Reconciler
     from lorarl.job import render
+
     caches = Caches()
     for body in operator_kube.list(api.API_VERSION, api.KIND, namespace):
         caches.jobs.put(body)
@@ -268,6 +276,7 @@ def _reconcile_as_the_operator(operator_kube, namespace, name):
 
 def _reconciled(operator_kube, namespace, name):
     from lorarl.runtime.kube import ApiError
+
     try:
         return _reconcile_as_the_operator(operator_kube, namespace, name)
     except ApiError:  # RBAC just granted may take a moment to be seen

@@ -26,6 +26,7 @@ RECORD = os.environ.get("LORARL_RECORD_TESTDATA") == "1"
 RECORDED_NAMESPACE = "ml-team"
 RECORDED_TIME = "2026-11-30T10:00:00Z"
 
+
 def status_of(kube, namespace):
     return (job(kube, namespace) or {}).get("status") or {}
 
@@ -35,6 +36,7 @@ def has(kube, namespace, type_, status_, reason=None):
         st = status_of(kube, namespace)
         got = conditions(st).get(type_)
         return st if got and got[0] == status_ and (reason is None or got[1] == reason) else None
+
     return check
 
 

@@ -20,22 +20,113 @@ CREATED = (False, {}, False, "Pending")
 FIRST_RUN = [
     (False, None, False, "Pending"),
     CREATED,
-    (False, {"jobDeploymentStatus": "Initializing", "jobId": "j-1", "rayClusterName": "c-1", "startTime": T0, "failed": 0, "succeeded": 0}, False, "Preparing"),  # rjc:820-850
-    (False, {"jobDeploymentStatus": "Running", "jobId": "j-1", "rayClusterName": "c-1", "dashboardURL": "u", "startTime": T0, "failed": 0, "succeeded": 0}, False, "Preparing"),  # rjc:204-228
-    (False, {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "jobId": "j-1", "rayClusterName": "c-1", "dashboardURL": "u", "startTime": T0, "failed": 0, "succeeded": 0}, False, "Running"),  # rjc:313-344
+    (
+        False,
+        {"jobDeploymentStatus": "Initializing", "jobId": "j-1", "rayClusterName": "c-1", "startTime": T0, "failed": 0, "succeeded": 0},
+        False,
+        "Preparing",
+    ),  # rjc:820-850
+    (
+        False,
+        {"jobDeploymentStatus": "Running", "jobId": "j-1", "rayClusterName": "c-1", "dashboardURL": "u", "startTime": T0, "failed": 0, "succeeded": 0},
+        False,
+        "Preparing",
+    ),  # rjc:204-228
+    (
+        False,
+        {
+            "jobDeploymentStatus": "Running",
+            "jobStatus": "RUNNING",
+            "jobId": "j-1",
+            "rayClusterName": "c-1",
+            "dashboardURL": "u",
+            "startTime": T0,
+            "failed": 0,
+            "succeeded": 0,
+        },
+        False,
+        "Running",
+    ),  # rjc:313-344
 ]
 SUCCESS = FIRST_RUN + [
-    (False, {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "jobId": "j-1", "rayClusterName": "c-1", "dashboardURL": "u", "startTime": T0, "endTime": T1, "failed": 0, "succeeded": 1}, False, "Succeeded"),
+    (
+        False,
+        {
+            "jobDeploymentStatus": "Complete",
+            "jobStatus": "SUCCEEDED",
+            "jobId": "j-1",
+            "rayClusterName": "c-1",
+            "dashboardURL": "u",
+            "startTime": T0,
+            "endTime": T1,
+            "failed": 0,
+            "succeeded": 1,
+        },
+        False,
+        "Succeeded",
+    ),
 ]
 # backoffLimit 1: the failed attempt is written as Retrying directly (rjc:420, 510-522), then
 # New with the run's fields reset (rjc:368-384), then a new cluster (rjc:820-850)
 RETRY = FIRST_RUN + [
-    (False, {"jobDeploymentStatus": "Retrying", "jobStatus": "FAILED", "reason": "AppFailed", "message": "exit 1", "jobId": "j-1", "rayClusterName": "c-1", "dashboardURL": "u", "startTime": T0, "failed": 1, "succeeded": 0}, False, "Preparing"),
+    (
+        False,
+        {
+            "jobDeploymentStatus": "Retrying",
+            "jobStatus": "FAILED",
+            "reason": "AppFailed",
+            "message": "exit 1",
+            "jobId": "j-1",
+            "rayClusterName": "c-1",
+            "dashboardURL": "u",
+            "startTime": T0,
+            "failed": 1,
+            "succeeded": 0,
+        },
+        False,
+        "Preparing",
+    ),
     (False, {"jobDeploymentStatus": "", "startTime": T0, "failed": 1, "succeeded": 0}, False, "Preparing"),
     (False, {"jobDeploymentStatus": "Initializing", "jobId": "j-2", "rayClusterName": "c-2", "startTime": T1, "failed": 1, "succeeded": 0}, False, "Preparing"),
-    (False, {"jobDeploymentStatus": "Running", "jobId": "j-2", "rayClusterName": "c-2", "dashboardURL": "u2", "startTime": T1, "failed": 1, "succeeded": 0}, False, "Preparing"),
-    (False, {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "jobId": "j-2", "rayClusterName": "c-2", "dashboardURL": "u2", "startTime": T1, "failed": 1, "succeeded": 0}, False, "Running"),
-    (False, {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "reason": "AppFailed", "message": "exit 1", "jobId": "j-2", "rayClusterName": "c-2", "dashboardURL": "u2", "startTime": T1, "endTime": T1, "failed": 2, "succeeded": 0}, False, "Failed"),
+    (
+        False,
+        {"jobDeploymentStatus": "Running", "jobId": "j-2", "rayClusterName": "c-2", "dashboardURL": "u2", "startTime": T1, "failed": 1, "succeeded": 0},
+        False,
+        "Preparing",
+    ),
+    (
+        False,
+        {
+            "jobDeploymentStatus": "Running",
+            "jobStatus": "RUNNING",
+            "jobId": "j-2",
+            "rayClusterName": "c-2",
+            "dashboardURL": "u2",
+            "startTime": T1,
+            "failed": 1,
+            "succeeded": 0,
+        },
+        False,
+        "Running",
+    ),
+    (
+        False,
+        {
+            "jobDeploymentStatus": "Failed",
+            "jobStatus": "FAILED",
+            "reason": "AppFailed",
+            "message": "exit 1",
+            "jobId": "j-2",
+            "rayClusterName": "c-2",
+            "dashboardURL": "u2",
+            "startTime": T1,
+            "endTime": T1,
+            "failed": 2,
+            "succeeded": 0,
+        },
+        False,
+        "Failed",
+    ),
 ]
 RUNNING = FIRST_RUN[-1][1]
 SUSPEND_RESUME = FIRST_RUN + [
@@ -45,12 +136,46 @@ SUSPEND_RESUME = FIRST_RUN + [
     (False, {"jobDeploymentStatus": "Suspended", "startTime": T0, "failed": 0, "succeeded": 0}, False, "Suspended"),  # Resuming
     (False, {"jobDeploymentStatus": "", "startTime": T0, "failed": 0, "succeeded": 0}, False, "Preparing"),  # rjc:385-391
     (False, {"jobDeploymentStatus": "Initializing", "jobId": "j-2", "rayClusterName": "c-2", "startTime": T1, "failed": 0, "succeeded": 0}, False, "Preparing"),
-    (False, {"jobDeploymentStatus": "Running", "jobId": "j-2", "rayClusterName": "c-2", "dashboardURL": "u2", "startTime": T1, "failed": 0, "succeeded": 0}, False, "Preparing"),
-    (False, {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "jobId": "j-2", "rayClusterName": "c-2", "dashboardURL": "u2", "startTime": T1, "failed": 0, "succeeded": 0}, False, "Running"),
+    (
+        False,
+        {"jobDeploymentStatus": "Running", "jobId": "j-2", "rayClusterName": "c-2", "dashboardURL": "u2", "startTime": T1, "failed": 0, "succeeded": 0},
+        False,
+        "Preparing",
+    ),
+    (
+        False,
+        {
+            "jobDeploymentStatus": "Running",
+            "jobStatus": "RUNNING",
+            "jobId": "j-2",
+            "rayClusterName": "c-2",
+            "dashboardURL": "u2",
+            "startTime": T1,
+            "failed": 0,
+            "succeeded": 0,
+        },
+        False,
+        "Running",
+    ),
 ]
 # activeDeadlineSeconds passed before the cluster was ready: Failed even with retries left (rjc:184, 511-518)
 DEADLINE = FIRST_RUN[:3] + [
-    (False, {"jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded", "message": "The RayJob has passed the activeDeadlineSeconds.", "jobId": "j-1", "rayClusterName": "c-1", "startTime": T0, "endTime": T1, "failed": 1, "succeeded": 0}, False, "Failed"),
+    (
+        False,
+        {
+            "jobDeploymentStatus": "Failed",
+            "reason": "DeadlineExceeded",
+            "message": "The RayJob has passed the activeDeadlineSeconds.",
+            "jobId": "j-1",
+            "rayClusterName": "c-1",
+            "startTime": T0,
+            "endTime": T1,
+            "failed": 1,
+            "succeeded": 0,
+        },
+        False,
+        "Failed",
+    ),
 ]
 # created suspended for Kueue: New -> Initializing -> Suspending -> Suspended (rjc:166-180, 345-381), admitted: New
 INIT = FIRST_RUN[2][1]
@@ -91,8 +216,14 @@ def test_new_on_restart_does_not_flap_back_to_pending(name):
 
 def shape(st):
     """What a step says besides names and times: deployment, job status, reason, which fields are set."""
-    return (st.get("jobDeploymentStatus", ""), st.get("jobStatus", ""), st.get("reason", ""), st.get("failed"), st.get("succeeded"),
-            tuple(sorted(k for k in st if k in ("jobId", "rayClusterName", "dashboardURL", "startTime", "endTime"))))
+    return (
+        st.get("jobDeploymentStatus", ""),
+        st.get("jobStatus", ""),
+        st.get("reason", ""),
+        st.get("failed"),
+        st.get("succeeded"),
+        tuple(sorted(k for k in st if k in ("jobId", "rayClusterName", "dashboardURL", "startTime", "endTime"))),
+    )
 
 
 def kuberay_writes(steps):
@@ -108,10 +239,16 @@ def kuberay_writes(steps):
 def test_stand_in_writes_the_retry_sequence():
     kube = MemoryKube({"backoffLimit": 1})
     ray = FakeKubeRay(kube, "ns", "j")
-    ray.initializing(); ray.submitted(); ray.running()
+    ray.initializing()
+    ray.submitted()
+    ray.running()
     first_cluster = ray.cluster
     assert ray.app_failed(message="exit 1")["jobDeploymentStatus"] == "Retrying"
-    ray.new_attempt(); ray.initializing(); ray.submitted(); ray.running(); ray.app_failed(message="exit 1")
+    ray.new_attempt()
+    ray.initializing()
+    ray.submitted()
+    ray.running()
+    ray.app_failed(message="exit 1")
     assert [shape(w) for w in ray.writes] == [shape(s) for s in kuberay_writes(RETRY)]
     assert ray.cluster != first_cluster and kube.obj["status"] == ray.status
 
@@ -119,8 +256,15 @@ def test_stand_in_writes_the_retry_sequence():
 def test_stand_in_writes_the_suspend_resume_sequence():
     kube = MemoryKube({})
     ray = FakeKubeRay(kube, "ns", "j")
-    ray.initializing(); ray.submitted(); ray.running()
-    ray.suspending(); ray.suspended(); ray.resumed(); ray.initializing(); ray.submitted(); ray.running()
+    ray.initializing()
+    ray.submitted()
+    ray.running()
+    ray.suspending()
+    ray.suspended()
+    ray.resumed()
+    ray.initializing()
+    ray.submitted()
+    ray.running()
     assert [shape(w) for w in ray.writes] == [shape(s) for s in kuberay_writes(SUSPEND_RESUME)]
 
 

@@ -21,12 +21,15 @@ def test_a_lease_expires_only_a_full_duration_after_we_saw_it_change():
     assert leader.expired(observed_at=100.0, lease_seconds=15, now=400.0)
 
 
-@pytest.mark.parametrize("holder,now,ours", [
-    (OTHER, 105.0, False),  # held by another, not expired: wait
-    (OTHER, 115.0, True),   # held by another, expired: take over
-    (ME, 105.0, True),      # ours: renew
-    ("", 100.0, True),      # released (holderIdentity cleared): take at once, no waiting
-])
+@pytest.mark.parametrize(
+    "holder,now,ours",
+    [
+        (OTHER, 105.0, False),  # held by another, not expired: wait
+        (OTHER, 115.0, True),  # held by another, expired: take over
+        (ME, 105.0, True),  # ours: renew
+        ("", 100.0, True),  # released (holderIdentity cleared): take at once, no waiting
+    ],
+)
 def test_whose_turn(holder, now, ours):
     record = Record(holder, 15, "t0", "t0", 3)
     assert leader.may_take(record, ME, observed_at=100.0, now=now) is ours
@@ -73,12 +76,15 @@ def test_lease_seconds_round_up():
     assert leader.Timings(10.5, 10.0, 2.0).lease_seconds == 11
 
 
-@pytest.mark.parametrize("timings,word", [
-    ((15, 10, 2), None),
-    ((10, 10, 2), "--lease-duration"),
-    ((15, 10, 10), "--renew-deadline"),
-    ((15, 10, 0), "--retry-period"),
-])
+@pytest.mark.parametrize(
+    "timings,word",
+    [
+        ((15, 10, 2), None),
+        ((10, 10, 2), "--lease-duration"),
+        ((15, 10, 10), "--renew-deadline"),
+        ((15, 10, 0), "--retry-period"),
+    ],
+)
 def test_timings_are_validated(timings, word):
     problem = leader.Timings(*timings).problem()
     assert (problem is None) if word is None else (word in problem)
@@ -89,12 +95,23 @@ def test_identity_is_the_pod_name_plus_a_random_suffix():
     assert a.startswith("lorarl-7f9c-x2_") and b.startswith("lorarl-7f9c-x2_") and a != b
 
 
-@pytest.mark.parametrize("args,env,message", [
-    (["--leader-elect"], {}, "--leader-election-namespace"),
-    (["--leader-elect", "--leader-election-namespace", "ops", "--lease-duration", "5", "--renew-deadline", "6"], {}, "--lease-duration (5) must be greater than --renew-deadline (6)"),
-    (["--leader-elect", "--renew-deadline", "2", "--retry-period", "2"], {"POD_NAMESPACE": "ops"}, "--renew-deadline (2) must be greater than --retry-period (2)"),
-    (["--liveness", "localhost:8080"], {}, "--liveness 'localhost:8080': expected http://HOST:PORT/PATH"),
-])
+@pytest.mark.parametrize(
+    "args,env,message",
+    [
+        (["--leader-elect"], {}, "--leader-election-namespace"),
+        (
+            ["--leader-elect", "--leader-election-namespace", "ops", "--lease-duration", "5", "--renew-deadline", "6"],
+            {},
+            "--lease-duration (5) must be greater than --renew-deadline (6)",
+        ),
+        (
+            ["--leader-elect", "--renew-deadline", "2", "--retry-period", "2"],
+            {"POD_NAMESPACE": "ops"},
+            "--renew-deadline (2) must be greater than --retry-period (2)",
+        ),
+        (["--liveness", "localhost:8080"], {}, "--liveness 'localhost:8080': expected http://HOST:PORT/PATH"),
+    ],
+)
 def test_bad_run_flags_are_usage_errors(args, env, message, monkeypatch):
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
     result = CliRunner().invoke(cli.main, ["run", "-n", "jobs", *args], env=env)

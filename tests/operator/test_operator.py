@@ -13,9 +13,14 @@ from tests.helpers import NAME, apply_job, await_reconciles, conditions, events,
 
 pytestmark = pytest.mark.controlplane
 
-CHILD_KINDS = [("v1", "ServiceAccount", f"{NAME}-reporter"), ("rbac.authorization.k8s.io/v1", "Role", f"{NAME}-reporter"),
-               ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"), ("v1", "ConfigMap", f"{NAME}-lorarl"),
-               ("v1", "PersistentVolumeClaim", f"{NAME}-data"), ("ray.io/v1", "RayJob", NAME)]
+CHILD_KINDS = [
+    ("v1", "ServiceAccount", f"{NAME}-reporter"),
+    ("rbac.authorization.k8s.io/v1", "Role", f"{NAME}-reporter"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"),
+    ("v1", "ConfigMap", f"{NAME}-lorarl"),
+    ("v1", "PersistentVolumeClaim", f"{NAME}-data"),
+    ("ray.io/v1", "RayJob", NAME),
+]
 
 
 def test_seed_example_is_reconciled_into_children(control_plane, namespace, kube, operator):
@@ -27,8 +32,16 @@ def test_seed_example_is_reconciled_into_children(control_plane, namespace, kube
     expected = render.rayjob(parse_job(stored))
     assert rj["spec"] == {**expected["spec"], **{k: rj["spec"][k] for k in rj["spec"] if k not in expected["spec"]}}
     assert rj["spec"]["entrypoint"] == expected["spec"]["entrypoint"]
-    assert rj["metadata"]["ownerReferences"] == [{"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob", "name": NAME,
-                                                  "uid": stored["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+    assert rj["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "lorarl.dev/v1alpha1",
+            "kind": "LoraRLJob",
+            "name": NAME,
+            "uid": stored["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     for api_version, kind, name in CHILD_KINDS:
         assert kube.get(api_version, kind, namespace, name) is not None, kind
     assert st["observedGeneration"] == stored["metadata"]["generation"]
@@ -89,8 +102,11 @@ def phase_events(kube, namespace):
     same transition again, e.g. Preparing -> Running after a retry) is one Event counted twice."""
     core = k8s.CoreV1Api(kube.client)
     items = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={NAME},involvedObject.kind=LoraRLJob").items
-    return [(e.reason, e.count) for e in sorted(items, key=lambda e: e.event_time)
-            if e.reason in ("Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended")]
+    return [
+        (e.reason, e.count)
+        for e in sorted(items, key=lambda e: e.event_time)
+        if e.reason in ("Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended")
+    ]
 
 
 def test_retrying_then_failed(control_plane, namespace, kube, operator):
@@ -102,10 +118,18 @@ def test_retrying_then_failed(control_plane, namespace, kube, operator):
     ray = running(kube, namespace)
     assert rayjob(kube, namespace)["spec"]["backoffLimit"] == 1
     assert ray.app_failed()["jobDeploymentStatus"] == "Retrying"
-    st = wait_for(lambda: (lambda s: s if conditions(s).get("Reconciling", ("", ""))[1] == "Retrying" else None)((job(kube, namespace) or {}).get("status") or {}), what="Retrying")
+    st = wait_for(
+        lambda: (lambda s: s if conditions(s).get("Reconciling", ("", ""))[1] == "Retrying" else None)((job(kube, namespace) or {}).get("status") or {}),
+        what="Retrying",
+    )
     assert st["phase"] == "Preparing" and st["rayJob"]["failed"] == 1
     ray.new_attempt()
-    st = wait_for(lambda: (lambda s: s if s.get("rayJob", {}).get("jobDeploymentStatus") is None and s.get("rayJob", {}).get("failed") == 1 else None)(job(kube, namespace)["status"]), what="the operator to see New")
+    st = wait_for(
+        lambda: (lambda s: s if s.get("rayJob", {}).get("jobDeploymentStatus") is None and s.get("rayJob", {}).get("failed") == 1 else None)(
+            job(kube, namespace)["status"]
+        ),
+        what="the operator to see New",
+    )
     assert st["phase"] == "Preparing" and conditions(st)["Reconciling"] == ("True", "RayClusterRestarting")
     ray.initializing()
     ray.submitted()

@@ -32,9 +32,25 @@ def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_
     health, metrics = free_port(), free_port()
     log = open(tmp_path / "operator.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lorarl.cli", "run", "-n", namespace, "--liveness", f"http://127.0.0.1:{health}/healthz",
-         "--metrics-port", str(metrics), "--resync-seconds", "1", "--log-format", "json"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        [
+            sys.executable,
+            "-m",
+            "lorarl.cli",
+            "run",
+            "-n",
+            namespace,
+            "--liveness",
+            f"http://127.0.0.1:{health}/healthz",
+            "--metrics-port",
+            str(metrics),
+            "--resync-seconds",
+            "1",
+            "--log-format",
+            "json",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
     )
     try:
         doc = seed_doc()
@@ -50,7 +66,10 @@ def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_
         assert "lorarl_reconcile_duration_seconds_bucket" in text
         assert 'lorarl_cached_objects{form="whole",kind="LoraRLJob"} 1.0' in text  # the running job, kept whole
         assert 'lorarl_cached_objects{form="whole",kind="RayJob"} 1.0' in text
-        wait_for(lambda: 'lorarl_jobs{phase="Pending"} 1.0' in urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode(), what="jobs gauge")
+        wait_for(
+            lambda: 'lorarl_jobs{phase="Pending"} 1.0' in urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode(),
+            what="jobs gauge",
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -35,8 +35,14 @@ from tests.helpers import NAME, REPO, apply_job, conditions, events, job, phase_
 pytestmark = pytest.mark.controlplane
 
 SERVICE_ACCOUNT = "lorarl-operator"
-CHILD_RESOURCES = {("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings"),
-                   ("", "configmaps"), ("", "persistentvolumeclaims"), ("ray.io", "rayjobs")}
+CHILD_RESOURCES = {
+    ("", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "rolebindings"),
+    ("", "configmaps"),
+    ("", "persistentvolumeclaims"),
+    ("ray.io", "rayjobs"),
+}
 FINALIZERS_REFUSAL = "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"
 
 
@@ -67,11 +73,16 @@ def bind(control_plane, namespace: str, roles: list[dict]) -> None:
         kind = role["kind"]
         name = f"lorarl-operator-{namespace}-{i}"
         meta = {"name": name} if kind == "ClusterRole" else {"name": name, "namespace": role["metadata"].get("namespace", namespace)}
-        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
-                     "rules": copy.deepcopy(role.get("rules") or [])})
-        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f"{kind}Binding", "metadata": dict(meta),
-                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-                     "subjects": [subject]})
+        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": copy.deepcopy(role.get("rules") or [])})
+        docs.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": f"{kind}Binding",
+                "metadata": dict(meta),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+                "subjects": [subject],
+            }
+        )
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
 
 
@@ -99,8 +110,14 @@ class Grant:
 
 
 def grants(roles: list[dict]) -> set[Grant]:
-    return {Grant(v, g, r) for role in roles for rule in role.get("rules") or []
-            for g in rule.get("apiGroups", []) for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+    return {
+        Grant(v, g, r)
+        for role in roles
+        for rule in role.get("rules") or []
+        for g in rule.get("apiGroups", [])
+        for r in rule.get("resources", [])
+        for v in rule.get("verbs", [])
+    }
 
 
 def operator_elects_leader() -> bool:
@@ -129,9 +146,25 @@ def operator_process(kubeconfig, tmp_path, namespace: str, mode: str):
     election = ["--leader-elect", "--leader-election-namespace", namespace] if operator_elects_leader() else []
     with open(tmp_path / f"operator-{mode}.log", "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "lorarl.cli", "run", *scope_args(mode, namespace), *election, "--liveness", "",
-             "--metrics-port", "0", "--resync-seconds", "1", "--log-format", "plain"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "lorarl.cli",
+                "run",
+                *scope_args(mode, namespace),
+                *election,
+                "--liveness",
+                "",
+                "--metrics-port",
+                "0",
+                "--resync-seconds",
+                "1",
+                "--log-format",
+                "plain",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         )
         try:
@@ -152,15 +185,15 @@ def operator_user(namespace: str) -> str:
 
 def all_watches_closed(control_plane, user: str) -> None:
     """After the operator exits, the API server completes its watches (their audit lines)."""
-    wait_for(lambda: not audit.open_watches(control_plane.audit_log_path, user), timeout=60,
-             what=f"{user}'s watches to be closed")
+    wait_for(lambda: not audit.open_watches(control_plane.audit_log_path, user), timeout=60, what=f"{user}'s watches to be closed")
 
 
 @pytest.fixture
 def cleanup_cluster_roles(control_plane, namespace):
     yield
-    control_plane.kubectl("delete", "clusterrole,clusterrolebinding", "--ignore-not-found",
-                          *[f"lorarl-operator-{namespace}-{i}" for i in range(4)], check=False)
+    control_plane.kubectl(
+        "delete", "clusterrole,clusterrolebinding", "--ignore-not-found", *[f"lorarl-operator-{namespace}-{i}" for i in range(4)], check=False
+    )
 
 
 # ---------------------------------------------------------------------------- the scenario
@@ -210,11 +243,9 @@ def every_api_path(control_plane, kube, namespace) -> None:
 
     # a spec update: a new generation, all children applied again (in the reconcile that
     # writes observedGeneration)
-    control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p",
-                          '{"spec":{"runPolicy":{"ttlSecondsAfterFinished":900}}}')
+    control_plane.kubectl("patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"runPolicy":{"ttlSecondsAfterFinished":900}}}')
     wait_for(lambda: rayjob(kube, namespace)["spec"]["ttlSecondsAfterFinished"] == 900, what="the update applied")
-    wait_for(lambda: job(kube, namespace)["status"]["observedGeneration"] == job(kube, namespace)["metadata"]["generation"],
-             what="observedGeneration")
+    wait_for(lambda: job(kube, namespace)["status"]["observedGeneration"] == job(kube, namespace)["metadata"]["generation"], what="observedGeneration")
 
     # a deleted RayJob is re-created
     old_uid = rayjob(kube, namespace)["metadata"]["uid"]
@@ -281,8 +312,14 @@ def _plural(control_plane, api_version: str, kind: str) -> tuple[str, str]:
 
 
 def _role_uses(role: dict, namespace: str) -> set[Use]:
-    return {Use(v, g, r, namespace, n) for rule in role.get("rules") or [] for g in rule.get("apiGroups", [])
-            for r in rule.get("resources", []) for v in rule.get("verbs", []) for n in (rule.get("resourceNames") or [""])}
+    return {
+        Use(v, g, r, namespace, n)
+        for rule in role.get("rules") or []
+        for g in rule.get("apiGroups", [])
+        for r in rule.get("resources", [])
+        for v in rule.get("verbs", [])
+        for n in (rule.get("resourceNames") or [""])
+    }
 
 
 def implied_uses(control_plane, request: audit.Request) -> set[Use]:
@@ -341,13 +378,15 @@ def observed(control_plane, user: str, namespace: str) -> tuple[set[Use], set[st
 def allowed(kube, namespace: str, use: Use) -> bool:
     """The API server's own answer (SubjectAccessReview) for the operator's identity."""
     resource, _, subresource = use.resource.partition("/")
-    review = k8s.V1SubjectAccessReview(spec=k8s.V1SubjectAccessReviewSpec(
-        user=operator_user(namespace),
-        groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-        resource_attributes=k8s.V1ResourceAttributes(
-            verb=use.verb, group=use.group, resource=resource, subresource=subresource or None,
-            namespace=use.namespace or None, name=use.name or None),
-    ))
+    review = k8s.V1SubjectAccessReview(
+        spec=k8s.V1SubjectAccessReviewSpec(
+            user=operator_user(namespace),
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            resource_attributes=k8s.V1ResourceAttributes(
+                verb=use.verb, group=use.group, resource=resource, subresource=subresource or None, namespace=use.namespace or None, name=use.name or None
+            ),
+        )
+    )
     return k8s.AuthorizationV1Api(kube.client).create_subject_access_review(review).status.allowed
 
 
@@ -371,19 +410,22 @@ def test_rbac_is_exactly_what_the_operator_uses(control_plane, helm, namespace, 
         except AssertionError as err:  # say why: usually a refused request
             refused = [r for r in audit.requests(control_plane.audit_log_path, user) if r.code in (401, 403)]
             log = (tmp_path / f"operator-{mode}.log").read_text(errors="replace")[-4000:]
-            raise AssertionError(f"{err}\nrefused requests of the operator:\n" + table(
-                {f"{r.code} {r.verb} {r.uri}: {r.message}" for r in refused}) + f"\noperator log:\n{log}") from None
+            raise AssertionError(
+                f"{err}\nrefused requests of the operator:\n" + table({f"{r.code} {r.verb} {r.uri}: {r.message}" for r in refused}) + f"\noperator log:\n{log}"
+            ) from None
     all_watches_closed(control_plane, user)
 
     uses, paths, refused = observed(control_plane, user, namespace)
     # every child was created by the operator's own apply (and so passed
     # OwnerReferencesPermissionEnforcement with its blockOwnerDeletion)
-    created = {(r.api_group, r.resource) for r in audit.requests(control_plane.audit_log_path, user)
-               if r.verb == "patch" and r.code == 201 and r.namespace == namespace}
+    created = {
+        (r.api_group, r.resource)
+        for r in audit.requests(control_plane.audit_log_path, user)
+        if r.verb == "patch" and r.code == 201 and r.namespace == namespace
+    }
     assert created == CHILD_RESOURCES
     assert Use("update", "lorarl.dev", "lorarljobs/finalizers", namespace, NAME) in uses
-    assert not refused, "requests of the operator the API server refused:\n" + table(
-        f"{r.code} {r.verb} {r.uri}: {r.message}" for r in refused)
+    assert not refused, "requests of the operator the API server refused:\n" + table(f"{r.code} {r.verb} {r.uri}: {r.message}" for r in refused)
     not_allowed = {u for u in uses if not allowed(kube, namespace, u)}
     assert not not_allowed, "used, but the granted rules do not allow it:\n" + table(not_allowed)
 
@@ -418,7 +460,8 @@ def test_without_an_implied_rule_the_apply_is_refused(control_plane, helm, names
     user = operator_user(namespace)
     with operator_process(kubeconfig, tmp_path, namespace, "namespaced"):
         apply_job(control_plane, namespace, seed_doc())
-        refused = wait_for(lambda: next((r for r in audit.requests(control_plane.audit_log_path, user)
-                                        if r.code == 403 and r.verb == "patch"), None), what="a refused apply")
+        refused = wait_for(
+            lambda: next((r for r in audit.requests(control_plane.audit_log_path, user) if r.code == 403 and r.verb == "patch"), None), what="a refused apply"
+        )
     assert "is forbidden" in refused.message and refusal in refused.message, refused.message
     assert rayjob(kube, namespace) is None

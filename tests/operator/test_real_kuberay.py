@@ -30,17 +30,24 @@ def test_real_kuberay_runs_the_rendered_rayjob(fake_cluster, tmp_path):
     for node in json.loads(cp.kubectl("get", "nodes", "-o", "json").stdout)["items"]:
         cp.kubectl("label", "node", node["metadata"]["name"], "amd.com/gpu.device-id=75a3", "--overwrite")
     # a static volume for the job's PVC (no provisioner here); the PV controller binds it
-    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "lorarl-data"},
-          "spec": {"capacity": {"storage": "200Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                   "hostPath": {"path": "/tmp/lorarl-data"}}}
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "lorarl-data"},
+        "spec": {"capacity": {"storage": "200Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "", "hostPath": {"path": "/tmp/lorarl-data"}},
+    }
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(pv))
     doc = copy.deepcopy(seed_doc())
     doc["metadata"]["namespace"] = ns
     doc["spec"]["checkpoint"] = {"storage": {"storageClassName": ""}}
     log = open(tmp_path / "operator.log", "wb")
-    op = subprocess.Popen([sys.executable, "-m", "lorarl.cli", "run", "-n", ns, "--liveness", "", "--metrics-port", "0",
-                           "--resync-seconds", "1", "--log-format", "plain"],
-                          stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **cp.env()}, start_new_session=True)
+    op = subprocess.Popen(
+        [sys.executable, "-m", "lorarl.cli", "run", "-n", ns, "--liveness", "", "--metrics-port", "0", "--resync-seconds", "1", "--log-format", "plain"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **cp.env()},
+        start_new_session=True,
+    )
     client = cp.api_client()
     kube = Api(client)
     try:
@@ -99,8 +106,9 @@ class RayJobRecorder:
 
     def _run(self, resource_version: str) -> None:
         try:
-            for event in self.watch.stream(self.custom.list_namespaced_custom_object, "ray.io", "v1", self.namespace, "rayjobs",
-                                           resource_version=resource_version, timeout_seconds=600):
+            for event in self.watch.stream(
+                self.custom.list_namespaced_custom_object, "ray.io", "v1", self.namespace, "rayjobs", resource_version=resource_version, timeout_seconds=600
+            ):
                 obj = event["object"]
                 seen = self.statuses.setdefault(obj["metadata"]["name"], [])
                 st = obj.get("status") or {}
@@ -136,19 +144,40 @@ class RayJobRecorder:
 def small_rayjob(name: str, ns: str, schedulable: bool = True, **spec) -> dict:
     """A RayJob the kwok nodes can run (or, with schedulable=False, whose head never schedules,
     so the RayCluster never becomes ready and the RayJob stays Initializing)."""
-    pod = {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0",
-                           "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}}}]}
+    pod = {
+        "containers": [
+            {
+                "name": "ray-head",
+                "image": "rayproject/ray:2.52.0",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "100m", "memory": "128Mi"}},
+            }
+        ]
+    }
     if not schedulable:
         pod["nodeSelector"] = {"lorarl.dev/no-such-node": "true"}
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name, "namespace": ns},
-            "spec": {"entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": True,
-                     "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": pod}}}, **spec}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "entrypoint": "python -c 'print(1)'",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": pod}}},
+            **spec,
+        },
+    }
 
 
 def shape(st: dict) -> tuple:
     """A status without its generated names and times: what the stand-in must reproduce."""
-    return (st.get("jobDeploymentStatus", ""), st.get("jobStatus", ""), st.get("reason", ""), st.get("failed"), st.get("succeeded"),
-            tuple(sorted(k for k in st if k in ("jobId", "rayClusterName", "dashboardURL", "startTime", "endTime"))))
+    return (
+        st.get("jobDeploymentStatus", ""),
+        st.get("jobStatus", ""),
+        st.get("reason", ""),
+        st.get("failed"),
+        st.get("succeeded"),
+        tuple(sorted(k for k in st if k in ("jobId", "rayClusterName", "dashboardURL", "startTime", "endTime"))),
+    )
 
 
 def test_stand_in_sequences_match_the_real_kuberay_operator(fake_cluster):
@@ -167,14 +196,16 @@ def test_stand_in_sequences_match_the_real_kuberay_operator(fake_cluster):
     client = cp.api_client()
     recorder = RayJobRecorder(client, ns)
     try:
-        jobs = [small_rayjob("suspend", ns, schedulable=False),
-                small_rayjob("deadline", ns, schedulable=False, activeDeadlineSeconds=5, backoffLimit=2),
-                small_rayjob("retry", ns, backoffLimit=1)]
+        jobs = [
+            small_rayjob("suspend", ns, schedulable=False),
+            small_rayjob("deadline", ns, schedulable=False, activeDeadlineSeconds=5, backoffLimit=2),
+            small_rayjob("retry", ns, backoffLimit=1),
+        ]
         for rj in jobs:
             cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(rj))
 
         def reached(name, *statuses):
-            return lambda: recorder.deployment_statuses(name)[-len(statuses):] == list(statuses)
+            return lambda: recorder.deployment_statuses(name)[-len(statuses) :] == list(statuses)
 
         wait_for(reached("suspend", "Initializing"), timeout=60, what="suspend: Initializing")
         cp.kubectl("patch", "rayjob", "suspend", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}')
@@ -189,18 +220,28 @@ def test_stand_in_sequences_match_the_real_kuberay_operator(fake_cluster):
 
         # the stand-in, driven through the same steps
         ray = FakeKubeRay(MemoryKube({}), ns, "suspend")
-        ray.initializing(); ray.suspending(); ray.suspended(); ray.resumed(); ray.initializing()
+        ray.initializing()
+        ray.suspending()
+        ray.suspended()
+        ray.resumed()
+        ray.initializing()
         assert [shape(w) for w in real["suspend"]] == [shape({})] + [shape(w) for w in ray.writes]
         assert real["suspend"][1]["rayClusterName"] != real["suspend"][-1]["rayClusterName"]  # a new cluster after the resume
 
         ray = FakeKubeRay(MemoryKube({"activeDeadlineSeconds": 5, "backoffLimit": 2}), ns, "deadline")
-        ray.initializing(); ray.deadline_exceeded()
+        ray.initializing()
+        ray.deadline_exceeded()
         assert [shape(w) for w in real["deadline"]] == [shape({})] + [shape(w) for w in ray.writes]
         assert real["deadline"][-1]["message"].startswith("The RayJob has passed the activeDeadlineSeconds.")
 
         ray = FakeKubeRay(MemoryKube({"backoffLimit": 1}), ns, "retry")
-        ray.initializing(); ray.submitted(); ray.submitter_finished_timeout(); ray.new_attempt()
-        ray.initializing(); ray.submitted(); ray.submitter_finished_timeout()
+        ray.initializing()
+        ray.submitted()
+        ray.submitter_finished_timeout()
+        ray.new_attempt()
+        ray.initializing()
+        ray.submitted()
+        ray.submitter_finished_timeout()
         assert [shape(w) for w in real["retry"]] == [shape({})] + [shape(w) for w in ray.writes]
         assert recorder.deployment_statuses("retry") == ["", "Initializing", "Running", "Retrying", "", "Initializing", "Running", "Failed"]
 

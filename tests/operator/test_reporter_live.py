@@ -47,9 +47,29 @@ def test_a_resumed_run_counts_100_rollouts_over_two_attempts(control_plane, name
     reporter = shipped_reporter(kube, namespace, mine, tmp_path)
 
     def attempt(**extra):
-        return subprocess.run([*reporter, "--namespace", namespace, "--name", mine, "--total-rollouts", "100",
-                               "--save-dir", str(save), "--gpus", "8", "--interval", "0.2", "--resume", "--",
-                               *trainer_command(str(save))], capture_output=True, env={**env, **extra}, timeout=300)
+        return subprocess.run(
+            [
+                *reporter,
+                "--namespace",
+                namespace,
+                "--name",
+                mine,
+                "--total-rollouts",
+                "100",
+                "--save-dir",
+                str(save),
+                "--gpus",
+                "8",
+                "--interval",
+                "0.2",
+                "--resume",
+                "--",
+                *trainer_command(str(save)),
+            ],
+            capture_output=True,
+            env={**env, **extra},
+            timeout=300,
+        )
 
     first = attempt(FAKE_CRASH_AFTER="79", FAKE_TORN="1", FAKE_WANDB_URL="https://wandb.ai/team/proj/runs/job-r")
     assert first.returncode == 1, first.stderr.decode()[-2000:]
@@ -61,8 +81,7 @@ def test_a_resumed_run_counts_100_rollouts_over_two_attempts(control_plane, name
     assert second.returncode == 0, second.stderr.decode()[-2000:]
     status = job(kube, namespace, mine)["status"]
     progress = status["progress"]
-    assert (progress["rollout"], progress["total"], progress["percent"], progress["attempts"], progress["trainedRollouts"]) \
-        == (100, 100, 100, 2, 120)
+    assert (progress["rollout"], progress["total"], progress["percent"], progress["attempts"], progress["trainedRollouts"]) == (100, 100, 100, 2, 120)
     assert progress["gpuHours"] > 0
     assert status["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/attempt-002/iter_0000039/adapter", "count": 5}
     assert status["tracking"] == {"wandbRunURL": "https://wandb.ai/team/proj/runs/job-r"}  # kept from attempt 1
@@ -79,7 +98,8 @@ def test_reporter_identity_cannot_touch_another_job(control_plane, namespace, ku
     def patch(name):
         req = urllib.request.Request(
             f"{control_plane.server}/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs/{name}/status",
-            data=json.dumps({"status": {"progress": {"rollout": 1, "total": 100, "percent": 1}}}).encode(), method="PATCH",
+            data=json.dumps({"status": {"progress": {"rollout": 1, "total": 100, "percent": 1}}}).encode(),
+            method="PATCH",
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"},
         )
         try:
@@ -93,7 +113,8 @@ def test_reporter_identity_cannot_touch_another_job(control_plane, namespace, ku
     # nor the spec of its own job, nor any other resource
     req = urllib.request.Request(
         f"{control_plane.server}/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs/{mine}",
-        data=b'{"spec":{"suspend":true}}', method="PATCH",
+        data=b'{"spec":{"suspend":true}}',
+        method="PATCH",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"},
     )
     with pytest.raises(urllib.error.HTTPError) as err:

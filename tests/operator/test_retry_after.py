@@ -37,6 +37,7 @@ def sender(*answers: ApiException):
         if nxt is None:
             return "ok"
         raise nxt
+
     return send
 
 
@@ -79,5 +80,6 @@ def test_retry_after_reads_only_throttling_answers():
 
 def test_a_jobs_backoff_is_never_shorter_than_the_retry_after_still_standing():
     from lorarl.controller import error_backoff
+
     assert [error_backoff(True, 8.0)(n) for n in range(5)] == [8.0, 8.0, 8.0, 8.0, 16.0]
     assert error_backoff(True)(0) == 1.0

@@ -26,9 +26,17 @@ from tests.reporter.reporter_testlib import CHILD, generate_miles_log
 pytestmark = pytest.mark.controlplane
 
 # every namespaced kind the operator writes or that records what happened
-SCANNED_KINDS = ("serviceaccounts", "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io",
-                 "configmaps", "persistentvolumeclaims", "rayjobs.ray.io", "lorarljobs.lorarl.dev", "events",
-                 "events.events.k8s.io")
+SCANNED_KINDS = (
+    "serviceaccounts",
+    "roles.rbac.authorization.k8s.io",
+    "rolebindings.rbac.authorization.k8s.io",
+    "configmaps",
+    "persistentvolumeclaims",
+    "rayjobs.ray.io",
+    "lorarljobs.lorarl.dev",
+    "events",
+    "events.events.k8s.io",
+)
 
 
 def forms(value: str) -> list[str]:
@@ -57,8 +65,12 @@ def test_no_sentinel_leaves_its_secret(helm, control_plane, namespace, kube, tmp
         wait_for(lambda: rayjob(kube, namespace), timeout=60, what="the RayJob")
         # the head container gets both as secretKeyRef env, never as values
         head = rayjob(kube, namespace)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
-        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for c in head["containers"] + head["initContainers"]
-                for e in c["env"] if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]}
+        refs = {
+            e["name"]: e["valueFrom"]["secretKeyRef"]
+            for c in head["containers"] + head["initContainers"]
+            for e in c["env"]
+            if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]
+        }
         assert refs == {"WANDB_API_KEY": {"name": "wandb", "key": "api-key"}, "HF_TOKEN": {"name": "hf", "key": "token"}}
 
         ray = FakeKubeRay(kube, namespace, NAME)
@@ -75,9 +87,26 @@ def test_no_sentinel_leaves_its_secret(helm, control_plane, namespace, kube, tmp
         log_file.write_bytes(log.data)
         env = {**reporter_env(control_plane, token), "WANDB_API_KEY": sentinels["wandb"], "HF_TOKEN": sentinels["hf"]}
         reporter = subprocess.run(
-            [*shipped_reporter(kube, namespace, NAME, tmp_path), "--namespace", namespace, "--name", NAME,
-             "--total-rollouts", "20", "--interval", "0.2", "--", sys.executable, "-c", CHILD, str(log_file), "0"],
-            capture_output=True, env=env, timeout=300,
+            [
+                *shipped_reporter(kube, namespace, NAME, tmp_path),
+                "--namespace",
+                namespace,
+                "--name",
+                NAME,
+                "--total-rollouts",
+                "20",
+                "--interval",
+                "0.2",
+                "--",
+                sys.executable,
+                "-c",
+                CHILD,
+                str(log_file),
+                "0",
+            ],
+            capture_output=True,
+            env=env,
+            timeout=300,
         )
         assert reporter.returncode == 0, reporter.stderr.decode()[-2000:]
         wait_for(lambda: (job(kube, namespace).get("status") or {}).get("progress", {}).get("rollout") == 20, what="the reporter's progress")
@@ -86,8 +115,7 @@ def test_no_sentinel_leaves_its_secret(helm, control_plane, namespace, kube, tmp
         wait_for(lambda: "Succeeded" in operator.output(), what="the operator to log the transition")
     finally:
         operator.stop()
-        control_plane.kubectl("delete", "-f", "-", "--ignore-not-found",
-                              input=yaml.safe_dump_all([d for d in rbac if d["kind"].startswith("Cluster")]))
+        control_plane.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all([d for d in rbac if d["kind"].startswith("Cluster")]))
 
     scanned = {}
     for kind in SCANNED_KINDS:

@@ -48,10 +48,19 @@ def test_failed_reason_and_message_reach_conditions():
 
 
 def test_running_ready_and_start_time():
-    out, events = status.compute({"phase": "Preparing"}, rayjob("Running", "RUNNING", rayClusterName="j-abcde", dashboardURL="j-head-svc:8265", jobId="j-xyz"), facts(verdict=OK))
+    out, events = status.compute(
+        {"phase": "Preparing"}, rayjob("Running", "RUNNING", rayClusterName="j-abcde", dashboardURL="j-head-svc:8265", jobId="j-xyz"), facts(verdict=OK)
+    )
     assert conds(out)["Ready"] == ("True", "Training")
     assert out["startTime"] == NOW
-    assert out["rayJob"] == {"name": "j", "rayClusterName": "j-abcde", "dashboardURL": "j-head-svc:8265", "jobId": "j-xyz", "jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}
+    assert out["rayJob"] == {
+        "name": "j",
+        "rayClusterName": "j-abcde",
+        "dashboardURL": "j-head-svc:8265",
+        "jobId": "j-xyz",
+        "jobStatus": "RUNNING",
+        "jobDeploymentStatus": "Running",
+    }
     assert [(e.type, e.reason) for e in events] == [("Normal", "Running")]
 
 
@@ -139,8 +148,23 @@ def test_every_written_key_is_in_the_schema():
 # HTTP status -> does it need someone to fix the cluster or the spec? Written from the Kubernetes
 # API conventions (api-conventions.md "HTTP Status codes"): 409 Conflict and 429 TooManyRequests
 # say "try again", 5xx and 0 (no response) are the server's or the network's trouble.
-NEEDS_FIX = {400: True, 401: True, 403: True, 404: True, 405: True, 409: False, 410: True, 415: True,
-             422: True, 429: False, 0: False, 500: False, 502: False, 503: False, 504: False}
+NEEDS_FIX = {
+    400: True,
+    401: True,
+    403: True,
+    404: True,
+    405: True,
+    409: False,
+    410: True,
+    415: True,
+    422: True,
+    429: False,
+    0: False,
+    500: False,
+    502: False,
+    503: False,
+    504: False,
+}
 
 
 @pytest.mark.parametrize("code", NEEDS_FIX)

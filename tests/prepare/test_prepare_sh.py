@@ -74,7 +74,10 @@ class Volume:
         self.runs += 1
         out = self.tmp / f"run{self.runs}.out"
         proc = subprocess.Popen(
-            [SHELL, str(SCRIPT), *self.args(job)], env=self.env, stdout=out.open("w"), stderr=subprocess.STDOUT,
+            [SHELL, str(SCRIPT), *self.args(job)],
+            env=self.env,
+            stdout=out.open("w"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: killed like a container, children too
         )
         return proc, out
@@ -189,9 +192,7 @@ def test_an_image_without_flock_fails_naming_the_field(volume, tmp_path):
     for tool in ("mkdir", "dirname", "mv", "ls", "tr", "sleep"):
         (bare / tool).symlink_to(shutil.which(tool))
     (bare / "hf").symlink_to(tmp_path / "bin" / "hf")
-    result = subprocess.run(
-        [SHELL, str(SCRIPT), *volume.args(model_only())], env={**volume.env, "PATH": str(bare)}, capture_output=True, text=True
-    )
+    result = subprocess.run([SHELL, str(SCRIPT), *volume.args(model_only())], env={**volume.env, "PATH": str(bare)}, capture_output=True, text=True)
     assert result.returncode == 2
     assert "flock" in result.stderr and "spec.dataPrep.image" in result.stderr
     assert volume.starts(volume.path("/root/models/Qwen/Qwen3-4B/main")) == []

@@ -32,8 +32,7 @@ def snapshot_form(objects):
     for obj in objects:
         if obj["kind"] == "ConfigMap":
             obj["data"] = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in obj["data"].items()}
-            obj["binaryData"] = {k: "sha256:" + hashlib.sha256(base64.b64decode(v)).hexdigest()[:16]
-                                 for k, v in obj.get("binaryData", {}).items()}
+            obj["binaryData"] = {k: "sha256:" + hashlib.sha256(base64.b64decode(v)).hexdigest()[:16] for k, v in obj.get("binaryData", {}).items()}
     return objects
 
 
@@ -140,7 +139,14 @@ def test_owner_references_and_no_gitops_labels_copied():
         meta = obj["metadata"]
         assert meta["namespace"] == "team-a"
         assert meta["ownerReferences"] == [
-            {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob", "name": "qwen3-4b-lora-amd", "uid": "1234-uid", "controller": True, "blockOwnerDeletion": True}
+            {
+                "apiVersion": "lorarl.dev/v1alpha1",
+                "kind": "LoraRLJob",
+                "name": "qwen3-4b-lora-amd",
+                "uid": "1234-uid",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
         ]
         assert "app.kubernetes.io/instance" not in meta["labels"]
         assert "annotations" not in meta
@@ -174,8 +180,11 @@ def test_configmap_ships_reporter_and_prepare_script():
         expected = {f"lorarl_reporter/{p.name}" for p in sources.glob("*.py") if p.name != "__main__.py"}
         assert set(z.namelist()) == expected | {"__main__.py"}
         assert z.read("lorarl_reporter/launcher.py").decode() == (sources / "launcher.py").read_text()
-    mount = [v for v in by_kind(render.render(job_from(seed_doc())))["RayJob"]["spec"]["rayClusterSpec"]["headGroupSpec"]
-             ["template"]["spec"]["volumes"] if v["name"] == render.REPORTER_VOLUME][0]
+    mount = [
+        v
+        for v in by_kind(render.render(job_from(seed_doc())))["RayJob"]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]
+        if v["name"] == render.REPORTER_VOLUME
+    ][0]
     assert paths.REPORTER_PATH == f"/opt/lorarl/{paths.REPORTER_FILE}" and mount["configMap"]["name"] == cm["metadata"]["name"]
     assert "hf" in cm["data"]["prepare.sh"]
     assert len(render.to_yaml([cm]).encode()) < 1_000_000  # ConfigMap size limit

@@ -62,10 +62,10 @@ sys.exit(int(sys.argv[2]))
 """
 
 
-def generate_miles_log(num_rollouts: int = 300, eval_interval: int = 20, save_interval: int = 50,
-                       seed: int = 20261130, save_dir: str = SAVE_DIR, **kw) -> AttemptLog:
-    return mileslog.attempt_log(num_rollouts, save_dir=save_dir, eval_interval=eval_interval,
-                                save_interval=save_interval, seed=seed, **kw)
+def generate_miles_log(
+    num_rollouts: int = 300, eval_interval: int = 20, save_interval: int = 50, seed: int = 20261130, save_dir: str = SAVE_DIR, **kw
+) -> AttemptLog:
+    return mileslog.attempt_log(num_rollouts, save_dir=save_dir, eval_interval=eval_interval, save_interval=save_interval, seed=seed, **kw)
 
 
 def r4(value: float) -> float:
@@ -73,16 +73,21 @@ def r4(value: float) -> float:
     return float(f"{value:.4g}")
 
 
-def expected_final_status(log: AttemptLog, *, offset: int = 0, total: int | None = None,
-                          complete_saves: list | None = None, attempt: int = 1, trained_before: int = 0) -> dict:
+def expected_final_status(
+    log: AttemptLog, *, offset: int = 0, total: int | None = None, complete_saves: list | None = None, attempt: int = 1, trained_before: int = 0
+) -> dict:
     """The owned status after ``log`` (one attempt that resumed after ``offset`` rollouts),
     computed from the generator's own values (no lastUpdateTime, no gpuHours)."""
     total = log.num_rollouts + offset if total is None else total
     last = log.last_rollout
     last_step = max(log.loss)
-    metrics = {"step": last_step + offset * (len(log.loss) // max(1, len(log.raw_reward))),
-               "rawReward": r4(log.raw_reward[last]), "loss": r4(log.loss[last_step]),
-               "responseLengthMean": r4(log.response_len[last]), "truncatedRatio": r4(log.truncated[last])}
+    metrics = {
+        "step": last_step + offset * (len(log.loss) // max(1, len(log.raw_reward))),
+        "rawReward": r4(log.raw_reward[last]),
+        "loss": r4(log.loss[last_step]),
+        "responseLengthMean": r4(log.response_len[last]),
+        "truncatedRatio": r4(log.truncated[last]),
+    }
     for key, value in (("kl", log.kl[last_step]), ("trainRolloutLogprobAbsDiff", log.diff[last_step])):
         if math.isfinite(value):
             metrics[key] = r4(value)
@@ -92,16 +97,14 @@ def expected_final_status(log: AttemptLog, *, offset: int = 0, total: int | None
     for rollout, scores in log.evals:
         rollout += offset
         for name, score in scores.items():
-            e = evals.setdefault(name, {"name": name, "latest": score, "latestRollout": rollout,
-                                        "best": score, "bestRollout": rollout})
+            e = evals.setdefault(name, {"name": name, "latest": score, "latestRollout": rollout, "best": score, "bestRollout": rollout})
             e["latest"], e["latestRollout"] = score, rollout
             if score > e["best"]:
                 e["best"], e["bestRollout"] = score, rollout
     saves = [s + offset for s in log.saves] if complete_saves is None else complete_saves
     done = min(total, last + 1 + offset)
     status = {
-        "progress": {"rollout": done, "total": total, "percent": done * 100 // total,
-                     "attempts": attempt, "trainedRollouts": trained_before + done - offset},
+        "progress": {"rollout": done, "total": total, "percent": done * 100 // total, "attempts": attempt, "trainedRollouts": trained_before + done - offset},
         "metrics": metrics,
         "eval": [evals[k] for k in sorted(evals)],
     }
@@ -147,9 +150,9 @@ class FakeApi:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
                 with api.lock:
-                    api.records.append({"method": "PATCH", "path": self.path,
-                                        "headers": {k.lower(): v for k, v in self.headers.items()},
-                                        "body": json.loads(body)})
+                    api.records.append(
+                        {"method": "PATCH", "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": json.loads(body)}
+                    )
                     code = api.statuses.pop(0) if api.statuses else 200
                 payload = b'{"kind":"Status","message":"injected failure"}' if code >= 400 else b"{}"
                 self.send_response(code)
@@ -211,5 +214,4 @@ def trainer_command(save_dir: str, total: int = 100, save_interval: int = 20) ->
     """The rendered train.py flags the launcher rewrites, on the stand-in trainer."""
     import sys
 
-    return [sys.executable, "-c", FAKE_TRAINER, "--save", save_dir, "--save-interval", str(save_interval),
-            "--num-rollout", str(total)]
+    return [sys.executable, "-c", FAKE_TRAINER, "--save", save_dir, "--save-interval", str(save_interval), "--num-rollout", str(total)]

@@ -77,16 +77,30 @@ def test_unknown_rank_count_uses_the_shards_found(reporter, tmp_path):
 def test_rewrite_sets_every_occurrence_and_replaces_a_user_adapter(reporter):
     argv = ["train", "--save", "/s", "--num-rollout", "100", "--lora-adapter-path", "/start", "--save", "/user"]
     assert reporter.rewrite(argv, "/s/attempt-002", 40, "/s/iter_0000059/adapter") == [
-        "train", "--save", "/s/attempt-002", "--num-rollout", "40", "--lora-adapter-path", "/s/iter_0000059/adapter",
-        "--save", "/s/attempt-002"]
+        "train",
+        "--save",
+        "/s/attempt-002",
+        "--num-rollout",
+        "40",
+        "--lora-adapter-path",
+        "/s/iter_0000059/adapter",
+        "--save",
+        "/s/attempt-002",
+    ]
     assert reporter.rewrite(["train", "--lora-adapter-path", "/start"], "/s/a", 100, None) == [
-        "train", "--lora-adapter-path", "/start", "--save", "/s/a", "--num-rollout", "100"]  # nothing saved: the user's start
+        "train",
+        "--lora-adapter-path",
+        "/start",
+        "--save",
+        "/s/a",
+        "--num-rollout",
+        "100",
+    ]  # nothing saved: the user's start
 
 
 def test_ledger_numbers_attempts_from_the_volume(reporter, tmp_path):
     save = str(tmp_path)
-    plans = [reporter.plan(["train", "--save", save, "--num-rollout", "100"], save, 100, 8, 8, True, 1000.0 + i)
-             for i in range(3)]
+    plans = [reporter.plan(["train", "--save", save, "--num-rollout", "100"], save, 100, 8, 8, True, 1000.0 + i) for i in range(3)]
     assert [p.attempt for p in plans] == [1, 2, 3]
     assert plans[0].argv == ["train", "--save", save, "--num-rollout", "100"]  # attempt 1: the recipe, unchanged
     assert plans[1].argv == ["train", "--save", f"{save}/attempt-002", "--num-rollout", "100"]  # nothing saved yet
@@ -103,8 +117,7 @@ def test_resume_plan_picks_the_newest_complete_save_of_any_attempt(reporter, tmp
     mileslog.write_save(save, 59, 8, files=12)  # interrupted half-way
     second = reporter.plan(argv, save, 100, 8, 8, True, 0.0)
     assert (second.attempt, second.offset, second.num_rollout) == (2, 40, 60)
-    assert second.argv == ["train", "--save", f"{save}/attempt-002", "--num-rollout", "60",
-                           "--lora-adapter-path", adapter(save, 39)]
+    assert second.argv == ["train", "--save", f"{save}/attempt-002", "--num-rollout", "60", "--lora-adapter-path", adapter(save, 39)]
     mileslog.write_tree(second.save_dir, [19], 8)  # attempt 2's local 19 = rollout 59
     third = reporter.plan(argv, save, 100, 8, 8, True, 0.0)
     assert (third.offset, third.adapter) == (60, adapter(second.save_dir, 19))
@@ -118,9 +131,27 @@ PYTHONS = [sys.executable] + ([OLDEST] if OLDEST else [])
 
 
 def run_attempt(artifact_path, save, env, extra_env=None, total=100, python=sys.executable):
-    cmd = [python, "-I", "-S", str(artifact_path), "--namespace", "ns", "--name", "job", "--total-rollouts",
-           str(total), "--save-dir", str(save), "--gpus", "16", "--interval", "0.2", "--resume", "--",
-           *trainer_command(str(save), total)]
+    cmd = [
+        python,
+        "-I",
+        "-S",
+        str(artifact_path),
+        "--namespace",
+        "ns",
+        "--name",
+        "job",
+        "--total-rollouts",
+        str(total),
+        "--save-dir",
+        str(save),
+        "--gpus",
+        "16",
+        "--interval",
+        "0.2",
+        "--resume",
+        "--",
+        *trainer_command(str(save), total),
+    ]
     trainer_env = {**env, **(extra_env or {}), "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run(cmd, capture_output=True, env=trainer_env, timeout=300)
 
@@ -134,8 +165,7 @@ def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fak
     token.write_text("t")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))}
     env.update(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token), FAKE_RANKS="16")
-    first = run_attempt(artifact_path, save, env, {"FAKE_CRASH_AFTER": "79", "FAKE_TORN": "1",
-                                                   "FAKE_WANDB_URL": "https://wandb.ai/t/p/runs/r1"}, python=python)
+    first = run_attempt(artifact_path, save, env, {"FAKE_CRASH_AFTER": "79", "FAKE_TORN": "1", "FAKE_WANDB_URL": "https://wandb.ai/t/p/runs/r1"}, python=python)
     assert first.returncode == 1, first.stderr.decode()[-2000:]
     after_first = fake_api.patches()[-1]["body"]["status"]
     assert after_first["progress"]["rollout"] == 80 and after_first["progress"]["attempts"] == 1
@@ -146,22 +176,18 @@ def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fak
     second = run_attempt(artifact_path, save, env, python=python)
     assert second.returncode == 0, second.stderr.decode()[-2000:]
     notes = [line for line in second.stderr.decode().splitlines() if line.startswith("[lorarl-reporter]")]
-    assert f"attempt 2: 60 of 100 rollouts done; resuming from {save}/iter_0000059/adapter; saving to " \
-           f"{save}/attempt-002 with --num-rollout 40" in notes[0]
+    assert f"attempt 2: 60 of 100 rollouts done; resuming from {save}/iter_0000059/adapter; saving to {save}/attempt-002 with --num-rollout 40" in notes[0]
     assert any("the trainer's first rollout id is 0" in n and "id + 60" in n for n in notes)
     patches = [p["body"]["status"] for p in fake_api.patches()[-100:]]
-    mine = patches[[p["progress"]["attempts"] for p in patches].index(2):]
+    mine = patches[[p["progress"]["attempts"] for p in patches].index(2) :]
     rollouts = [p["progress"]["rollout"] for p in mine]
     assert rollouts[0] == 60 and rollouts == sorted(rollouts) and rollouts[-1] == 100
     final = mine[-1]
-    assert final["progress"] == {**final["progress"], "rollout": 100, "total": 100, "percent": 100, "attempts": 2,
-                                 "trainedRollouts": 120, "etaSeconds": 0}
+    assert final["progress"] == {**final["progress"], "rollout": 100, "total": 100, "percent": 100, "attempts": 2, "trainedRollouts": 120, "etaSeconds": 0}
     assert final["progress"]["gpuHours"] > 0
-    assert final["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/attempt-002/iter_0000039/adapter",
-                                    "count": 5, "saving": None}
+    assert final["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/attempt-002/iter_0000039/adapter", "count": 5, "saving": None}
     # evals and the logprob-diff mean cover the adapter's whole lineage: attempt 1 before 60, then attempt 2
-    a1 = mileslog.attempt_log(100, save_dir=str(save), save_interval=20, ranks=16, noise=False, stop_after=79,
-                              die_saving=True, seed=100)
+    a1 = mileslog.attempt_log(100, save_dir=str(save), save_interval=20, ranks=16, noise=False, stop_after=79, die_saving=True, seed=100)
     a2 = mileslog.attempt_log(40, save_dir=str(save), save_interval=20, ranks=16, noise=False, seed=40)
     lineage = [(r, sc) for r, sc in a1.evals if r < 60] + [(r + 60, sc) for r, sc in a2.evals]
     assert [r for r, _ in lineage] == [0, 19, 39, 59, 60, 79, 99]
@@ -192,9 +218,31 @@ def test_a_resumed_trainer_that_trains_nothing_fails_the_attempt(artifact_path, 
     (save / "lorarl-attempts").mkdir()
     (save / "lorarl-attempts" / "001.json").write_text(json.dumps({"offset": 0, "saveDir": str(save)}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))}
-    done = subprocess.run([sys.executable, "-I", "-S", str(artifact_path), "--namespace", "ns", "--name", "job",
-                           "--total-rollouts", "100", "--save-dir", str(save), "--gpus", "8", "--resume", "--",
-                           sys.executable, "-c", "print('Resuming LoRA training from iteration 59')"],
-                          capture_output=True, env=env, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(artifact_path),
+            "--namespace",
+            "ns",
+            "--name",
+            "job",
+            "--total-rollouts",
+            "100",
+            "--save-dir",
+            str(save),
+            "--gpus",
+            "8",
+            "--resume",
+            "--",
+            sys.executable,
+            "-c",
+            "print('Resuming LoRA training from iteration 59')",
+        ],
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert "without training a rollout after resuming" in done.stderr.decode()

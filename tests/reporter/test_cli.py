@@ -36,15 +36,13 @@ def run_artifact() -> list:
 
 
 def clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("KUBERNETES_SERVICE", "LORARL_")) and k.lower() not in ("http_proxy", "https_proxy")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_SERVICE", "LORARL_")) and k.lower() not in ("http_proxy", "https_proxy")}
     env.update(extra)
     return env
 
 
 def reporter_cmd(*options, total=300, interval=0.2) -> list:
-    return [*run_artifact(), "--namespace", "team-a", "--name", "qwen3-4b-lora",
-            "--total-rollouts", str(total), "--interval", str(interval), *options, "--"]
+    return [*run_artifact(), "--namespace", "team-a", "--name", "qwen3-4b-lora", "--total-rollouts", str(total), "--interval", str(interval), *options, "--"]
 
 
 def reporter_lines(stderr: bytes) -> list:
@@ -90,8 +88,7 @@ def read_until(stream, marker: bytes, timeout: float = 20.0) -> bytes:
 
 
 def test_passthrough_is_byte_identical_and_exit_code_is_preserved(log_file, miles_log):
-    result = subprocess.run(reporter_cmd() + [sys.executable, "-c", CHILD, str(log_file), "3"],
-                            capture_output=True, env=clean_env(), timeout=120)
+    result = subprocess.run(reporter_cmd() + [sys.executable, "-c", CHILD, str(log_file), "3"], capture_output=True, env=clean_env(), timeout=120)
     assert result.stdout == miles_log.data
     assert result.returncode == 3
     # no API configured: one line saying so, nothing else (no warnings leaking from parsing)
@@ -102,8 +99,7 @@ def test_passthrough_is_byte_identical_and_exit_code_is_preserved(log_file, mile
 def test_unreachable_api_changes_nothing(log_file, miles_log, token_file):
     env = clean_env(LORARL_API_SERVER=f"http://127.0.0.1:{closed_port()}", LORARL_TOKEN_FILE=str(token_file))
     start = time.monotonic()
-    result = subprocess.run(reporter_cmd(interval=0.05) + [sys.executable, "-c", CHILD, str(log_file), "3"],
-                            capture_output=True, env=env, timeout=120)
+    result = subprocess.run(reporter_cmd(interval=0.05) + [sys.executable, "-c", CHILD, str(log_file), "3"], capture_output=True, env=env, timeout=120)
     assert time.monotonic() - start < 60
     assert result.stdout == miles_log.data
     assert result.returncode == 3
@@ -115,8 +111,7 @@ def test_unreachable_api_changes_nothing(log_file, miles_log, token_file):
 
 def test_merge_patches_sent_to_the_api(log_file, miles_log, token_file, fake_api):
     env = clean_env(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token_file))
-    result = subprocess.run(reporter_cmd(interval=0.5) + [sys.executable, "-c", CHILD, str(log_file), "3"],
-                            capture_output=True, env=env, timeout=120)
+    result = subprocess.run(reporter_cmd(interval=0.5) + [sys.executable, "-c", CHILD, str(log_file), "3"], capture_output=True, env=env, timeout=120)
     assert result.stdout == miles_log.data and result.returncode == 3
     assert reporter_lines(result.stderr) == []
     patches = fake_api.patches()
@@ -146,8 +141,7 @@ def test_partial_line_is_passed_through_immediately(tmp_path, fake_api, token_fi
         f"out.write(b' rest\\n' + {STEP0.encode()!r} + b'\\n'); out.flush()\n"
     )
     env = clean_env(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token_file))
-    proc = subprocess.Popen(reporter_cmd(total=10) + [sys.executable, "-c", child],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(reporter_cmd(total=10) + [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         assert read_until(proc.stdout, b"partial-no-newline") == b"partial-no-newline"
         go.touch()
@@ -162,11 +156,9 @@ def test_partial_line_is_passed_through_immediately(tmp_path, fake_api, token_fi
 
 
 def test_stderr_is_passed_through_and_parsed(fake_api, token_file):
-    child = (f"import sys; sys.stderr.write({STEP0!r} + '\\n'); sys.stdout.write('out\\n'); "
-             "sys.stderr.write('no newline at the end')")
+    child = f"import sys; sys.stderr.write({STEP0!r} + '\\n'); sys.stdout.write('out\\n'); sys.stderr.write('no newline at the end')"
     env = clean_env(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token_file))
-    result = subprocess.run(reporter_cmd(total=10) + [sys.executable, "-c", child],
-                            capture_output=True, env=env, timeout=60)
+    result = subprocess.run(reporter_cmd(total=10) + [sys.executable, "-c", child], capture_output=True, env=env, timeout=60)
     assert result.returncode == 0
     assert result.stdout == b"out\n"
     assert result.stderr == STEP0.encode() + b"\nno newline at the end"
@@ -175,13 +167,13 @@ def test_stderr_is_passed_through_and_parsed(fake_api, token_file):
 
 @pytest.mark.parametrize("handles, expected", [(True, 7), (False, 128 + signal.SIGTERM)])
 def test_sigterm_is_forwarded_to_the_child(handles, expected):
-    child = ("import signal, sys, time\n"
-             + ("signal.signal(signal.SIGTERM, lambda *a: (print('child got SIGTERM', flush=True), sys.exit(7)))\n"
-                if handles else "")
-             + "print('ready', flush=True)\n"
-             "time.sleep(60)\n")
-    proc = subprocess.Popen(reporter_cmd(total=10) + [sys.executable, "-c", child],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    child = (
+        "import signal, sys, time\n"
+        + ("signal.signal(signal.SIGTERM, lambda *a: (print('child got SIGTERM', flush=True), sys.exit(7)))\n" if handles else "")
+        + "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(reporter_cmd(total=10) + [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
     try:
         read_until(proc.stdout, b"ready\n")
         start = time.monotonic()
@@ -201,12 +193,12 @@ def test_checkpoints_from_the_save_dir(tmp_path, fake_api, token_file):
     mileslog.write_tree(str(save), [49, 99], ranks=8)
     mileslog.write_save(str(save), 149, 8, files=9)  # shards and adapter_model.bin only
     env = clean_env(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token_file))
-    result = subprocess.run(reporter_cmd("--save-dir", str(save), "--gpus", "8", total=200) + [sys.executable, "-c", "pass"],
-                            capture_output=True, env=env, timeout=60)
+    result = subprocess.run(
+        reporter_cmd("--save-dir", str(save), "--gpus", "8", total=200) + [sys.executable, "-c", "pass"], capture_output=True, env=env, timeout=60
+    )
     assert result.returncode == 0 and result.stdout == b""
     final = fake_api.patches()[-1]["body"]["status"]
-    assert final["checkpoints"] == {"latestIteration": 99, "latestPath": str(save / "iter_0000099" / "adapter"),
-                                    "count": 2, "saving": 149}
+    assert final["checkpoints"] == {"latestIteration": 99, "latestPath": str(save / "iter_0000099" / "adapter"), "count": 2, "saving": 149}
     assert final["progress"]["rollout"] == 100 and final["progress"]["percent"] == 50 and final["progress"]["attempts"] == 1
 
 
@@ -221,18 +213,31 @@ def test_artifact_is_deterministic_small_and_stdlib_only(artifact_path):
     assert len(json.dumps(cm)) < 1 << 20  # a ConfigMap holds at most 1 MiB
     imports = subprocess.run([*run_artifact(), "--help"], capture_output=True, text=True, timeout=30)
     assert imports.returncode == 0 and "--total-rollouts" in imports.stdout
-    names = [word.split()[-1] for word in subprocess.run(
-        [sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import lorarl_reporter.cli; "
-         "print('\\n'.join(sorted(m for m in sys.modules if m.startswith('lorarl_reporter'))))", ARTIFACT["path"]],
-        capture_output=True, text=True, timeout=30, check=True).stdout.split()]
+    names = [
+        word.split()[-1]
+        for word in subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                "import sys; sys.path.insert(0, sys.argv[1]); import lorarl_reporter.cli; "
+                "print('\\n'.join(sorted(m for m in sys.modules if m.startswith('lorarl_reporter'))))",
+                ARTIFACT["path"],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
+    ]
     assert {"lorarl_reporter.cli", "lorarl_reporter.summary", "lorarl_reporter.launcher"} <= set(names)
 
 
 def test_failure_then_recovery_logs_one_line_each(log_file, fake_api, token_file):
     fake_api.statuses = [500, 500, 500]
     env = clean_env(LORARL_API_SERVER=fake_api.url, LORARL_TOKEN_FILE=str(token_file))
-    result = subprocess.run(reporter_cmd(interval=0.05) + [sys.executable, "-c", CHILD, str(log_file), "0"],
-                            capture_output=True, env=env, timeout=120)
+    result = subprocess.run(reporter_cmd(interval=0.05) + [sys.executable, "-c", CHILD, str(log_file), "0"], capture_output=True, env=env, timeout=120)
     assert result.returncode == 0
     lines = reporter_lines(result.stderr)
     assert len(lines) == 2, lines
@@ -259,9 +264,31 @@ def test_token_is_reread_for_every_patch(reporter, fake_api, token_file):
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 def test_https_with_the_configured_ca(reporter, tmp_path, token_file):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     api = FakeApi(tls=(str(cert), str(key)))
     api.thread.start()
     try:
@@ -279,27 +306,28 @@ def test_https_with_the_configured_ca(reporter, tmp_path, token_file):
 def test_api_config_from_the_environment(reporter):
     assert reporter.api_config({}) is None
     c = reporter.api_config({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"})
-    assert c == reporter.ApiConfig("https://10.96.0.1:443", "/var/run/secrets/kubernetes.io/serviceaccount/token",
-                                   "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+    assert c == reporter.ApiConfig(
+        "https://10.96.0.1:443", "/var/run/secrets/kubernetes.io/serviceaccount/token", "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    )
     assert reporter.api_config({"KUBERNETES_SERVICE_HOST": "fd00::1"}).server == "https://[fd00::1]:443"
-    c = reporter.api_config({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "LORARL_API_SERVER": "http://127.0.0.1:1/",
-                             "LORARL_TOKEN_FILE": "/t", "LORARL_CA_FILE": "/c"})
+    c = reporter.api_config(
+        {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "LORARL_API_SERVER": "http://127.0.0.1:1/", "LORARL_TOKEN_FILE": "/t", "LORARL_CA_FILE": "/c"}
+    )
     assert c == reporter.ApiConfig("http://127.0.0.1:1", "/t", "/c")
     assert reporter.api_config({"LORARL_API_SERVER": "ftp://x"}) is None
 
 
 def test_usage_errors(tmp_path):
-    no_command = subprocess.run([*run_artifact(), "--namespace", "a", "--name", "b",
-                                 "--total-rollouts", "1"], capture_output=True, env=clean_env(), timeout=30)
+    no_command = subprocess.run([*run_artifact(), "--namespace", "a", "--name", "b", "--total-rollouts", "1"], capture_output=True, env=clean_env(), timeout=30)
     assert no_command.returncode == 2 and b"usage:" in no_command.stderr
-    missing = subprocess.run(reporter_cmd() + [str(tmp_path / "no-such-binary")],
-                             capture_output=True, env=clean_env(), timeout=30)
+    missing = subprocess.run(reporter_cmd() + [str(tmp_path / "no-such-binary")], capture_output=True, env=clean_env(), timeout=30)
     assert missing.returncode == 127
     # bad reporter options must not stop the training run
-    bad = subprocess.run([*run_artifact(), "--total-rollouts", "many", "--",
-                          sys.executable, "-c", "print('trained'); raise SystemExit(5)"],
-                         capture_output=True, env=clean_env(), timeout=30)
+    bad = subprocess.run(
+        [*run_artifact(), "--total-rollouts", "many", "--", sys.executable, "-c", "print('trained'); raise SystemExit(5)"],
+        capture_output=True,
+        env=clean_env(),
+        timeout=30,
+    )
     assert bad.returncode == 5 and bad.stdout == b"trained\n"
     assert "without status reporting" in reporter_lines(bad.stderr)[0]
-
-

@@ -54,13 +54,11 @@ def test_log_alone_proves_saves_by_later_lines(reporter, miles_log):
     stays 'saving' (the job always passes --save-dir, whose files prove it)."""
     summary = reporter.Summary(miles_log.num_rollouts, clock=Clock())
     fold(reporter, summary, miles_log.lines)
-    assert summary.status()["checkpoints"] == {
-        "latestIteration": 299, "latestPath": f"{miles_log.save_dir}/iter_0000299/adapter", "count": 6}
+    assert summary.status()["checkpoints"] == {"latestIteration": 299, "latestPath": f"{miles_log.save_dir}/iter_0000299/adapter", "count": 6}
     log = generate_miles_log(num_rollouts=290, noise=False)
     summary = reporter.Summary(290, clock=Clock())
     fold(reporter, summary, log.lines)
-    assert summary.status()["checkpoints"] == {
-        "latestIteration": 249, "latestPath": f"{log.save_dir}/iter_0000249/adapter", "count": 5, "saving": 289}
+    assert summary.status()["checkpoints"] == {"latestIteration": 249, "latestPath": f"{log.save_dir}/iter_0000249/adapter", "count": 5, "saving": 289}
 
 
 def test_eta_and_progress_midway(reporter, miles_log):
@@ -96,8 +94,10 @@ def test_eta_absent_until_two_rollouts_finished(reporter):
 
 def test_initial_status(reporter):
     s = reporter.Summary(100, clock=Clock(0.0))
-    assert s.status() == {"progress": {"rollout": 0, "total": 100, "percent": 0, "attempts": 1, "trainedRollouts": 0,
-                                       "lastUpdateTime": "1970-01-01T00:00:00Z"}, "metrics": {}}
+    assert s.status() == {
+        "progress": {"rollout": 0, "total": 100, "percent": 0, "attempts": 1, "trainedRollouts": 0, "lastUpdateTime": "1970-01-01T00:00:00Z"},
+        "metrics": {},
+    }
     assert s.version == 1
     assert reporter.patch_body(s.status())["status"]["progress"]["etaSeconds"] is None
 
@@ -148,10 +148,8 @@ def test_step_without_rollout_lines_uses_the_step_number_and_total_clamps(report
 
 def test_nan_metrics_are_dropped_and_nulled_in_the_patch(reporter):
     s = reporter.Summary(10, clock=Clock())
-    s.apply(reporter.Event("step", 0, {"train/loss": 0.5, "train/ppo_kl": 0.1,
-                                        "train/train_rollout_logprob_abs_diff": 0.02}))
-    s.apply(reporter.Event("step", 1, {"train/loss": math.nan, "train/ppo_kl": math.inf,
-                                        "train/train_rollout_logprob_abs_diff": math.nan}))
+    s.apply(reporter.Event("step", 0, {"train/loss": 0.5, "train/ppo_kl": 0.1, "train/train_rollout_logprob_abs_diff": 0.02}))
+    s.apply(reporter.Event("step", 1, {"train/loss": math.nan, "train/ppo_kl": math.inf, "train/train_rollout_logprob_abs_diff": math.nan}))
     metrics = s.status()["metrics"]
     assert metrics == {"step": 1, "trainRolloutLogprobAbsDiffMean": 0.02}
     body = reporter.patch_body(s.status())
@@ -163,8 +161,7 @@ def test_nan_metrics_are_dropped_and_nulled_in_the_patch(reporter):
 
 
 def test_patch_body_sends_only_owned_fields(reporter):
-    body = reporter.patch_body({"progress": {"rollout": 1}, "metrics": {}, "eval": [], "checkpoints": {},
-                                "phase": "Running", "conditions": []})
+    body = reporter.patch_body({"progress": {"rollout": 1}, "metrics": {}, "eval": [], "checkpoints": {}, "phase": "Running", "conditions": []})
     assert set(body["status"]) == {"progress", "metrics", "eval", "checkpoints"}
 
 
@@ -189,8 +186,7 @@ def test_degenerate_totals(reporter, total):
 
 def test_a_second_generated_log_with_other_parameters(reporter):
     """Two optimizer steps per rollout: step n is rollout n // 2."""
-    log = generate_miles_log(num_rollouts=101, eval_interval=10, save_interval=25, seed=99, save_dir="/s",
-                             steps_per_rollout=2)
+    log = generate_miles_log(num_rollouts=101, eval_interval=10, save_interval=25, seed=99, save_dir="/s", steps_per_rollout=2)
     s = reporter.Summary(101, steps_per_rollout=2, clock=Clock())
     fold(reporter, s, log.lines)
     expected = expected_final_status(log, complete_saves=[24, 49, 74, 99])  # 100 is the last: unproven by the log
@@ -221,23 +217,22 @@ def test_wandb_run_url(reporter):
 
 def test_gpu_hours_and_attempts_from_the_ledger(reporter):
     clock = Clock(10_000.0)
-    history = [{"attempt": 1, "gpus": 8, "startedAt": 0.0, "aliveAt": 3600.0, "offset": 0, "finished": 80},
-               {"attempt": 2, "gpus": 8, "startedAt": 9000.0, "aliveAt": 9000.0, "offset": 50, "finished": 50}]
+    history = [
+        {"attempt": 1, "gpus": 8, "startedAt": 0.0, "aliveAt": 3600.0, "offset": 0, "finished": 80},
+        {"attempt": 2, "gpus": 8, "startedAt": 9000.0, "aliveAt": 9000.0, "offset": 50, "finished": 50},
+    ]
     s = reporter.Summary(100, offset=50, attempt=2, gpus=8, history=history, started_at=9000.0, clock=clock)
     progress = s.status()["progress"]
     assert progress["gpuHours"] == r4(8 + 8 * 1000 / 3600)  # attempt 1: 1 h; attempt 2 so far: 1000 s
     assert progress["attempts"] == 2 and progress["rollout"] == 50 and progress["trainedRollouts"] == 80
 
 
-
 def test_earlier_attempts_count_only_for_the_rollouts_kept(reporter):
     """Attempt 1 evaluated at 79 and trained steps to 79, but attempt 2 resumed after 60: that
     branch is gone. Attempt 3 (after 100) builds on attempt 1 up to 59 and attempt 2 from 60."""
     history = [
-        {"attempt": 1, "offset": 0, "evals": [[0, {"aime24": 0.5}], [59, {"aime24": 0.6}], [79, {"aime24": 0.9}]],
-         "diffs": [[0, 0.01], [59, 0.01], [79, 0.5]]},
-        {"attempt": 2, "offset": 60, "evals": [[60, {"aime24": 0.55}], [99, {"aime24": 0.7}]],
-         "diffs": [[60, 0.03], [99, 0.03]]},
+        {"attempt": 1, "offset": 0, "evals": [[0, {"aime24": 0.5}], [59, {"aime24": 0.6}], [79, {"aime24": 0.9}]], "diffs": [[0, 0.01], [59, 0.01], [79, 0.5]]},
+        {"attempt": 2, "offset": 60, "evals": [[60, {"aime24": 0.55}], [99, {"aime24": 0.7}]], "diffs": [[60, 0.03], [99, 0.03]]},
         {"attempt": 3, "offset": 100, "evals": "torn", "diffs": [["x", 1]]},  # this attempt: ignored
     ]
     s = reporter.Summary(120, offset=100, attempt=3, history=history, clock=Clock())
@@ -254,8 +249,10 @@ def test_first_rollout_id_after_a_resume_is_logged_once(reporter):
     s.apply(reporter.Event("resumed", 59, {}))
     s.apply(reporter.Event("eval", 0, {"eval/aime24": 0.5}))
     s.apply(reporter.Event("perf", 0, {"rollout/response_len/mean": 1.0}))
-    assert s.notes == ["the trainer restored the adapter and optimizer of iteration 59",
-                       "attempt 2: the trainer's first rollout id is 0; it resumed after 60 rollouts, so its ids are shown as id + 60"]
+    assert s.notes == [
+        "the trainer restored the adapter and optimizer of iteration 59",
+        "attempt 2: the trainer's first rollout id is 0; it resumed after 60 rollouts, so its ids are shown as id + 60",
+    ]
     assert s.status()["eval"][0]["latestRollout"] == 60
     # a trainer that continues by itself (first id >= offset) keeps its ids
     t = reporter.Summary(100, offset=60, attempt=2, clock=Clock())

@@ -43,7 +43,6 @@ def test_the_rendered_pods_mount_the_token_only_where_the_reporter_runs():
     """Static half of the design, on the renderer: the ServiceAccount and every pod opt out of
     the automatic token; only the head's Ray container mounts a projected one."""
 
-
     doc = seed_doc()
     doc["spec"]["hardware"]["nodes"] = 2
     children = render.render(job_from(doc))
@@ -54,8 +53,9 @@ def test_the_rendered_pods_mount_the_token_only_where_the_reporter_runs():
     worker = cluster["workerGroupSpecs"][0]["template"]["spec"]
     for pod in (head, worker):
         assert pod["automountServiceAccountToken"] is False
-    token_volumes = {v["name"] for pod in (head, worker) for v in pod["volumes"]
-                     if any("serviceAccountToken" in s for s in (v.get("projected") or {}).get("sources", []))}
+    token_volumes = {
+        v["name"] for pod in (head, worker) for v in pod["volumes"] if any("serviceAccountToken" in s for s in (v.get("projected") or {}).get("sources", []))
+    }
     assert token_volumes == {render.API_ACCESS_VOLUME}
     assert render.API_ACCESS_VOLUME not in {v["name"] for v in worker["volumes"]}
 

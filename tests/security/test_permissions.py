@@ -71,5 +71,4 @@ def test_the_operator_and_the_job_cannot_read_secrets(helm, control_plane, names
         assert can_i(control_plane, namespace, reporter, "patch", f"lorarljobs.lorarl.dev/{doc['metadata']['name']}") == "no"
         assert can_i(control_plane, namespace, reporter, "list", "lorarljobs.lorarl.dev") == "no"
     finally:
-        control_plane.kubectl("delete", "-f", "-", "--ignore-not-found",
-                              input=yaml.safe_dump_all([d for d in docs if d["kind"].startswith("Cluster")]))
+        control_plane.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all([d for d in docs if d["kind"].startswith("Cluster")]))

@@ -74,8 +74,9 @@ def test_pods_are_unprivileged_and_documented(profile):
         assert ("privileged", "true") not in found
         assert ("volume", "hostPath") not in found
         assert not any(flag in ("hostNetwork", "hostPID", "hostIPC") and value == "true" for flag, value in found)
-        assert not [c for c in pod.get("containers", []) + pod.get("initContainers", [])
-                    if (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is True]
+        assert not [
+            c for c in pod.get("containers", []) + pod.get("initContainers", []) if (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is True
+        ]
         rendered |= found
     assert rendered == documented(profile)
 

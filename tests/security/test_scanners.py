@@ -26,8 +26,10 @@ from lorarl_dev.controlplane import ensure_binaries
 from tests.helpers import REPO, doc_table
 
 CHECKOV_VERSION = "3.3.30"
-CHECKOV_CONFIGS = {"chart": (REPO / "hack" / "security" / "checkov-chart.yaml", REPO / "charts" / "lorarl-operator"),
-                   "manifests": (REPO / "hack" / "security" / "checkov-manifests.yaml", REPO / "manifests" / "install")}
+CHECKOV_CONFIGS = {
+    "chart": (REPO / "hack" / "security" / "checkov-chart.yaml", REPO / "charts" / "lorarl-operator"),
+    "manifests": (REPO / "hack" / "security" / "checkov-manifests.yaml", REPO / "manifests" / "install"),
+}
 LOCK = REPO / "requirements.lock"
 
 
@@ -44,10 +46,16 @@ def suppressions(scanner: str, scope: str | None = None) -> set[str]:
 def test_bandit_finds_nothing_unexplained():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["bandit"]
     assert set(config["skips"]) == suppressions("bandit")
-    assert not re.search(r"#\s*nosec", "\n".join(p.read_text() for d in ("operator", "hack/devtools")
-                                                  for p in (REPO / d).rglob("*.py"))), "no inline suppressions"
-    out = subprocess.run([sys.executable, "-m", "bandit", "-c", "pyproject.toml", "-r", "operator", "hack/devtools",
-                          "-f", "json", "-q"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert not re.search(r"#\s*nosec", "\n".join(p.read_text() for d in ("operator", "hack/devtools") for p in (REPO / d).rglob("*.py"))), (
+        "no inline suppressions"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "bandit", "-c", "pyproject.toml", "-r", "operator", "hack/devtools", "-f", "json", "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     report = json.loads(out.stdout)
     assert report["errors"] == []
     assert [(r["test_id"], r["filename"], r["line_number"]) for r in report["results"]] == []
@@ -57,8 +65,12 @@ def test_bandit_finds_nothing_unexplained():
 def test_bandit_would_catch_a_finding(tmp_path):
     """The oracle can fail: the same invocation reports a shell=True call."""
     (tmp_path / "bad.py").write_text("import subprocess\nsubprocess.call('ls ' + input(), shell=True)\n")
-    out = subprocess.run([sys.executable, "-m", "bandit", "-c", str(REPO / "pyproject.toml"), "-r", str(tmp_path), "-f", "json", "-q"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "bandit", "-c", str(REPO / "pyproject.toml"), "-r", str(tmp_path), "-f", "json", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert {r["test_id"] for r in json.loads(out.stdout)["results"]} == {"B602"}
 
 
@@ -81,8 +93,9 @@ def checkov(tmp_path_factory) -> pathlib.Path:
 def run_checkov(checkov: pathlib.Path, config: pathlib.Path, target: pathlib.Path) -> dict:
     helm_dir = ensure_binaries(("helm",))  # the helm framework renders the chart with the real helm
     env = {**os.environ, "PATH": f"{helm_dir}{os.pathsep}{os.environ['PATH']}"}
-    out = subprocess.run([str(checkov), "--config-file", str(config), "-d", str(target), "-o", "json"],
-                         cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
+    out = subprocess.run(
+        [str(checkov), "--config-file", str(config), "-d", str(target), "-o", "json"], cwd=REPO, capture_output=True, text=True, env=env, timeout=600
+    )
     report = json.loads(out.stdout)
     assert isinstance(report, dict), "one framework per run"
     return report
@@ -102,8 +115,12 @@ def test_checkov_finds_nothing_unexplained(checkov, scope):
 
 
 def test_checkov_would_catch_a_privileged_pod(checkov, tmp_path):
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "x"},
-           "spec": {"containers": [{"name": "c", "image": "i@sha256:" + "0" * 64, "securityContext": {"privileged": True}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "x"},
+        "spec": {"containers": [{"name": "c", "image": "i@sha256:" + "0" * 64, "securityContext": {"privileged": True}}]},
+    }
     (tmp_path / "pod.yaml").write_text(yaml.safe_dump(pod))
     report = run_checkov(checkov, CHECKOV_CONFIGS["manifests"][0], tmp_path)
     assert "CKV_K8S_16" in {f["check_id"] for f in report["results"]["failed_checks"]}  # "Container should not be privileged"
@@ -144,9 +161,25 @@ def test_pip_audit_finds_no_known_vulnerability(tmp_path):
     unreachable = pypi_vulnerability_service_reachable(name, version)
     if unreachable:
         pytest.skip(f"PyPI's vulnerability data is not reachable here, pip-audit cannot audit: {unreachable}")
-    out = subprocess.run([sys.executable, "-m", "pip_audit", "-r", str(LOCK), "--no-deps", "--disable-pip",
-                          "--progress-spinner", "off", "-f", "json", *[a for v in sorted(ignored) for a in ("--ignore-vuln", v)]],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip_audit",
+            "-r",
+            str(LOCK),
+            "--no-deps",
+            "--disable-pip",
+            "--progress-spinner",
+            "off",
+            "-f",
+            "json",
+            *[a for v in sorted(ignored) for a in ("--ignore-vuln", v)],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads(out.stdout)
     skipped = [d["name"] for d in report["dependencies"] if "skip_reason" in d]
     assert skipped == [], f"pip-audit could not audit {skipped}"

@@ -36,21 +36,21 @@ def seed_inputs(tmp: pathlib.Path, knobs: dict | None = None) -> list[str]:
     rendered command pointing at them."""
     repos = hubstub.make_seed_repos(str(tmp / "hub"), knobs={"seconds_per_rollout": 0} if knobs is None else knobs)
     argv = mapped(rendered_argv(), tmp)
-    for repo, target in ((hubstub.SEED_MODEL, argv[argv.index("--hf-checkpoint") + 1]),
-                         (hubstub.SEED_PROMPTS, os.path.dirname(argv[argv.index("--prompt-data") + 1])),
-                         (hubstub.SEED_EVAL, os.path.dirname(argv[argv.index("--eval-prompt-data") + 2]))):
+    for repo, target in (
+        (hubstub.SEED_MODEL, argv[argv.index("--hf-checkpoint") + 1]),
+        (hubstub.SEED_PROMPTS, os.path.dirname(argv[argv.index("--prompt-data") + 1])),
+        (hubstub.SEED_EVAL, os.path.dirname(argv[argv.index("--eval-prompt-data") + 2])),
+    ):
         pathlib.Path(target).parent.mkdir(parents=True, exist_ok=True)
         os.rename(repos[repo], target)
     return argv
 
 
-def run_trainer(argv: list[str], *, inline: bool = True, env: dict | None = None, timeout: float = 120,
-                **popen) -> subprocess.CompletedProcess:
+def run_trainer(argv: list[str], *, inline: bool = True, env: dict | None = None, timeout: float = 120, **popen) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     if inline:
         full_env["MILES_STANDIN_EXECUTOR"] = "inline"
-    return subprocess.run([sys.executable, str(TRAIN_PY), *argv], env=full_env, capture_output=True, text=True,
-                          timeout=timeout, **popen)
+    return subprocess.run([sys.executable, str(TRAIN_PY), *argv], env=full_env, capture_output=True, text=True, timeout=timeout, **popen)
 
 
 def events(text: str) -> list:

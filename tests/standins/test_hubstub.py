@@ -74,8 +74,7 @@ def hub(tmp_path):
 
 def hf(cli, hub, tmp_path, *args, token=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1",
-               NO_COLOR="1")
+    env.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1")
     if token:
         env["HF_TOKEN"] = token
     return subprocess.run([cli, "download", *args], env=env, capture_output=True, text=True, timeout=120)
@@ -88,15 +87,13 @@ def files(d: pathlib.Path) -> dict:
 def test_model_and_dataset_with_and_without_revision(hub, tmp_path, hf_cli):
     out = tmp_path / "m"
     assert hf(hf_cli, hub, tmp_path, hubstub.SEED_MODEL, "--local-dir", str(out)).returncode == 0
-    assert sorted(files(out)) == ["config.json", "generation_config.json", "model.safetensors", "standin.json",
-                                  "tokenizer_config.json"]
+    assert sorted(files(out)) == ["config.json", "generation_config.json", "model.safetensors", "standin.json", "tokenizer_config.json"]
     pinned = tmp_path / "pinned"
     result = hf(hf_cli, hub, tmp_path, hubstub.SEED_MODEL, "--revision", hub.commit, "--local-dir", str(pinned))
     assert result.returncode == 0, result.stderr
     assert files(pinned) == {"config.json": b'{"pinned": true}'}
     ds = tmp_path / "d"
-    assert hf(hf_cli, hub, tmp_path, "--repo-type", "dataset", hubstub.SEED_EVAL, "--revision", "main",
-              "--local-dir", str(ds)).returncode == 0
+    assert hf(hf_cli, hub, tmp_path, "--repo-type", "dataset", hubstub.SEED_EVAL, "--revision", "main", "--local-dir", str(ds)).returncode == 0
     assert list(files(ds)) == ["aime-2024.jsonl"] and len(files(ds)["aime-2024.jsonl"].splitlines()) == 30
 
 
@@ -107,11 +104,14 @@ def test_lfs_redirect_and_paginated_tree(hub, tmp_path, hf_cli):
     assert files(out) == {"big.bin": hub.big, "nested/dir/small.txt": b"small"}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["org/nope"], "Model 'org/nope' not found."),
-    ([hubstub.SEED_MODEL, "--revision", "v9"], "Revision not found in model 'Qwen/Qwen3-4B'."),
-    (["--repo-type", "dataset", hubstub.SEED_MODEL], "Dataset 'Qwen/Qwen3-4B' not found."),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["org/nope"], "Model 'org/nope' not found."),
+        ([hubstub.SEED_MODEL, "--revision", "v9"], "Revision not found in model 'Qwen/Qwen3-4B'."),
+        (["--repo-type", "dataset", hubstub.SEED_MODEL], "Dataset 'Qwen/Qwen3-4B' not found."),
+    ],
+)
 def test_unknown_repo_or_revision_fails_with_hfs_own_error(hub, tmp_path, hf_cli, args, message):
     result = hf(hf_cli, hub, tmp_path, *args, "--local-dir", str(tmp_path / "x"))
     assert result.returncode == 1 and message in result.stderr
@@ -143,12 +143,15 @@ def status(hub, path: str, method: str = "GET", headers: dict | None = None) -> 
         return err.code, dict(err.headers)
 
 
-@pytest.mark.parametrize("path", [
-    "/Qwen/Qwen3-4B/resolve/main/..%2F..%2F..%2Fdatasets%2Fzhuzilin%2Faime-2024%2Fmain%2Faime-2024.jsonl",
-    "/Qwen/Qwen3-4B/resolve/main/%2Fetc%2Fpasswd",
-    "/api/models/Qwen/Qwen3-4B/tree/main/..%2F..",
-    "/api/models/Qwen/..%2F..%2Fdatasets/revision/main",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/Qwen/Qwen3-4B/resolve/main/..%2F..%2F..%2Fdatasets%2Fzhuzilin%2Faime-2024%2Fmain%2Faime-2024.jsonl",
+        "/Qwen/Qwen3-4B/resolve/main/%2Fetc%2Fpasswd",
+        "/api/models/Qwen/Qwen3-4B/tree/main/..%2F..",
+        "/api/models/Qwen/..%2F..%2Fdatasets/revision/main",
+    ],
+)
 def test_path_traversal_is_refused(hub, path):
     code, _ = status(hub, path)
     assert code in (400, 404) and code != 200
@@ -173,11 +176,14 @@ def test_prepare_sh_downloads_the_seed_inputs_for_the_trainer(hub, tmp_path, hf_
     job = job_from(seed_doc())
     args = mapped(render.downloads(job), tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(PATH=f"{os.path.dirname(hf_cli)}:{os.environ['PATH']}", HF_ENDPOINT=hub.endpoint,
-               HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1",
-               LORARL_RUN_DIR=str(tmp_path / "root/shared_data/job"))
-    result = subprocess.run(["/bin/sh", str(render.asset_path("prepare.sh")), *args], env=env, capture_output=True,
-                            text=True, timeout=300)
+    env.update(
+        PATH=f"{os.path.dirname(hf_cli)}:{os.environ['PATH']}",
+        HF_ENDPOINT=hub.endpoint,
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        LORARL_RUN_DIR=str(tmp_path / "root/shared_data/job"),
+    )
+    result = subprocess.run(["/bin/sh", str(render.asset_path("prepare.sh")), *args], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "prepare: all inputs present" in result.stdout
     argv = mapped(rendered_argv(), tmp_path)

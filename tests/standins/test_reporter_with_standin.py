@@ -21,9 +21,20 @@ def entrypoint(tmp: pathlib.Path, artifact: pathlib.Path) -> list[str]:
     argv = command.entrypoint_argv(job_from(seed_doc()))
     assert argv[:2] == ["python3", "/opt/lorarl/reporter.pyz"]
     split = argv.index("--")
-    assert argv[split + 1:split + 3] == ["python3", "/root/miles/train.py"]
-    return [sys.executable, "-I", "-S", str(artifact), *mapped(argv[2:split], tmp), "--interval", "0.2", "--",
-            sys.executable, str(TRAIN_PY), *mapped(argv[split + 3:], tmp)]
+    assert argv[split + 1 : split + 3] == ["python3", "/root/miles/train.py"]
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        str(artifact),
+        *mapped(argv[2:split], tmp),
+        "--interval",
+        "0.2",
+        "--",
+        sys.executable,
+        str(TRAIN_PY),
+        *mapped(argv[split + 3 :], tmp),
+    ]
 
 
 def test_reporter_resumes_the_standin_after_a_failed_attempt(tmp_path):

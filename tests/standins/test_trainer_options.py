@@ -43,8 +43,7 @@ def test_every_rendered_command_parses(parser, name):
     assert ns.normalization == "RMSNorm" and ns.megatron_to_hf_mode == "bridge"
     assert ns.eval_prompt_data[0] == "aime24" and ns.colocate is True
     # the reporter's resumed attempt appends these (reporter/launcher.py rewrite)
-    resumed = parser.parse_args(argv + ["--save", "/x/attempt-002", "--num-rollout", "7",
-                                        "--lora-adapter-path", "/x/iter_0000049/adapter"])
+    resumed = parser.parse_args(argv + ["--save", "/x/attempt-002", "--num-rollout", "7", "--lora-adapter-path", "/x/iter_0000049/adapter"])
     assert (resumed.save, resumed.num_rollout, resumed.lora_adapter_path) == ("/x/attempt-002", 7, "/x/iter_0000049/adapter")
 
 
@@ -54,20 +53,25 @@ def test_seed_values_are_typed_as_miles_types_them(parser):
     assert ns.rollout_batch_size * ns.n_samples_per_prompt == ns.global_batch_size == 64
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-    (["--deploy-component", "all"], "unrecognized arguments: --deploy-component all"),  # not on miles main at 31f1ca9
-    (["--sglang-lora-backend", "tritonx"], "argument --sglang-lora-backend: invalid choice: 'tritonx' (choose from "
-                                           "'triton', 'csgmv', 'ascend', 'torch_native')"),
-    (["--normalization", "rmsnorm"], "argument --normalization: invalid choice: 'rmsnorm' (choose from 'LayerNorm', 'RMSNorm')"),
-    (["--num-layers", "thirty-six"], "argument --num-layers: invalid int value: 'thirty-six'"),
-    (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
-    (["--apply-chat-template-kwargs", "{bad json"], "argument --apply-chat-template-kwargs: invalid loads value: '{bad json'"),
-    (["--num-rollout"], "argument --num-rollout: expected one argument"),
-    (["--eval-prompt-data"], "argument --eval-prompt-data: expected at least one argument"),
-    (["--rollout-batch"], "unrecognized arguments: --rollout-batch"),  # allow_abbrev is false: no prefixes
-    (["--colocate=yes"], "argument --colocate: ignored explicit argument 'yes'"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--deploy-component", "all"], "unrecognized arguments: --deploy-component all"),  # not on miles main at 31f1ca9
+        (
+            ["--sglang-lora-backend", "tritonx"],
+            "argument --sglang-lora-backend: invalid choice: 'tritonx' (choose from 'triton', 'csgmv', 'ascend', 'torch_native')",
+        ),
+        (["--normalization", "rmsnorm"], "argument --normalization: invalid choice: 'rmsnorm' (choose from 'LayerNorm', 'RMSNorm')"),
+        (["--num-layers", "thirty-six"], "argument --num-layers: invalid int value: 'thirty-six'"),
+        (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
+        (["--apply-chat-template-kwargs", "{bad json"], "argument --apply-chat-template-kwargs: invalid loads value: '{bad json'"),
+        (["--num-rollout"], "argument --num-rollout: expected one argument"),
+        (["--eval-prompt-data"], "argument --eval-prompt-data: expected at least one argument"),
+        (["--rollout-batch"], "unrecognized arguments: --rollout-batch"),  # allow_abbrev is false: no prefixes
+        (["--colocate=yes"], "argument --colocate: ignored explicit argument 'yes'"),
+    ],
+)
 def test_refuses_what_miles_refuses(parser, capsys, extra, message):
     assert refuse(parser, rendered_argv() + extra, capsys) == f"train.py: error: {message}"
 
@@ -75,15 +79,38 @@ def test_refuses_what_miles_refuses(parser, capsys, extra, message):
 def test_the_one_required_option(parser, capsys):
     argv = rendered_argv()
     i = argv.index("--rollout-batch-size")
-    assert refuse(parser, argv[:i] + argv[i + 2:], capsys) == "train.py: error: the following arguments are required: --rollout-batch-size"
+    assert refuse(parser, argv[:i] + argv[i + 2 :], capsys) == "train.py: error: the following arguments are required: --rollout-batch-size"
 
 
 def test_action_kinds(parser):
     base = rendered_argv()
-    ns = parser.parse_args(base + ["--offload-train", "--no-offload-rollout", "--multi-lora-adapter", "a", "b",
-                                   "--multi-lora-adapter", "c", "d", "--router-decode", "x", "--rampup-batch-size", "1", "2", "3",
-                                   "--sglang-lora-paths", "n=p", "q", "--sglang-context-length", "32k",
-                                   "--apply-chat-template-kwargs", '{"enable_thinking": false}', "--use-session-server"])
+    ns = parser.parse_args(
+        base
+        + [
+            "--offload-train",
+            "--no-offload-rollout",
+            "--multi-lora-adapter",
+            "a",
+            "b",
+            "--multi-lora-adapter",
+            "c",
+            "d",
+            "--router-decode",
+            "x",
+            "--rampup-batch-size",
+            "1",
+            "2",
+            "3",
+            "--sglang-lora-paths",
+            "n=p",
+            "q",
+            "--sglang-context-length",
+            "32k",
+            "--apply-chat-template-kwargs",
+            '{"enable_thinking": false}',
+            "--use-session-server",
+        ]
+    )
     assert (ns.offload_train, ns.offload_rollout) == (True, False)
     assert ns.multi_lora_adapters == [["a", "b"], ["c", "d"]] and ns.router_decode == [["x"]]
     assert ns.rampup_batch_size == [1, 2, 3] and ns.sglang_lora_paths == ["n=p", "q"]
@@ -93,9 +120,7 @@ def test_action_kinds(parser):
 
 
 def test_the_script_exits_2_with_usage_on_stderr():
-    result = subprocess.run([sys.executable, str(TRAIN_PY), *rendered_argv(), "--normalization", "rmsnorm"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, str(TRAIN_PY), *rendered_argv(), "--normalization", "rmsnorm"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("usage: train.py [-h]")
-    assert result.stderr.rstrip().endswith("train.py: error: argument --normalization: invalid choice: 'rmsnorm' "
-                                           "(choose from 'LayerNorm', 'RMSNorm')")
+    assert result.stderr.rstrip().endswith("train.py: error: argument --normalization: invalid choice: 'rmsnorm' (choose from 'LayerNorm', 'RMSNorm')")

@@ -45,8 +45,12 @@ def cluster():
 
 def test_rollouts_run_as_ray_actors_and_tasks(cluster, tmp_path):
     argv = seed_inputs(tmp_path, knobs={"seconds_per_rollout": 0.1})
-    result = run_trainer(argv + ["--num-rollout", "3", "--save-interval", "2", "--eval-interval", "2"], inline=False,
-                         env={**LOOPBACK_ENV, "RAY_ADDRESS": cluster.address, "MILES_STANDIN_EXECUTOR": "ray"}, timeout=300)
+    result = run_trainer(
+        argv + ["--num-rollout", "3", "--save-interval", "2", "--eval-interval", "2"],
+        inline=False,
+        env={**LOOPBACK_ENV, "RAY_ADDRESS": cluster.address, "MILES_STANDIN_EXECUTOR": "ray"},
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     out = result.stdout + result.stderr
     assert "Ray cluster resources: GPU=8" in out

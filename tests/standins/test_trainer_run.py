@@ -31,8 +31,7 @@ def seed(tmp_path):
 
 
 def short(argv, rollouts=5, save_interval=2, eval_interval=2):
-    return argv + ["--num-rollout", str(rollouts), "--save-interval", str(save_interval),
-                   "--eval-interval", str(eval_interval)]
+    return argv + ["--num-rollout", str(rollouts), "--save-interval", str(save_interval), "--eval-interval", str(eval_interval)]
 
 
 def test_log_is_read_by_the_reporter_as_miles_log(seed):
@@ -76,13 +75,22 @@ def test_checkpoint_files_and_order(seed):
     assert [(s.local, s.files_complete) for s in saves] == [(1, True), (3, True), (4, True)]
     adapter = pathlib.Path(save) / "iter_0000003" / "adapter"
     files = sorted(adapter.iterdir(), key=lambda p: p.stat().st_mtime_ns)
-    expected = ([f"adapter_megatron_rank{r}.pt" for r in range(RANKS)] + ["adapter_model.bin", "adapter_config.json"]
-                + [f"training_state_rank{r}.pt" for r in range(RANKS)])
+    expected = (
+        [f"adapter_megatron_rank{r}.pt" for r in range(RANKS)]
+        + ["adapter_model.bin", "adapter_config.json"]
+        + [f"training_state_rank{r}.pt" for r in range(RANKS)]
+    )
     assert [p.name for p in files] == expected
     config = json.loads((adapter / "adapter_config.json").read_text())
-    assert config == {"peft_type": "LORA", "r": 64, "lora_alpha": 32, "lora_dropout": 0.0, "bias": "none",
-                      "task_type": "CAUSAL_LM", "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                                   "up_proj", "down_proj"]}
+    assert config == {
+        "peft_type": "LORA",
+        "r": 64,
+        "lora_alpha": 32,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "task_type": "CAUSAL_LM",
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    }
     assert not (pathlib.Path(save) / "latest_checkpointed_iteration.txt").exists()
     # 36 layers x 4 Megatron modules x (A, B); the PEFT export splits qkv and fc1: 36 x 7 x 2
     assert "Saved 288 adapter tensors (native) to " in result.stderr
@@ -177,8 +185,9 @@ def test_hang_at_rollout_stays_alive(tmp_path):
     argv = knobbed(tmp_path, {"hang_at_rollout": 1})
     log = tmp_path / "stderr"
     with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, str(TRAIN_PY), *short(argv)], stderr=err, stdout=subprocess.DEVNULL,
-                                env={**os.environ, "MILES_STANDIN_EXECUTOR": "inline"})
+        proc = subprocess.Popen(
+            [sys.executable, str(TRAIN_PY), *short(argv)], stderr=err, stdout=subprocess.DEVNULL, env={**os.environ, "MILES_STANDIN_EXECUTOR": "inline"}
+        )
     try:
         wait_for(lambda: "standin.json: hang_at_rollout=1" in log.read_text(), what="the hang to start")
         assert proc.poll() is None
@@ -200,12 +209,14 @@ def test_a_bad_knob_file_names_the_key(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("break_it, message", [
-    (lambda argv: os.remove(os.path.join(flag(argv, "--hf-checkpoint"), "config.json")),
-     "does not appear to have a file named config.json"),
-    (lambda argv: os.remove(flag(argv, "--prompt-data")), "FileNotFoundError: Prompt dataset path"),
-    (lambda argv: os.remove(argv[argv.index("--eval-prompt-data") + 2]), "FileNotFoundError: Prompt dataset path"),
-])
+@pytest.mark.parametrize(
+    "break_it, message",
+    [
+        (lambda argv: os.remove(os.path.join(flag(argv, "--hf-checkpoint"), "config.json")), "does not appear to have a file named config.json"),
+        (lambda argv: os.remove(flag(argv, "--prompt-data")), "FileNotFoundError: Prompt dataset path"),
+        (lambda argv: os.remove(argv[argv.index("--eval-prompt-data") + 2]), "FileNotFoundError: Prompt dataset path"),
+    ],
+)
 def test_missing_inputs_fail_as_miles_fails(tmp_path, break_it, message):
     argv = seed_inputs(tmp_path)
     break_it(argv)
@@ -217,8 +228,9 @@ def test_model_flags_are_checked_against_config_json(tmp_path):
     argv = seed_inputs(tmp_path)
     result = run_trainer(short(argv) + ["--num-layers", "28"])
     assert result.returncode == 1
-    assert ("AssertionError: hf_validate_args failed: num_hidden_layers in hf config 36 is not equal to num_layers 28, "
-            "please check the config.") in result.stderr
+    assert (
+        "AssertionError: hf_validate_args failed: num_hidden_layers in hf config 36 is not equal to num_layers 28, please check the config."
+    ) in result.stderr
 
 
 def test_without_ray_it_fails_loudly(tmp_path):
@@ -226,8 +238,7 @@ def test_without_ray_it_fails_loudly(tmp_path):
     fake = tmp_path / "noray" / "ray"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('No module named ray (test)')\n")
-    result = run_trainer(short(argv), inline=False, env={"PYTHONPATH": str(fake.parent),
-                                                         "MILES_STANDIN_EXECUTOR": "ray"})
+    result = run_trainer(short(argv), inline=False, env={"PYTHONPATH": str(fake.parent), "MILES_STANDIN_EXECUTOR": "ray"})
     assert result.returncode == 1
     assert "runs its rollouts in Ray, and ray cannot be imported" in result.stderr
     assert of_kind(events(result.stderr), "rollout") == []

@@ -48,8 +48,7 @@ def events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 continue
 
 
-def requests(path: str | os.PathLike[str], username: str | None = None,
-             stage: str = "ResponseComplete") -> Iterator[Request]:
+def requests(path: str | os.PathLike[str], username: str | None = None, stage: str = "ResponseComplete") -> Iterator[Request]:
     """The requests at ``stage`` (by default: finished ones), optionally of one ``user.username``."""
     for event in events(path):
         user = (event.get("user") or {}).get("username", "")

@@ -97,15 +97,12 @@ class TinyCA:
     def key_pem(self) -> bytes:
         return _key_pem(self._key)
 
-    def _issue(self, subject: x509.Name, usages, sans: list[x509.GeneralName] | None = None,
-               rsa_key: bool = False) -> KeyPair:
+    def _issue(self, subject: x509.Name, usages, sans: list[x509.GeneralName] | None = None, rsa_key: bool = False) -> KeyPair:
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048) if rsa_key else ec.generate_private_key(ec.SECP256R1())
         builder = (
             _builder(subject, self._name, key.public_key(), ca=False)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
-            )
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False)
         )
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
@@ -130,7 +127,5 @@ class TinyCA:
 def service_account_keypair() -> tuple[bytes, bytes]:
     """RSA key pair (private PEM, public PEM) for signing ServiceAccount tokens."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pub = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return _key_pem(key), pub

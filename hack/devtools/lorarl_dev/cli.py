@@ -58,10 +58,15 @@ def controlplane_build() -> None:
 
 @controlplane.command("up")
 @click.option("--state-dir", default=None, help="Where pids, logs, certificates and the kubeconfig live.")
-@click.option("--node", is_flag=True, help="Also run one real node (containerd, kubelet, kube-proxy, CoreDNS), "
-              "the whole cluster in a network namespace of its own (root and hack/node/packages.sh needed).")
-@click.option("--gpus", default=8, show_default=True, type=click.IntRange(min=0),
-              help="With --node: how many fake amd.com/gpu the node's device plugin advertises.")
+@click.option(
+    "--node",
+    is_flag=True,
+    help="Also run one real node (containerd, kubelet, kube-proxy, CoreDNS), "
+    "the whole cluster in a network namespace of its own (root and hack/node/packages.sh needed).",
+)
+@click.option(
+    "--gpus", default=8, show_default=True, type=click.IntRange(min=0), help="With --node: how many fake amd.com/gpu the node's device plugin advertises."
+)
 def controlplane_up(state_dir: str | None, node: bool, gpus: int) -> None:
     """Start a control plane that outlives this command (or reuse a healthy one)."""
     from . import controlplane as cp_mod
@@ -97,9 +102,14 @@ def controlplane_env(state_dir: str | None) -> None:
 @main.group(invoke_without_command=True)
 @click.option("--state-dir", default=None, help="Where the demo keeps its control plane and operator state.")
 @click.option("--pace", default=0.15, show_default=True, type=float, help="Seconds per simulated rollout.")
-@click.option("--mode", type=click.Choice(["auto", "real", "simulated"]), default="auto", show_default=True,
-              help="real: real pods on one real node (root and hack/node/packages.sh); simulated: KubeRay's "
-              "status and the trainer's log simulated; auto: real where the machine allows it.")
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "real", "simulated"]),
+    default="auto",
+    show_default=True,
+    help="real: real pods on one real node (root and hack/node/packages.sh); simulated: KubeRay's "
+    "status and the trainer's log simulated; auto: real where the machine allows it.",
+)
 @click.pass_context
 def demo(ctx: click.Context, state_dir: str | None, pace: float, mode: str) -> None:
     """The local demo: control plane + operator + the seed example, with live status."""

@@ -66,8 +66,22 @@ __all__ = [
 REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 #: The order processes are stopped in (reverse of start order).
-_STOP_ORDER = ("hubstub", "kueue", "kuberay-operator", "kwok", "fakegpu", "coredns", "kube-proxy", "kubelet", "containerd",
-               "kube-scheduler", "kube-controller-manager", "relay", "kube-apiserver", "etcd")
+_STOP_ORDER = (
+    "hubstub",
+    "kueue",
+    "kuberay-operator",
+    "kwok",
+    "fakegpu",
+    "coredns",
+    "kube-proxy",
+    "kubelet",
+    "containerd",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "relay",
+    "kube-apiserver",
+    "etcd",
+)
 
 #: The binaries a real node (``node=True``) adds to the control plane's.
 NODE_BINARIES = ("kube-scheduler", "kubelet", "kube-proxy", "coredns", "fakegpu")
@@ -120,6 +134,8 @@ def _admission_and_audit_flags(workdir: pathlib.Path) -> list[str]:
         "--audit-log-mode=blocking",
         "--audit-log-maxsize=0",  # one plain file, never rotated (default: lumberjack at 100 MB)
     ]
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -163,8 +179,7 @@ def kubernetes_version() -> str:
         text = gomod.read_text()
     except FileNotFoundError as exc:  # installed without the source tree
         raise ControlPlaneError(
-            f"{gomod} not found; set LORARL_REPO_ROOT to a lorarl checkout "
-            "or LORARL_CONTROLPLANE_BIN_DIR to a directory with prebuilt binaries"
+            f"{gomod} not found; set LORARL_REPO_ROOT to a lorarl checkout or LORARL_CONTROLPLANE_BIN_DIR to a directory with prebuilt binaries"
         ) from exc
     m = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", text, re.M)
     if not m:
@@ -205,8 +220,7 @@ def ensure_binaries(names: Sequence[str] = REQUIRED_BINARIES, *, quiet: bool = F
         raise ControlPlaneError(f"{script} not found; cannot build {', '.join(missing)}")
     if shutil.which("go") is None:
         raise ControlPlaneError(
-            f"control-plane binaries {', '.join(missing)} are missing from {directory} "
-            "and 'go' is not on PATH to build them (see hack/controlplane/README.md)"
+            f"control-plane binaries {', '.join(missing)} are missing from {directory} and 'go' is not on PATH to build them (see hack/controlplane/README.md)"
         )
     if not quiet:
         print(f"lorarl: building control-plane binaries: {' '.join(missing)}", file=sys.stderr, flush=True)
@@ -366,9 +380,9 @@ def sweep_stale_workdirs(parent: str | os.PathLike[str] | None = None) -> list[p
 # the control plane
 
 
-def _kubeconfig(server: str, ca_pem: bytes, user: str, cert_pem: bytes | None = None,
-                key_pem: bytes | None = None, token: str | None = None,
-                namespace: str | None = None) -> dict[str, Any]:
+def _kubeconfig(
+    server: str, ca_pem: bytes, user: str, cert_pem: bytes | None = None, key_pem: bytes | None = None, token: str | None = None, namespace: str | None = None
+) -> dict[str, Any]:
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
     creds: dict[str, Any] = {}
     if cert_pem is not None:
@@ -666,8 +680,7 @@ class ControlPlane:
 
     def start_etcd(self) -> None:
         self._respawn("etcd")
-        self._wait_http("etcd", f"http://127.0.0.1:{self._ports['etcd']}/health", 30,
-                        lambda body: json.loads(body).get("health") == "true")
+        self._wait_http("etcd", f"http://127.0.0.1:{self._ports['etcd']}/health", 30, lambda body: json.loads(body).get("health") == "true")
         self._wait_ready()
 
     # -- start steps ----------------------------------------------------
@@ -687,8 +700,16 @@ class ControlPlane:
         self._ca = ca
         serving = ca.serving_cert(
             "kube-apiserver",
-            ["127.0.0.1", "localhost", "10.0.0.1", NODE_IP, "kubernetes", "kubernetes.default",
-             "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
+            [
+                "127.0.0.1",
+                "localhost",
+                "10.0.0.1",
+                NODE_IP,
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
             # with pods: RSA, as kubeadm issues it; busybox's TLS client (wget in the node's test
             # pods) offers only rsa_pkcs1 signatures, and Go refuses a P-256 key to such a client
             rsa_key=self.real_node,
@@ -737,14 +758,21 @@ class ControlPlane:
             fd = listener.fileno()
             devtools = str(pathlib.Path(__file__).resolve().parents[1])
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([devtools, os.environ.get("PYTHONPATH", "")])}
-            self._spawn("relay", ["-m", "lorarl_dev.node.relay", f"--listen-fd={fd}", f"--to={NODE_IP}:{port}"],
-                        exe=sys.executable, pass_fds=(fd,), env=env)
+            self._spawn("relay", ["-m", "lorarl_dev.node.relay", f"--listen-fd={fd}", f"--to={NODE_IP}:{port}"], exe=sys.executable, pass_fds=(fd,), env=env)
             return f"https://127.0.0.1:{listener.getsockname()[1]}"
         finally:
             listener.close()  # the relay holds its own copy
 
-    def _spawn(self, name: str, args: list[str], *, exe: str | None = None, pass_fds: Sequence[int] = (),
-               env: Mapping[str, str] | None = None, prefix: Sequence[str] | None = None) -> None:
+    def _spawn(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        exe: str | None = None,
+        pass_fds: Sequence[int] = (),
+        env: Mapping[str, str] | None = None,
+        prefix: Sequence[str] | None = None,
+    ) -> None:
         """Start child ``name``; in the cluster's namespace with ``nsenter``, or with ``prefix``
         (e.g. :meth:`lorarl_dev.node.realnode.RealNode.dns_exec_prefix`) when given."""
         logs = self.workdir / "logs"
@@ -802,9 +830,7 @@ class ControlPlane:
     def _check_alive(self, name: str) -> None:
         proc = self._procs.get(name)
         if proc is not None and proc.poll() is not None:
-            raise ControlPlaneError(
-                f"{name} exited with {proc.returncode}; last log lines:\n{self._log_tail(name)}"
-            )
+            raise ControlPlaneError(f"{name} exited with {proc.returncode}; last log lines:\n{self._log_tail(name)}")
 
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
@@ -829,8 +855,7 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
-        self._wait_http("etcd", f"http://127.0.0.1:{client}/health", 30,
-                        lambda body: json.loads(body).get("health") == "true")
+        self._wait_http("etcd", f"http://127.0.0.1:{client}/health", 30, lambda body: json.loads(body).get("health") == "true")
 
     def _node_apiserver_flags(self, pki: pathlib.Path) -> list[str]:
         """What a cluster with a real node needs: the API server on the node IP (the ``kubernetes``
@@ -858,14 +883,19 @@ class ControlPlane:
             port = APISERVER_PORT  # the namespace is ours: every port is free in it
             self._inner_server = f"https://{NODE_IP}:{port}"
             address_flags = self._node_apiserver_flags(pki)
-            admission = [f.replace("--enable-admission-plugins=", "--enable-admission-plugins=NodeRestriction,")
-                         for f in _admission_and_audit_flags(self.workdir)]
+            admission = [
+                f.replace("--enable-admission-plugins=", "--enable-admission-plugins=NodeRestriction,") for f in _admission_and_audit_flags(self.workdir)
+            ]
         else:
             port = free_port()
             self._inner_server = f"https://127.0.0.1:{port}"
-            address_flags = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-                             "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
-                             "--endpoint-reconciler-type=none"]
+            address_flags = [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--authorization-mode=RBAC",
+                "--disable-admission-plugins=ServiceAccount",
+                "--endpoint-reconciler-type=none",
+            ]
             admission = _admission_and_audit_flags(self.workdir)
         self._ports["apiserver"] = port
         self._spawn(
@@ -888,12 +918,12 @@ class ControlPlane:
             ],
         )
         self.server = self._start_relay(port) if self.netns is not None else self._inner_server
-        kubeconfig = _kubeconfig(self.server, self._ca_pem, "lorarl-admin",
-                                 self._admin.cert_pem, self._admin.key_pem)
+        kubeconfig = _kubeconfig(self.server, self._ca_pem, "lorarl-admin", self._admin.cert_pem, self._admin.key_pem)
         if self.netns is not None:
             # for children inside the namespace (kwok, the KubeRay operator, Kueue)
-            _write_json(self.workdir / "kubeconfig-inner", _kubeconfig(
-                self._inner_server, self._ca_pem, "lorarl-admin", self._admin.cert_pem, self._admin.key_pem))
+            _write_json(
+                self.workdir / "kubeconfig-inner", _kubeconfig(self._inner_server, self._ca_pem, "lorarl-admin", self._admin.cert_pem, self._admin.key_pem)
+            )
         self.kubeconfig = self.workdir / "kubeconfig"
         _write_json(self.kubeconfig, kubeconfig)
 
@@ -919,10 +949,7 @@ class ControlPlane:
             except (OSError, ssl.SSLError) as e:
                 last = str(e)
             if time.monotonic() > deadline:
-                raise ControlPlaneError(
-                    f"kube-apiserver not ready after {self.start_timeout}s ({last[-2000:]}):\n"
-                    f"{self._log_tail('kube-apiserver')}"
-                )
+                raise ControlPlaneError(f"kube-apiserver not ready after {self.start_timeout}s ({last[-2000:]}):\n{self._log_tail('kube-apiserver')}")
             time.sleep(0.2)
         code, body = self._get("/version")
         self.version = json.loads(body).get("gitVersion")
@@ -932,8 +959,7 @@ class ControlPlane:
         kcm_kubeconfig = self.workdir / "kube-controller-manager.kubeconfig"
         _write_json(
             kcm_kubeconfig,
-            _kubeconfig(self._inner_server, self._ca_pem, "system:kube-controller-manager",
-                        self._kcm.cert_pem, self._kcm.key_pem),
+            _kubeconfig(self._inner_server, self._ca_pem, "system:kube-controller-manager", self._kcm.cert_pem, self._kcm.key_pem),
         )
         # a real node's PVCs bind through KCM's own hostpath provisioner (realnode.STORAGE_CLASS)
         node_flags = ["--enable-hostpath-provisioner=true"] if self.real_node else []
@@ -962,8 +988,7 @@ class ControlPlane:
         """A kubeconfig for child ``name``; ``inner``: the API server's address as seen from
         inside the cluster's namespace (the same as ``server`` without a real node)."""
         path = self.workdir / f"{name}.kubeconfig"
-        config = _kubeconfig(self._inner_server if inner else self.server, self._ca_pem, name,
-                             pair.cert_pem, pair.key_pem)
+        config = _kubeconfig(self._inner_server if inner else self.server, self._ca_pem, name, pair.cert_pem, pair.key_pem)
         if context:
             config["contexts"][0]["name"] = config["current-context"] = context
         _write_json(path, config)
@@ -1011,9 +1036,9 @@ class ControlPlane:
             self.add_fake_node(f"kwok-node-{i}", wait=False)
         self.kubectl("wait", "--for=condition=Ready", "node", "-l", "type=kwok", "--timeout=60s", timeout=90)
 
-    def add_fake_node(self, name: str, *, cpu: str = "64", memory: str = "512Gi",
-                      gpus: int | None = None, labels: Mapping[str, str] | None = None,
-                      wait: bool = True) -> None:
+    def add_fake_node(
+        self, name: str, *, cpu: str = "64", memory: str = "512Gi", gpus: int | None = None, labels: Mapping[str, str] | None = None, wait: bool = True
+    ) -> None:
         """Register a kwok-managed fake Node (needs ``fake_nodes`` > 0 at start)."""
         gpus = self.gpus_per_node if gpus is None else gpus
         capacity = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "1Ti"}
@@ -1025,8 +1050,7 @@ class ControlPlane:
             "metadata": {
                 "name": name,
                 "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                           "kubernetes.io/arch": "amd64", **(labels or {})},
+                "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", **(labels or {})},
             },
             "status": {"capacity": capacity, "allocatable": capacity},
         }
@@ -1083,8 +1107,7 @@ class ControlPlane:
         self._spawn("kueue", [f"--kubeconfig={self.child_kubeconfig}", f"--config={config}", "--zap-log-level=2"])
         self._wait_http("kueue", f"http://127.0.0.1:{health}/readyz", 90)
         hooks = webhook_configurations(f"https://127.0.0.1:{webhook}", ca.cert_pem)
-        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-",
-                     input="\n".join(json.dumps(h) for h in hooks))
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-", input="\n".join(json.dumps(h) for h in hooks))
 
     def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True) -> None:
         """Poll a plain-HTTP health endpoint of child ``name`` until it answers 200 and ``healthy``."""
@@ -1102,6 +1125,7 @@ class ControlPlane:
 
     def _http_ok(self, url: str, healthy) -> bool:
         """GET ``url`` (in the cluster's namespace if there is one): 200 and ``healthy(body)``."""
+
         def get() -> bool:
             with urllib.request.urlopen(url, timeout=2) as r:
                 return r.status == 200 and healthy(r.read())
@@ -1118,8 +1142,7 @@ class ControlPlane:
                 return
             time.sleep(0.2)
         warnings.warn(
-            "kube-controller-manager did not create default/default ServiceAccount within "
-            f"{timeout}s:\n{self._log_tail('kube-controller-manager')}",
+            f"kube-controller-manager did not create default/default ServiceAccount within {timeout}s:\n{self._log_tail('kube-controller-manager')}",
             stacklevel=2,
         )
 
@@ -1141,10 +1164,7 @@ class ControlPlane:
         try:
             self.install_crds([own])
         except KubectlError as e:
-            raise ControlPlaneError(
-                f"kube-apiserver rejected {LORARL_CRD} (set LORARL_CONTROLPLANE_SKIP_LORARL_CRD=1 "
-                f"to start without it):\n{e.stderr}"
-            ) from e
+            raise ControlPlaneError(f"kube-apiserver rejected {LORARL_CRD} (set LORARL_CONTROLPLANE_SKIP_LORARL_CRD=1 to start without it):\n{e.stderr}") from e
 
     def _write_state(self) -> None:
         state = {
@@ -1168,9 +1188,9 @@ class ControlPlane:
     def kubectl_path(self) -> str:
         return find_kubectl(self.bin_dir)
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                kubeconfig: str | os.PathLike[str] | None = None,
-                timeout: float | None = 120) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, kubeconfig: str | os.PathLike[str] | None = None, timeout: float | None = 120
+    ) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this control plane (text mode, output captured)."""
         cmd = [self.kubectl_path, f"--kubeconfig={kubeconfig or self.kubeconfig}", *map(str, args)]
         proc = subprocess.run(cmd, input=input, text=True, capture_output=True, timeout=timeout, check=False)
@@ -1191,8 +1211,7 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
         while True:
             remaining = max(1, int(deadline - time.monotonic()))
-            proc = self.kubectl("wait", "--for=condition=Established", f"--timeout={remaining}s", *files,
-                                timeout=remaining + 30, check=False)
+            proc = self.kubectl("wait", "--for=condition=Established", f"--timeout={remaining}s", *files, timeout=remaining + 30, check=False)
             if proc.returncode == 0:
                 return
             if time.monotonic() >= deadline or "accessor error" not in proc.stderr:
@@ -1210,8 +1229,7 @@ class ControlPlane:
             self._api_client = self.api_client()
         return self._api_client
 
-    def service_account_token(self, namespace: str, name: str, audiences: Sequence[str] | None = None,
-                              expiration_seconds: int = 3600) -> str:
+    def service_account_token(self, namespace: str, name: str, audiences: Sequence[str] | None = None, expiration_seconds: int = 3600) -> str:
         """A bound token for ServiceAccount ``namespace/name`` via the TokenRequest API."""
         from kubernetes import client
 
@@ -1231,14 +1249,12 @@ class ControlPlane:
 
         api = client.CoreV1Api(self._shared_client())
         try:
-            api.create_namespaced_service_account(namespace, client.V1ServiceAccount(
-                metadata=client.V1ObjectMeta(name=name)))
+            api.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
         except ApiException as e:
             if e.status != 409:
                 raise
 
-    def restricted_kubeconfig(self, namespace: str, sa_name: str, *,
-                              expiration_seconds: int = 24 * 3600) -> pathlib.Path:
+    def restricted_kubeconfig(self, namespace: str, sa_name: str, *, expiration_seconds: int = 24 * 3600) -> pathlib.Path:
         """A kubeconfig that authenticates as ServiceAccount ``namespace/sa_name``.
 
         The ServiceAccount is created if it does not exist; it has only the
@@ -1306,8 +1322,9 @@ def _state_dir(state_dir: str | os.PathLike[str] | None) -> pathlib.Path:
     return pathlib.Path(state_dir) if state_dir is not None else default_state_dir()
 
 
-def up(state_dir: str | os.PathLike[str] | None = None, *, verbose: bool = True,
-       extra_crds: Sequence[str | os.PathLike[str]] = (), **options: Any) -> ControlPlane:
+def up(
+    state_dir: str | os.PathLike[str] | None = None, *, verbose: bool = True, extra_crds: Sequence[str | os.PathLike[str]] = (), **options: Any
+) -> ControlPlane:
     """Start a control plane that outlives this process; reuse a healthy one already there.
 
     ``options`` go to :class:`ControlPlane` (``fake_nodes=``, ``kuberay_operator=``, ...)
@@ -1376,5 +1393,3 @@ def env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
     if not (workdir / "state.json").is_file():
         raise ControlPlaneError(f"no control plane in {workdir}; run 'lorarl-dev controlplane up'")
     return ControlPlane.attach(workdir).env()
-
-

@@ -52,7 +52,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
 def _on_volume(path: str, volume: str) -> str:
     """A path under the job volume's mount point (/root/shared_data) moved under ``volume``."""
     if path == paths.SHARED_DIR or path.startswith(paths.SHARED_DIR + "/"):
-        return volume + path[len(paths.SHARED_DIR):]
+        return volume + path[len(paths.SHARED_DIR) :]
     return path
 
 
@@ -62,7 +62,7 @@ def simulated_reporter_args(entrypoint: str, volume: str) -> list[str]:
     words = shlex.split(entrypoint)
     if len(words) < 3 or not words[1].endswith(paths.REPORTER_FILE) or "--" not in words:
         raise click.ClickException(f"the RayJob's entrypoint does not start the reporter: {entrypoint[:120]}")
-    return [_on_volume(w, volume) for w in words[2:words.index("--")]]
+    return [_on_volume(w, volume) for w in words[2 : words.index("--")]]
 
 
 def state_dir(base: str | None) -> pathlib.Path:
@@ -82,9 +82,11 @@ def start_operator(cp: controlplane.ControlPlane, state: pathlib.Path) -> int:
     stop_operator(state)
     log = open(state / "operator.log", "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lorarl.cli", "run", "-n", NAMESPACE, "--liveness", "", "--metrics-port", "0",
-         "--resync-seconds", "5", "--log-format", "plain"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **cp.env()}, start_new_session=True,
+        [sys.executable, "-m", "lorarl.cli", "run", "-n", NAMESPACE, "--liveness", "", "--metrics-port", "0", "--resync-seconds", "5", "--log-format", "plain"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **cp.env()},
+        start_new_session=True,
     )
     _operator_pid_file(state).write_text(str(proc.pid))
     return proc.pid
@@ -125,8 +127,10 @@ def _show_jobs(cp: controlplane.ControlPlane) -> None:
 def _show_progress(job: dict) -> None:
     progress = (job.get("status") or {}).get("progress") or {}
     checkpoints = (job.get("status") or {}).get("checkpoints") or {}
-    click.echo(f"      progress: rollout {progress.get('rollout')}/{progress.get('total')}, "
-               f"gpuHours {progress.get('gpuHours')}, latest checkpoint {checkpoints.get('latestPath')}")
+    click.echo(
+        f"      progress: rollout {progress.get('rollout')}/{progress.get('total')}, "
+        f"gpuHours {progress.get('gpuHours')}, latest checkpoint {checkpoints.get('latestPath')}"
+    )
 
 
 def run(base: str | None, pace: float) -> None:
@@ -161,8 +165,11 @@ def run(base: str | None, pace: float) -> None:
     click.echo(f"      GPUs per Ray pod: {gpus}")
     click.echo(f"      entrypoint: {rayjob['spec']['entrypoint'][:160]} ...")
 
-    _say("6/6", "SIMULATED: KubeRay status updates and a synthetic miles log (no kubelet/GPU here); the real "
-         "reporter patches the status with the job's own ServiceAccount")
+    _say(
+        "6/6",
+        "SIMULATED: KubeRay status updates and a synthetic miles log (no kubelet/GPU here); the real "
+        "reporter patches the status with the job's own ServiceAccount",
+    )
     job = parse_job(kube.get("lorarl.dev/v1alpha1", "LoraRLJob", NAMESPACE, name))
     rollouts = job.spec.rollout.num_rollouts
     ray = FakeKubeRay(kube, NAMESPACE, name)
@@ -178,19 +185,23 @@ def run(base: str | None, pace: float) -> None:
         reporter_args = simulated_reporter_args(rayjob["spec"]["entrypoint"], str(volume))
         log_file = pathlib.Path(tmp) / "miles.log"
         eval_interval = job.spec.eval.interval if job.spec.eval.enabled else None
-        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval,
-                                  _on_volume(paths.save_dir(job), str(volume)))
+        log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval, _on_volume(paths.save_dir(job), str(volume)))
         log_file.write_text("\n".join(log) + "\n")
         shipped = pathlib.Path(tmp) / paths.REPORTER_FILE  # the zipapp the job's ConfigMap carries
         shipped.write_bytes(artifact.reporter_zipapp())
         token = pathlib.Path(tmp) / "token"
         token.write_text(cp.service_account_token(NAMESPACE, render.reporter_account_name(job)))
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")},
-               "LORARL_API_SERVER": cp.server, "LORARL_TOKEN_FILE": str(token), "LORARL_CA_FILE": str(cp.ca_file)}
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")},
+            "LORARL_API_SERVER": cp.server,
+            "LORARL_TOKEN_FILE": str(token),
+            "LORARL_CA_FILE": str(cp.ca_file),
+        }
         reporter = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(shipped), *reporter_args, "--interval", "1",
-             "--", sys.executable, "-c", PACED_PRINTER, str(log_file), str(pace)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+            [sys.executable, "-I", "-S", str(shipped), *reporter_args, "--interval", "1", "--", sys.executable, "-c", PACED_PRINTER, str(log_file), str(pace)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
         )
         while reporter.poll() is None:
             _show_jobs(cp)
@@ -224,8 +235,10 @@ def run_mode(base: str | None, pace: float, mode: str) -> None:
         if reasons:
             click.secho(f"mode: simulated (no real node here: {'; '.join(reasons)})", bold=True)
     if mode == "real":
-        click.secho("mode: REAL PODS (one real node, the real KubeRay operator, real Ray; stand-ins only for "
-                    "the GPUs, the miles trainer and the Hugging Face Hub)", bold=True)
+        click.secho(
+            "mode: REAL PODS (one real node, the real KubeRay operator, real Ray; stand-ins only for the GPUs, the miles trainer and the Hugging Face Hub)",
+            bold=True,
+        )
         run_real(base)
     else:
         click.secho("mode: SIMULATED (KubeRay's status and the trainer's log are simulated)", bold=True)
@@ -237,10 +250,8 @@ def run_real(base: str | None) -> None:
 
     state = state_dir(base)
     state.mkdir(parents=True, exist_ok=True)
-    _say("1/6", "binaries: control plane, kubelet, kube-proxy, CoreDNS, the KubeRay operator, helm "
-         "(built once from the Go module proxy)")
-    bin_dir = controlplane.ensure_binaries((*controlplane.REQUIRED_BINARIES, *controlplane.NODE_BINARIES,
-                                            "kuberay-operator", "helm"))
+    _say("1/6", "binaries: control plane, kubelet, kube-proxy, CoreDNS, the KubeRay operator, helm (built once from the Go module proxy)")
+    bin_dir = controlplane.ensure_binaries((*controlplane.REQUIRED_BINARIES, *controlplane.NODE_BINARIES, "kuberay-operator", "helm"))
     click.echo(f"      {bin_dir}")
     _say("2/6", "starting the control plane with one real node and the KubeRay operator")
     cp = controlplane.up(state, node=True, gpus=8, kuberay_operator=True)

@@ -242,18 +242,17 @@ def make_handler(hub: Hub, quiet: bool = True):
             query = urllib.parse.parse_qs(url.query)
             token = _token(self.headers.get("Authorization"))
             if path.startswith("/hubstub-lfs/"):
-                return self._lfs_blob(path[len("/hubstub-lfs/"):])
+                return self._lfs_blob(path[len("/hubstub-lfs/") :])
             if path.startswith("/api/"):
-                return self._api(path[len("/api/"):], query, token)
+                return self._api(path[len("/api/") :], query, token)
             kind = "models"
             rest = path.lstrip("/")
             if rest.startswith("datasets/"):
-                kind, rest = "datasets", rest[len("datasets/"):]
+                kind, rest = "datasets", rest[len("datasets/") :]
             if "/resolve/" in rest:
                 repo_id, _, tail = rest.partition("/resolve/")
                 revision, _, filename = tail.partition("/")
-                return self._resolve(kind, urllib.parse.unquote(repo_id), urllib.parse.unquote(revision),
-                                     urllib.parse.unquote(filename), token)
+                return self._resolve(kind, urllib.parse.unquote(repo_id), urllib.parse.unquote(revision), urllib.parse.unquote(filename), token)
             raise HubError(404, None, "Not found")
 
         def _dispatch(self):
@@ -286,23 +285,34 @@ def make_handler(hub: Hub, quiet: bool = True):
             rev_dir, commit = hub.revision(repo, revision)
             siblings = [{"rfilename": rel} for rel in _walk(rev_dir)]
             access = repo.access()
-            self._json({"id": repo.repo_id, "_id": hashlib.sha1(repo.path.encode(), usedforsecurity=False).hexdigest()[:24], "sha": commit,
-                        "private": bool(access.get("token")) and not access.get("gated"),
-                        "gated": "auto" if access.get("gated") else False, "disabled": False,
-                        "siblings": siblings, "tags": [], "downloads": 0, "likes": 0,
-                        "lastModified": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(os.path.getmtime(rev_dir)))})
+            self._json(
+                {
+                    "id": repo.repo_id,
+                    "_id": hashlib.sha1(repo.path.encode(), usedforsecurity=False).hexdigest()[:24],
+                    "sha": commit,
+                    "private": bool(access.get("token")) and not access.get("gated"),
+                    "gated": "auto" if access.get("gated") else False,
+                    "disabled": False,
+                    "siblings": siblings,
+                    "tags": [],
+                    "downloads": 0,
+                    "likes": 0,
+                    "lastModified": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(os.path.getmtime(rev_dir))),
+                }
+            )
 
         def _tree(self, repo: Repo, revision: str, under: str, query: dict) -> None:
             rev_dir, commit = hub.revision(repo, revision)
             under = under.strip("/")
-            if under and (any(p in (".", "..") or "\\" in p for p in under.split("/"))
-                          or os.path.commonpath([os.path.realpath(os.path.join(rev_dir, under)),
-                                                 os.path.realpath(rev_dir)]) != os.path.realpath(rev_dir)):
+            if under and (
+                any(p in (".", "..") or "\\" in p for p in under.split("/"))
+                or os.path.commonpath([os.path.realpath(os.path.join(rev_dir, under)), os.path.realpath(rev_dir)]) != os.path.realpath(rev_dir)
+            ):
                 raise HubError(400, None, f"Invalid path {under!r}")
             recursive = (query.get("recursive", ["false"])[0]).lower() in ("1", "true")
             entries = hub.tree(rev_dir, under, recursive)
             cursor = int(query.get("cursor", ["0"])[0] or 0)
-            page = entries[cursor:cursor + hub.page_size]
+            page = entries[cursor : cursor + hub.page_size]
             extra = {}
             if cursor + hub.page_size < len(entries):
                 params = {k: v[0] for k, v in query.items() if k != "cursor"}
@@ -321,10 +331,16 @@ def make_handler(hub: Hub, quiet: bool = True):
             size = os.path.getsize(full)
             if size >= hub.lfs_threshold:
                 digest = sha256_of(full)
-                self._send(302, {"Location": f"/hubstub-lfs/{digest}?repo={urllib.parse.quote(kind + '/' + repo_id)}"
-                                             f"&rev={commit}&path={urllib.parse.quote(filename)}",
-                                 "X-Repo-Commit": commit, "X-Linked-Etag": f'"{digest}"', "X-Linked-Size": str(size),
-                                 "ETag": f'"{git_blob_sha1(full)}"'})
+                self._send(
+                    302,
+                    {
+                        "Location": f"/hubstub-lfs/{digest}?repo={urllib.parse.quote(kind + '/' + repo_id)}&rev={commit}&path={urllib.parse.quote(filename)}",
+                        "X-Repo-Commit": commit,
+                        "X-Linked-Etag": f'"{digest}"',
+                        "X-Linked-Size": str(size),
+                        "ETag": f'"{git_blob_sha1(full)}"',
+                    },
+                )
                 return
             self._file(full, f'"{git_blob_sha1(full)}"', commit)
 
@@ -345,8 +361,7 @@ def make_handler(hub: Hub, quiet: bool = True):
         def _file(self, full: str, etag: str, commit: str) -> None:
             size = os.path.getsize(full)
             start, status = 0, 200
-            headers = {"ETag": etag, "X-Repo-Commit": commit, "Accept-Ranges": "bytes",
-                       "Content-Type": "application/octet-stream"}
+            headers = {"ETag": etag, "X-Repo-Commit": commit, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
             m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "") or "")
             end = size - 1
             if m:
@@ -405,8 +420,7 @@ class HubStub:
 # ---------------------------------------------------------------------------- repos for tests
 
 
-def write_repo(root: str, repo_id: str, files: dict, *, repo_type: str = "model", revision: str = "main",
-               token: str | None = None, gated: bool = False) -> str:
+def write_repo(root: str, repo_id: str, files: dict, *, repo_type: str = "model", revision: str = "main", token: str | None = None, gated: bool = False) -> str:
     """Write one revision of a repo (``files``: path -> bytes or str); returns its directory."""
     kind = {"model": "models", "dataset": "datasets"}[repo_type]
     repo_dir = os.path.join(root, kind, *repo_id.split("/"))
@@ -426,10 +440,20 @@ def write_repo(root: str, repo_id: str, files: dict, *, repo_type: str = "model"
 # Qwen3-4B's config.json values that miles checks against the model flags
 # (shared/reference/recipe-qwen3-4b-lora-amd.md, "Other Qwen3 dense model blocks")
 QWEN3_4B_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728,
-    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-    "rms_norm_eps": 1e-06, "rope_theta": 1000000, "vocab_size": 151936, "tie_word_embeddings": True,
-    "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 40960,
+    "torch_dtype": "bfloat16",
 }
 SEED_MODEL, SEED_PROMPTS, SEED_EVAL = "Qwen/Qwen3-4B", "zhuzilin/dapo-math-17k", "zhuzilin/aime-2024"
 
@@ -443,17 +467,26 @@ def make_seed_repos(root: str, knobs: dict | None = None, prompts: int = 64, eva
     weights file and the trainer stand-in's ``standin.json`` knobs), ``dapo-math-17k.jsonl``
     (``prompt``/``label`` rows) and ``aime-2024.jsonl``. Returns repo id -> revision directory."""
     knobs = {"seconds_per_rollout": 0.2} if knobs is None else knobs
-    model = write_repo(root, SEED_MODEL, {
-        "config.json": json.dumps(QWEN3_4B_CONFIG, indent=2),
-        "generation_config.json": json.dumps({"do_sample": True, "temperature": 0.6}),
-        "tokenizer_config.json": json.dumps({"model_max_length": 131072}),
-        "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ",  # an empty safetensors header
-        "standin.json": json.dumps(knobs),
-    })
-    train = write_repo(root, SEED_PROMPTS, {"dapo-math-17k.jsonl": _jsonl(
-        [{"prompt": f"What is {i} + {i}?", "label": str(2 * i)} for i in range(prompts)])}, repo_type="dataset")
-    aime = write_repo(root, SEED_EVAL, {"aime-2024.jsonl": _jsonl(
-        [{"prompt": f"AIME problem {i}", "label": str(i)} for i in range(eval_prompts)])}, repo_type="dataset")
+    model = write_repo(
+        root,
+        SEED_MODEL,
+        {
+            "config.json": json.dumps(QWEN3_4B_CONFIG, indent=2),
+            "generation_config.json": json.dumps({"do_sample": True, "temperature": 0.6}),
+            "tokenizer_config.json": json.dumps({"model_max_length": 131072}),
+            "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ",  # an empty safetensors header
+            "standin.json": json.dumps(knobs),
+        },
+    )
+    train = write_repo(
+        root,
+        SEED_PROMPTS,
+        {"dapo-math-17k.jsonl": _jsonl([{"prompt": f"What is {i} + {i}?", "label": str(2 * i)} for i in range(prompts)])},
+        repo_type="dataset",
+    )
+    aime = write_repo(
+        root, SEED_EVAL, {"aime-2024.jsonl": _jsonl([{"prompt": f"AIME problem {i}", "label": str(i)} for i in range(eval_prompts)])}, repo_type="dataset"
+    )
     return {SEED_MODEL: model, SEED_PROMPTS: train, SEED_EVAL: aime}
 
 

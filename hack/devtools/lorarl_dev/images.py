@@ -130,12 +130,18 @@ class ImageSpec:
 IMAGES: dict[str, ImageSpec] = {
     # the operator image: the repository's own Dockerfile, repository root as context
     "operator": ImageSpec(
-        "operator", "Dockerfile", ".", "PYTHON_IMAGE",
+        "operator",
+        "Dockerfile",
+        ".",
+        "PYTHON_IMAGE",
         {"VERSION": __version__, "SOURCE": "local build (lorarl-dev images build operator)"},
     ),
     # the job image: Ray, the hf CLI and the trainer stand-in (miles/, written by its own module)
     "job": ImageSpec(
-        "job", "hack/images/job/Dockerfile", "hack/images/job", "BASE_IMAGE",
+        "job",
+        "hack/images/job/Dockerfile",
+        "hack/images/job",
+        "BASE_IMAGE",
         missing_hint="hack/images/job/miles/ is the trainer stand-in (its entry point /root/miles/train.py)",
         layers=True,
     ),
@@ -211,10 +217,7 @@ def debian_mirrors(suite: str = SUITE, apt_dir: pathlib.Path = pathlib.Path("/et
             if line not in lines:
                 lines.append(line)
     if not any(f" {suite} main" in line for line in lines):
-        raise ImageBuildError(
-            f"no apt source for Debian {suite} (main) in {apt_dir}/sources.list*: "
-            "the base is made from the mirror this machine's apt uses"
-        )
+        raise ImageBuildError(f"no apt source for Debian {suite} (main) in {apt_dir}/sources.list*: the base is made from the mirror this machine's apt uses")
     return tuple(lines)
 
 
@@ -339,8 +342,13 @@ class _Builder:
             log.flush()
             started = time.monotonic()
             proc = subprocess.Popen(
-                list(argv), env=self.env if env is None else env, stdin=subprocess.DEVNULL, text=True, errors="replace",
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE if capture else subprocess.STDOUT,
+                list(argv),
+                env=self.env if env is None else env,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE if capture else subprocess.STDOUT,
             )
             captured = ""
             if capture:  # (small outputs only: an id)
@@ -355,10 +363,7 @@ class _Builder:
             log.write(f"# exit {proc.returncode} after {time.monotonic() - started:.1f} s\n")
         if proc.returncode != 0:
             tail = self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
-            raise ImageBuildError(
-                f"{argv[0]} failed (exit {proc.returncode}): {shlex.join(argv)}\n"
-                + "\n".join(tail) + f"\n(full log: {self.log})"
-            )
+            raise ImageBuildError(f"{argv[0]} failed (exit {proc.returncode}): {shlex.join(argv)}\n" + "\n".join(tail) + f"\n(full log: {self.log})")
         return captured
 
     def build_volumes(self) -> list[str]:
@@ -379,7 +384,10 @@ class _Builder:
     def has_image(self, ref: str) -> bool:
         proc = subprocess.run(
             [*self.buildah_global, "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref],
-            env=self.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
         )
         return proc.returncode == 0
 
@@ -417,8 +425,7 @@ def _ensure_base(builder: _Builder, key: str, mirrors: Sequence[str]) -> str:
         builder.say(f"base: mmdebstrap {SUITE} with {', '.join(BASE_PACKAGES)}")
         partial = tar.with_name(tar.name + ".partial")
         # (its own temporary directory, where apt's _apt user can read it)
-        builder.run(["mmdebstrap", *MMDEBSTRAP_OPTIONS, f"--include={','.join(BASE_PACKAGES)}", SUITE, str(partial), *mirrors],
-                    env=os.environ)
+        builder.run(["mmdebstrap", *MMDEBSTRAP_OPTIONS, f"--include={','.join(BASE_PACKAGES)}", SUITE, str(partial), *mirrors], env=os.environ)
         os.replace(partial, tar)
     builder.say(f"base: {tar.name} into buildah as {ref}")
     container = builder.buildah("from", "scratch", capture=True).strip()
@@ -426,8 +433,17 @@ def _ensure_base(builder: _Builder, key: str, mirrors: Sequence[str]) -> str:
         # ADD of a local tar archive extracts it (owners, modes and links kept)
         builder.buildah("add", container, str(tar), "/")
         builder.buildah(
-            "config", "--env", f"PATH={BASE_PATH}", "--env", "LANG=C.UTF-8", "--cmd", "/bin/bash",
-            "--label", f"org.opencontainers.image.title=debian-{SUITE}", "--label", f"dev.lorarl.base-key={key}",
+            "config",
+            "--env",
+            f"PATH={BASE_PATH}",
+            "--env",
+            "LANG=C.UTF-8",
+            "--cmd",
+            "/bin/bash",
+            "--label",
+            f"org.opencontainers.image.title=debian-{SUITE}",
+            "--label",
+            f"dev.lorarl.base-key={key}",
             container,
         )
         builder.buildah("commit", "--format", "oci", "--rm", container, ref)
@@ -458,9 +474,22 @@ def build(name: str, *, repo: pathlib.Path = REPO, echo: bool = False) -> ImageA
         builder.say(f"{spec.name}: buildah bud {spec.dockerfile} as {artifact.ref}")
         args = [f"--build-arg={k}={v}" for k, v in {spec.base_arg: base_ref, **spec.build_args}.items()]
         builder.buildah(
-            "bud", "--isolation", "chroot", "--network", "host", "--pull=never", f"--layers={str(spec.layers).lower()}", "--format", "oci",
+            "bud",
+            "--isolation",
+            "chroot",
+            "--network",
+            "host",
+            "--pull=never",
+            f"--layers={str(spec.layers).lower()}",
+            "--format",
+            "oci",
             *builder.build_volumes(),
-            "--file", str(repo / spec.dockerfile), *args, "--tag", artifact.ref, str(repo / spec.context),
+            "--file",
+            str(repo / spec.dockerfile),
+            *args,
+            "--tag",
+            artifact.ref,
+            str(repo / spec.context),
         )
         partial = artifact.archive.with_name(artifact.archive.name + ".partial")
         partial.unlink(missing_ok=True)
@@ -478,8 +507,19 @@ def resolve_pins(requirements: pathlib.Path, python: str = "python3") -> list[st
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
         report = pathlib.Path(tmp) / "report.json"
         subprocess.run(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-             "--report", str(report), "--requirement", str(requirements)],
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--dry-run",
+                "--ignore-installed",
+                "--report",
+                str(report),
+                "--requirement",
+                str(requirements),
+            ],
             check=True,
         )
         installs = json.loads(report.read_text())["install"]

@@ -108,22 +108,23 @@ class FakeKubeRay:
     def initializing(self) -> dict[str, Any]:
         """New -> Initializing (rjc:166-178, initRayJobStatusIfNeed rjc:820-850): a job id and a
         cluster name when empty, jobStatus New, startTime now."""
-        return self._write(self._with(
-            jobId=self.status.get("jobId") or self._names.pop("jobId", None) or f"{self.name}-{_rand5()}",
-            rayClusterName=self.status.get("rayClusterName") or self._names.pop("rayClusterName", None) or f"{self.name}-{_rand5()}",
-            jobDeploymentStatus="Initializing", startTime=_now()))
+        return self._write(
+            self._with(
+                jobId=self.status.get("jobId") or self._names.pop("jobId", None) or f"{self.name}-{_rand5()}",
+                rayClusterName=self.status.get("rayClusterName") or self._names.pop("rayClusterName", None) or f"{self.name}-{_rand5()}",
+                jobDeploymentStatus="Initializing",
+                startTime=_now(),
+            )
+        )
 
     def submitted(self) -> dict[str, Any]:
         """Initializing -> Running once the RayCluster is Ready: the dashboard URL is set and the
         submitter Job created (rjc:204-228); jobStatus is still New."""
-        return self._write(self._with(
-            jobDeploymentStatus="Running",
-            dashboardURL=f"{self.cluster}-head-svc.{self.namespace}.svc.cluster.local:8265"))
+        return self._write(self._with(jobDeploymentStatus="Running", dashboardURL=f"{self.cluster}-head-svc.{self.namespace}.svc.cluster.local:8265"))
 
     def running(self, message: str = "Job is currently running.") -> dict[str, Any]:
         """Running, with the Ray job's status from the dashboard (rjc:313-344)."""
-        return self._write(self._with(jobDeploymentStatus="Running", jobStatus="RUNNING", reason=None, message=message,
-                                      rayJobInfo={"startTime": _now()}))
+        return self._write(self._with(jobDeploymentStatus="Running", jobStatus="RUNNING", reason=None, message=message, rayJobInfo={"startTime": _now()}))
 
     def succeeded(self, message: str = "Job finished successfully.") -> dict[str, Any]:
         """Running -> Complete, Ray job SUCCEEDED (rjc:322-335); succeeded + 1 (rjc:503-505)."""
@@ -136,25 +137,41 @@ class FakeKubeRay:
 
     def submission_failed(self) -> dict[str, Any]:
         """Running -> Failed when the submitter Job hit its backoff limit (rjc:1048-1061)."""
-        return self._write(self._with(
-            jobDeploymentStatus="Failed", reason="SubmissionFailed",
-            message="Job submission has failed. Reason: BackoffLimitExceeded. Message: Job has reached the specified backoff limit"), fails=True)
+        return self._write(
+            self._with(
+                jobDeploymentStatus="Failed",
+                reason="SubmissionFailed",
+                message="Job submission has failed. Reason: BackoffLimitExceeded. Message: Job has reached the specified backoff limit",
+            ),
+            fails=True,
+        )
 
     def submitter_finished_timeout(self, finished_at: str = "2026-11-30 08:00:00") -> dict[str, Any]:
         """Running -> Failed 30 s after the submitter finished while the Ray job is not terminal
         (rjc:39, 270-272, 1126-1148): what the real operator does here, where the submitter pod
         "succeeds" on kwok and no dashboard answers."""
-        return self._write(self._with(
-            jobDeploymentStatus="Failed", jobStatus="FAILED", reason="JobDeploymentStatusTransitionGracePeriodExceeded",
-            message=f"The RayJob submitter finished at {finished_at} but the ray job did not reach terminal state within 30s"), fails=True)
+        return self._write(
+            self._with(
+                jobDeploymentStatus="Failed",
+                jobStatus="FAILED",
+                reason="JobDeploymentStatusTransitionGracePeriodExceeded",
+                message=f"The RayJob submitter finished at {finished_at} but the ray job did not reach terminal state within 30s",
+            ),
+            fails=True,
+        )
 
     def deadline_exceeded(self) -> dict[str, Any]:
         """Initializing | Running -> Failed past spec.activeDeadlineSeconds (rjc:184, 242,
         1113-1124); never retried (rjc:511-518)."""
         deadline = self._spec().get("activeDeadlineSeconds", 172800)
-        return self._write(self._with(
-            jobDeploymentStatus="Failed", reason="DeadlineExceeded",
-            message=f"The RayJob has passed the activeDeadlineSeconds. StartTime: {self.status.get('startTime')}. ActiveDeadlineSeconds: {deadline}"), fails=True)
+        return self._write(
+            self._with(
+                jobDeploymentStatus="Failed",
+                reason="DeadlineExceeded",
+                message=f"The RayJob has passed the activeDeadlineSeconds. StartTime: {self.status.get('startTime')}. ActiveDeadlineSeconds: {deadline}",
+            ),
+            fails=True,
+        )
 
     def new_attempt(self) -> dict[str, Any]:
         """Retrying -> New once the old cluster and submitter are deleted (rjc:345-384): the

@@ -55,7 +55,9 @@ def kueue_module_dir(version: str = KUEUE_VERSION) -> pathlib.Path:
     """Download (or reuse) the Kueue module and return its directory."""
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"{KUEUE_MODULE}@{version}"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
         cwd=pathlib.Path.home(),  # outside any module, so no go.mod is touched
     )
     info = json.loads(out.stdout)

@@ -85,11 +85,23 @@ def _stamp(seconds: float) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"
 
 
-def attempt_log(num_rollouts: int, *, save_dir: str, eval_interval: int | None = 20, save_interval: int = 50,
-                ranks: int = 8, steps_per_rollout: int = 1, seed: int = 20261130, noise: bool = True,
-                wandb_url: str | None = None, resumed_from: tuple | None = None,
-                stop_after: int | None = None, die_saving: bool = False, datasets: tuple = ("aime24", "math-500"),
-                seconds_per_rollout: float = 60.0) -> AttemptLog:
+def attempt_log(
+    num_rollouts: int,
+    *,
+    save_dir: str,
+    eval_interval: int | None = 20,
+    save_interval: int = 50,
+    ranks: int = 8,
+    steps_per_rollout: int = 1,
+    seed: int = 20261130,
+    noise: bool = True,
+    wandb_url: str | None = None,
+    resumed_from: tuple | None = None,
+    stop_after: int | None = None,
+    die_saving: bool = False,
+    datasets: tuple = ("aime24", "math-500"),
+    seconds_per_rollout: float = 60.0,
+) -> AttemptLog:
     """The output of one attempt of ``train.py --num-rollout num_rollouts --save save_dir``.
 
     ``resumed_from=(adapter_dir, iteration)``: the attempt was started with --lora-adapter-path.
@@ -117,13 +129,15 @@ def attempt_log(num_rollouts: int, *, save_dir: str, eval_interval: int | None =
     def chatter():
         choice = rng.randrange(9)
         if choice == 0:
-            emit(f"[{_stamp(clock[0])}] Decode batch. #running-req: {rng.randint(1, 64)}, #token: "
-                 f"{rng.randint(1000, 90000)}, token usage: {rng.random():.2f}, gen throughput "
-                 f"(token/s): {rng.uniform(100, 5000):.2f}, #queue-req: 0", prefix=SGLANG_PREFIX)
+            emit(
+                f"[{_stamp(clock[0])}] Decode batch. #running-req: {rng.randint(1, 64)}, #token: "
+                f"{rng.randint(1000, 90000)}, token usage: {rng.random():.2f}, gen throughput "
+                f"(token/s): {rng.uniform(100, 5000):.2f}, #queue-req: 0",
+                prefix=SGLANG_PREFIX,
+            )
         elif choice == 1:
             done = rng.randint(1, 64)
-            emit(f"Rollout generation: {done * 100 // 64:3d}%|\u2588\u2588\u258c   | {done}/64 "
-                 f"[00:12<00:15,  2.31it/s]", end=b"\r")
+            emit(f"Rollout generation: {done * 100 // 64:3d}%|\u2588\u2588\u258c   | {done}/64 [00:12<00:15,  2.31it/s]", end=b"\r")
         elif choice == 2:
             emit("Traceback (most recent call last):")
             emit('  File "/root/miles/miles/utils/misc.py", line 88, in <module>')
@@ -180,8 +194,7 @@ def attempt_log(num_rollouts: int, *, save_dir: str, eval_interval: int | None =
         emit(f"wandb: \U0001f680 View run at \x1b[34m\x1b[4m{wandb_url}\x1b[0m")
     if resumed_from is not None:
         adapter, iteration = resumed_from
-        actor("lora_utils.py:574", f"Loaded {ADAPTER_TENSORS} adapter tensors from Megatron-native checkpoint: "
-              f"{adapter}/adapter_megatron_rank0.pt")
+        actor("lora_utils.py:574", f"Loaded {ADAPTER_TENSORS} adapter tensors from Megatron-native checkpoint: {adapter}/adapter_megatron_rank0.pt")
         actor("lora_utils.py:612", "Restored optimizer state from LoRA checkpoint")
         actor("lora_utils.py:620", f"Resuming LoRA training from iteration {iteration}")
         actor("checkpoint.py:141", f"Successfully loaded LoRA adapter from {adapter}")
@@ -195,17 +208,26 @@ def attempt_log(num_rollouts: int, *, save_dir: str, eval_interval: int | None =
             chatter()
         resp, trunc = round(rng.uniform(1500, 8000), 3), round(rng.random() / 4, 5)
         log.response_len[r], log.truncated[r] = resp, trunc
-        perf = {"rollout/response_len/mean": resp, "rollout/response_len/median": resp * 0.9,
-                "rollout/zero_std/count_0.0": rng.randint(0, 4), "rollout/repetition_frac": rng.random(),
-                "rollout/truncated_ratio": trunc, "perf/rollout_time": rng.uniform(100, 300),
-                **{f"perf/extra_{i}": round(rng.uniform(-10, 1000), 6) for i in range(30)}}
+        perf = {
+            "rollout/response_len/mean": resp,
+            "rollout/response_len/median": resp * 0.9,
+            "rollout/zero_std/count_0.0": rng.randint(0, 4),
+            "rollout/repetition_frac": rng.random(),
+            "rollout/truncated_ratio": trunc,
+            "perf/rollout_time": rng.uniform(100, 300),
+            **{f"perf/extra_{i}": round(rng.uniform(-10, 1000), 6) for i in range(30)},
+        }
         manager("metrics.py:89", f"perf {r}: {perf}")
         clock[0] += 20.0
         reward = round(rng.uniform(-1, 1), 6)
         log.raw_reward[r] = reward
-        rollout = {"rollout/log_probs": -rng.random(), "rollout/rollout_log_probs": -rng.random(),
-                   "rollout/raw_reward": reward, "rollout/rewards": rng.random(),
-                   **{f"rollout/extra_{i}": round(rng.uniform(-10, 1000), 6) for i in range(20)}}
+        rollout = {
+            "rollout/log_probs": -rng.random(),
+            "rollout/rollout_log_probs": -rng.random(),
+            "rollout/raw_reward": reward,
+            "rollout/rewards": rng.random(),
+            **{f"rollout/extra_{i}": round(rng.uniform(-10, 1000), 6) for i in range(20)},
+        }
         actor("log_utils.py:123", f"rollout {r}: {rollout}")
         for s in range(steps_per_rollout):
             clock[0] += 25.0 / steps_per_rollout
@@ -217,17 +239,28 @@ def attempt_log(num_rollouts: int, *, save_dir: str, eval_interval: int | None =
             if r == num_rollouts - 1:
                 kl = float("nan")
             log.loss[n], log.kl[n], log.diff[n] = loss, kl, diff
-            step = {"train/loss": loss, "train/pg_loss": loss, "train/entropy_loss": rng.random(),
-                    "train/pg_clipfrac": rng.random() / 100, "train/ppo_kl": kl,
-                    "train/train_rollout_logprob_abs_diff": diff, "train/train_rollout_kl": rng.random() / 1000,
-                    "train/grad_norm": float("nan") if n % 11 == 5 else rng.random(),
-                    "train/lr-pg_0": 2e-05, "train/step": n}
+            step = {
+                "train/loss": loss,
+                "train/pg_loss": loss,
+                "train/entropy_loss": rng.random(),
+                "train/pg_clipfrac": rng.random() / 100,
+                "train/ppo_kl": kl,
+                "train/train_rollout_logprob_abs_diff": diff,
+                "train/train_rollout_kl": rng.random() / 1000,
+                "train/grad_norm": float("nan") if n % 11 == 5 else rng.random(),
+                "train/lr-pg_0": 2e-05,
+                "train/step": n,
+            }
             text = repr(step)  # nan/inf are bare names: ast.literal_eval fails, the fallback reads them
             actor("log_utils.py:542", f"step {n}: {text}")
             log.step_line[r] = len(log.lines)
             actor("model.py:854", f"step {n}: {text}")
-        timings = {"perf/actor_train_time": rng.uniform(20, 40), "perf/log_probs_time": rng.random() * 5,
-                   "perf/train_wait_time": rng.random(), "perf/step_time": rng.uniform(40, 80)}
+        timings = {
+            "perf/actor_train_time": rng.uniform(20, 40),
+            "perf/log_probs_time": rng.random() * 5,
+            "perf/train_wait_time": rng.random(),
+            "perf/step_time": rng.uniform(40, 80),
+        }
         actor("train_metric_utils.py:56", f"perf {r}: {timings}")
         log.last_rollout = r
         if r in save_ids:
@@ -271,8 +304,7 @@ def write_order(ranks: int, hf_export: bool = True) -> list:
     return files + [f"training_state_rank{r}.pt" for r in range(ranks)]
 
 
-def write_save(save_dir: str, iteration: int, ranks: int, *, files: int | None = None,
-               torn_last: bool = False, hf_export: bool = True) -> str:
+def write_save(save_dir: str, iteration: int, ranks: int, *, files: int | None = None, torn_last: bool = False, hf_export: bool = True) -> str:
     """Write ``<save_dir>/iter_NNNNNNN/adapter`` in the trainer's order; ``files`` stops after that
     many files (a save interrupted half-way), ``torn_last`` leaves the last one half-written.
     Returns the adapter directory."""
@@ -282,8 +314,10 @@ def write_save(save_dir: str, iteration: int, ranks: int, *, files: int | None =
     todo = order if files is None else order[:files]
     for i, name in enumerate(todo):
         if name == "adapter_config.json":
-            data = json.dumps({"peft_type": "LORA", "r": 64, "lora_alpha": 32, "target_modules": ["q_proj"],
-                               "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM"}, indent=2).encode()
+            data = json.dumps(
+                {"peft_type": "LORA", "r": 64, "lora_alpha": 32, "target_modules": ["q_proj"], "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM"},
+                indent=2,
+            ).encode()
         else:
             data = _torch_file(name, f"{name} of iteration {iteration}".encode())
         if torn_last and i == len(todo) - 1:
@@ -300,8 +334,7 @@ def write_tree(save_dir: str, iterations: list, ranks: int) -> list:
 
 def demo_lines(num_rollouts: int, eval_interval: int | None, save_interval: int, save_dir: str, seed: int = 7) -> list:
     """A quiet, well-formed attempt as text lines (for the demo's live display)."""
-    log = attempt_log(num_rollouts, save_dir=save_dir, eval_interval=eval_interval, save_interval=save_interval,
-                      seed=seed, noise=False, datasets=("aime24",))
+    log = attempt_log(num_rollouts, save_dir=save_dir, eval_interval=eval_interval, save_interval=save_interval, seed=seed, noise=False, datasets=("aime24",))
     return log.text_lines()
 
 

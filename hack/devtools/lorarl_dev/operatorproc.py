@@ -60,9 +60,17 @@ class OperatorProcess:
     is the level-triggered backstop (a long one makes a test depend on the watches alone).
     """
 
-    def __init__(self, control_plane, namespace: str, tmp_path: os.PathLike[str] | str,
-                 kubeconfig: os.PathLike[str] | str | None = None, *, resync_seconds: float = 1,
-                 extra_args: Sequence[str] = (), log_name: str = "operator.log") -> None:
+    def __init__(
+        self,
+        control_plane,
+        namespace: str,
+        tmp_path: os.PathLike[str] | str,
+        kubeconfig: os.PathLike[str] | str | None = None,
+        *,
+        resync_seconds: float = 1,
+        extra_args: Sequence[str] = (),
+        log_name: str = "operator.log",
+    ) -> None:
         self.control_plane, self.namespace, self.kubeconfig = control_plane, namespace, kubeconfig
         self.resync_seconds = resync_seconds
         self.extra_args = list(extra_args)
@@ -72,9 +80,23 @@ class OperatorProcess:
         self.starts = 0
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "lorarl.cli", "run", "-n", self.namespace, "--liveness", "",
-                "--metrics-port", "0", "--resync-seconds", str(self.resync_seconds), "--log-format", "plain",
-                *self.extra_args]
+        return [
+            sys.executable,
+            "-m",
+            "lorarl.cli",
+            "run",
+            "-n",
+            self.namespace,
+            "--liveness",
+            "",
+            "--metrics-port",
+            "0",
+            "--resync-seconds",
+            str(self.resync_seconds),
+            "--log-format",
+            "plain",
+            *self.extra_args,
+        ]
 
     def start(self) -> OperatorProcess:
         env = {**os.environ, **self.control_plane.env()}
@@ -82,8 +104,7 @@ class OperatorProcess:
             env["KUBECONFIG"] = str(self.kubeconfig)
         if self.log is None or self.log.closed:
             self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.starts += 1
         return self
 
@@ -129,11 +150,9 @@ class OperatorProcess:
             if seen >= count:
                 return
             if not self.alive:
-                raise AssertionError(f"the operator exited ({self.proc.returncode}) before {count}x {needle!r}:\n"
-                                     + self.output()[-3000:])
+                raise AssertionError(f"the operator exited ({self.proc.returncode}) before {count}x {needle!r}:\n" + self.output()[-3000:])
             time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout}s waiting for {count}x {needle!r} in the operator log "
-                             f"(seen {seen})")
+        raise AssertionError(f"timed out after {timeout}s waiting for {count}x {needle!r} in the operator log (seen {seen})")
 
     def unexpected_tracebacks(self, allow: Mapping[str, str] = {}) -> list[str]:
         """Tracebacks in the log whose text matches none of the ``allow`` regexes (regex -> why

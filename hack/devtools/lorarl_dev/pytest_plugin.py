@@ -55,8 +55,7 @@ import pytest
 
 from lorarl_dev.controlplane import ControlPlane
 
-_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue",
-             "real_node_cluster"}
+_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue", "real_node_cluster"}
 
 
 def pytest_configure(config):
@@ -104,8 +103,7 @@ def real_node_cluster(request):
         pytest.skip("real node: " + "; ".join(reasons))
     realnode.sweep()  # a node left by a killed run goes before the baseline is taken
     request.config.stash[REAL_NODE_BASELINE] = realnode.machine_snapshot()
-    with ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X",
-                      kuberay_operator=True) as cp:
+    with ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X", kuberay_operator=True) as cp:
         yield cp
 
 
@@ -135,8 +133,7 @@ def namespace(request, kube_api):
 
     name = namespace_name(request.node.name)
     core = client.CoreV1Api(kube_api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=name, labels={"lorarl.dev/test": "true"})))
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"lorarl.dev/test": "true"})))
     try:
         yield name
     finally:
@@ -157,15 +154,23 @@ def kueue_cluster():
 
     with ControlPlane(verbose=True, fake_nodes=1, gpus_per_node=8, kuberay_operator=True, kueue=True) as cp:
         for node in json.loads(cp.kubectl("get", "nodes", "-o", "json").stdout)["items"]:
-            cp.kubectl("label", "node", node["metadata"]["name"], "--overwrite",
-                       *(f"{k}={v}" for k, v in MI355X_NODE_LABELS.items()))
+            cp.kubectl("label", "node", node["metadata"]["name"], "--overwrite", *(f"{k}={v}" for k, v in MI355X_NODE_LABELS.items()))
         objects = [
-            {"apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": "mi355x"},
-             "spec": {"nodeLabels": dict(MI355X_NODE_LABELS)}},
-            {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": "lorarl-low"},
-             "value": 100, "description": "preemptible training runs"},
-            {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": "lorarl-high"},
-             "value": 1000, "description": "runs that may preempt lorarl-low"},
+            {"apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": "mi355x"}, "spec": {"nodeLabels": dict(MI355X_NODE_LABELS)}},
+            {
+                "apiVersion": KUEUE_API_VERSION,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": "lorarl-low"},
+                "value": 100,
+                "description": "preemptible training runs",
+            },
+            {
+                "apiVersion": KUEUE_API_VERSION,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": "lorarl-high"},
+                "value": 1000,
+                "description": "runs that may preempt lorarl-low",
+            },
         ]
         cp.kubectl("apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in objects))
         yield cp
@@ -186,22 +191,30 @@ def kueue_queue(request, kueue_cluster):
     ns = namespace_name(request.node.name)
     cp.kubectl("create", "namespace", ns)
     cluster_queue = {
-        "apiVersion": KUEUE_API_VERSION, "kind": "ClusterQueue", "metadata": {"name": ns},
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": ns},
         "spec": {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
             "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", "amd.com/gpu"],
-                "flavors": [{"name": "mi355x", "resources": [
-                    {"name": "cpu", "nominalQuota": "64"},
-                    {"name": "memory", "nominalQuota": "512Gi"},
-                    {"name": "amd.com/gpu", "nominalQuota": "8"},  # one seed job: 1 node x 8 GPUs
-                ]}],
-            }],
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", "amd.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "mi355x",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "64"},
+                                {"name": "memory", "nominalQuota": "512Gi"},
+                                {"name": "amd.com/gpu", "nominalQuota": "8"},  # one seed job: 1 node x 8 GPUs
+                            ],
+                        }
+                    ],
+                }
+            ],
         },
     }
-    local_queue = {"apiVersion": KUEUE_API_VERSION, "kind": "LocalQueue", "metadata": {"name": "gpus", "namespace": ns},
-                   "spec": {"clusterQueue": ns}}
+    local_queue = {"apiVersion": KUEUE_API_VERSION, "kind": "LocalQueue", "metadata": {"name": "gpus", "namespace": ns}, "spec": {"clusterQueue": ns}}
     cp.kubectl("apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in (cluster_queue, local_queue)))
     try:
         yield KueueQueue(namespace=ns, local_queue="gpus", cluster_queue=ns)

@@ -35,9 +35,17 @@ NODE_HARDWARE = {"cpu": "500m", "memory": "3Gi", "shmSize": "512Mi"}
 NODE_STORAGE_SIZE = "1Gi"
 
 
-def seed_job(*, image: str, endpoint: str, name: str | None = None, namespace: str | None = None,
-             model_revision: str | None = None, nodes: int = 1, spec: Mapping[str, Any] | None = None,
-             manifest: pathlib.Path = SEED_MANIFEST) -> dict[str, Any]:
+def seed_job(
+    *,
+    image: str,
+    endpoint: str,
+    name: str | None = None,
+    namespace: str | None = None,
+    model_revision: str | None = None,
+    nodes: int = 1,
+    spec: Mapping[str, Any] | None = None,
+    manifest: pathlib.Path = SEED_MANIFEST,
+) -> dict[str, Any]:
     """The seed manifest with the node's overrides (the only place they are written).
 
     ``model_revision`` names a revision the Hub stand-in serves (one per test: its
@@ -85,8 +93,7 @@ def start_hub(cp: ControlPlane, root: pathlib.Path) -> str:
 
     if cp.netns is None:
         raise ControlPlaneError("the Hub stand-in runs beside a real node (ControlPlane(node=True))")
-    cp._spawn("hubstub", ["-m", "lorarl_dev.hubstub", f"--root={root}", f"--host={NODE_IP}",
-                          f"--port={HUB_PORT}", "--verbose"], exe=sys.executable)
+    cp._spawn("hubstub", ["-m", "lorarl_dev.hubstub", f"--root={root}", f"--host={NODE_IP}", f"--port={HUB_PORT}", "--verbose"], exe=sys.executable)
     cp._write_state()  # a detached control plane (the demo's) stops it with the rest
     endpoint = hub_endpoint()
     cp._wait_http("hubstub", f"{endpoint}/api/models/Qwen/Qwen3-4B", 30)
@@ -121,19 +128,38 @@ def helm(cp: ControlPlane, *args: str, timeout: float = 300) -> subprocess.Compl
     return proc
 
 
-def install_operator(cp: ControlPlane, image_ref: str, *, replicas: int = 2,
-                     namespace: str = OPERATOR_NAMESPACE, timeout: float = 300) -> None:
+def install_operator(cp: ControlPlane, image_ref: str, *, replicas: int = 2, namespace: str = OPERATOR_NAMESPACE, timeout: float = 300) -> None:
     """``helm install`` the chart with the built image into a namespace that enforces the
     restricted Pod Security profile, and wait for every replica to be Ready (its probes)."""
     repository, tag = image_ref.rsplit(":", 1)
     cp.kubectl("create", "namespace", namespace, check=False)
-    cp.kubectl("label", "namespace", namespace, "--overwrite",
-               "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest")
-    helm(cp, "upgrade", "--install", RELEASE, str(CHART), "--namespace", namespace,
-         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-         "--set", "image.pullPolicy=IfNotPresent", "--set", f"replicaCount={replicas}",
-         "--set", "leaderElection.enabled=true", "--set", "logFormat=plain",
-         "--wait", f"--timeout={int(timeout)}s", timeout=timeout + 30)
+    cp.kubectl(
+        "label", "namespace", namespace, "--overwrite", "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest"
+    )
+    helm(
+        cp,
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=IfNotPresent",
+        "--set",
+        f"replicaCount={replicas}",
+        "--set",
+        "leaderElection.enabled=true",
+        "--set",
+        "logFormat=plain",
+        "--wait",
+        f"--timeout={int(timeout)}s",
+        timeout=timeout + 30,
+    )
 
 
 def operator_pods(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE) -> list[dict]:
@@ -162,8 +188,7 @@ def get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict | None:
     return json.loads(proc.stdout) if proc.returncode == 0 else None
 
 
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0,
-             explain: Callable[[], str] | None = None) -> Any:
+def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0, explain: Callable[[], str] | None = None) -> Any:
     """Poll ``probe`` until it returns something truthy; fail after ``timeout`` saying ``what``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -179,9 +204,11 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: floa
 def describe(cp: ControlPlane, namespace: str) -> str:
     """What a failing wait shows: the namespace's objects, events and the pods' recent logs."""
     parts = []
-    for args in (("get", "lorarljobs,rayjobs,rayclusters,jobs,pods,pvc", "-n", namespace, "-o", "wide"),
-                 ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"),
-                 ("get", "lorarljobs", "-n", namespace, "-o", "jsonpath={.items[*].status}")):
+    for args in (
+        ("get", "lorarljobs,rayjobs,rayclusters,jobs,pods,pvc", "-n", namespace, "-o", "wide"),
+        ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"),
+        ("get", "lorarljobs", "-n", namespace, "-o", "jsonpath={.items[*].status}"),
+    ):
         parts.append(cp.kubectl(*args, check=False).stdout[-4000:])
     pods = json.loads(cp.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False).stdout or '{"items":[]}')
     for pod in pods["items"]:
@@ -189,4 +216,3 @@ def describe(cp: ControlPlane, namespace: str) -> str:
         logs = cp.kubectl("logs", "-n", namespace, name, "--all-containers", "--tail=25", check=False)
         parts.append(f"--- {name}\n{logs.stdout[-3000:]}{logs.stderr[-500:]}")
     return "\n".join(parts)
-

@@ -189,13 +189,31 @@ def owned_flags() -> list[str]:
 
     base = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"}}
     shapes = [
-        {"model": {"name": "Qwen/Qwen3-4B"}, "hardware": {"accelerator": "MI355X"},
-         "tracking": {"wandb": {"apiKeySecretRef": {"name": "w", "key": "k"}, "team": "t", "group": "g", "host": "http://w"}},
-         "sglang": {"loraBackend": "triton", "attentionBackend": "triton"}},
-        {"model": {"name": "acme/m", "architecture": {"numLayers": 1, "hiddenSize": 8, "ffnHiddenSize": 8, "numAttentionHeads": 1,
-                                                     "numQueryGroups": 1, "untieEmbeddingsAndOutputWeights": True, "qkLayernorm": False}},
-         "hardware": {"accelerator": "H100"}, "eval": {"enabled": False}, "checkpoint": {"resume": False},
-         "rollout": {"applyChatTemplate": False, "shuffle": False, "balanceData": False}, "lora": {"baseCpuBackup": False}},
+        {
+            "model": {"name": "Qwen/Qwen3-4B"},
+            "hardware": {"accelerator": "MI355X"},
+            "tracking": {"wandb": {"apiKeySecretRef": {"name": "w", "key": "k"}, "team": "t", "group": "g", "host": "http://w"}},
+            "sglang": {"loraBackend": "triton", "attentionBackend": "triton"},
+        },
+        {
+            "model": {
+                "name": "acme/m",
+                "architecture": {
+                    "numLayers": 1,
+                    "hiddenSize": 8,
+                    "ffnHiddenSize": 8,
+                    "numAttentionHeads": 1,
+                    "numQueryGroups": 1,
+                    "untieEmbeddingsAndOutputWeights": True,
+                    "qkLayernorm": False,
+                },
+            },
+            "hardware": {"accelerator": "H100"},
+            "eval": {"enabled": False},
+            "checkpoint": {"resume": False},
+            "rollout": {"applyChatTemplate": False, "shuffle": False, "balanceData": False},
+            "lora": {"baseCpuBackup": False},
+        },
     ]
     flags: set[str] = set()
     for spec in shapes:
@@ -252,10 +270,7 @@ def _default_nested_objects(schema: dict[str, Any], model: type) -> None:
                 dumped = value.model_dump(by_alias=True, exclude_none=True, mode="json")
                 prop["default"] = dumped
             elif isinstance(value, list):
-                prop["default"] = [
-                    v.model_dump(by_alias=True, exclude_none=True, mode="json") if hasattr(v, "model_dump") else v
-                    for v in value
-                ]
+                prop["default"] = [v.model_dump(by_alias=True, exclude_none=True, mode="json") if hasattr(v, "model_dump") else v for v in value]
             elif isinstance(value, dict):
                 prop["default"] = value
         annotation = field.annotation
@@ -302,13 +317,11 @@ def name_rules() -> list[dict[str, Any]]:
     return [
         api.cel(
             f"self.metadata.name.size() <= {api.MAX_NAME_LENGTH}",
-            f"metadata.name must be at most {api.MAX_NAME_LENGTH} characters: the child RayJob carries "
-            "the same name and KubeRay rejects longer RayJob names",
+            f"metadata.name must be at most {api.MAX_NAME_LENGTH} characters: the child RayJob carries the same name and KubeRay rejects longer RayJob names",
         ),
         api.cel(
             "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
-            "metadata.name must be a DNS-1035 label (start with a letter; lowercase letters, digits and '-'): "
-            "KubeRay requires it of the child RayJob",
+            "metadata.name must be a DNS-1035 label (start with a letter; lowercase letters, digits and '-'): KubeRay requires it of the child RayJob",
         ),
     ]
 
@@ -322,7 +335,13 @@ PRINTER_COLUMNS = [
     {"name": "Total", "type": "integer", "jsonPath": ".status.progress.total", "description": "Rollouts planned."},
     {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rawReward", "description": "Latest raw reward."},
     {"name": "Healthy", "type": "string", "jsonPath": TRAINING_HEALTHY, "priority": 1, "description": "TrainingHealthy condition."},
-    {"name": "Logprob-Diff", "type": "number", "jsonPath": ".status.metrics.trainRolloutLogprobAbsDiffMean", "priority": 1, "description": "Mean train/rollout logprob abs diff."},
+    {
+        "name": "Logprob-Diff",
+        "type": "number",
+        "jsonPath": ".status.metrics.trainRolloutLogprobAbsDiffMean",
+        "priority": 1,
+        "description": "Mean train/rollout logprob abs diff.",
+    },
     {"name": "Hardware", "type": "string", "jsonPath": ".spec.hardware.accelerator", "priority": 1, "description": "Accelerator profile."},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.hardware.nodes", "priority": 1, "description": "Nodes."},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1, "description": "Base model."},

@@ -235,8 +235,11 @@ def _cel_is_greater_than(value: Quantity, other: Quantity) -> celpy.celtypes.Boo
 
 
 CEL_FUNCTIONS = {
-    "matches": _cel_matches, "indexOf": _cel_index_of,
-    "isQuantity": _cel_is_quantity, "quantity": _cel_quantity, "isGreaterThan": _cel_is_greater_than,
+    "matches": _cel_matches,
+    "indexOf": _cel_index_of,
+    "isQuantity": _cel_is_quantity,
+    "quantity": _cel_quantity,
+    "isGreaterThan": _cel_is_greater_than,
 }
 
 

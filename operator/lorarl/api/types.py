@@ -53,6 +53,8 @@ QUANTITY_RULE = {
 
 def QUANTITY_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like the constants beside it)
     schema["x-kubernetes-validations"] = [dict(QUANTITY_RULE)]
+
+
 # Kubernetes name syntaxes (k8s.io/apimachinery/pkg/util/validation): a DNS-1123 subdomain, a
 # label value, and a qualified name ([DNS subdomain prefix/]name, the name at most 63 characters).
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -133,31 +135,17 @@ class Architecture(ApiModel):
     )
 
     preset: ModelPreset | None = Field(None, description="A known architecture by name.")
-    num_layers: int | None = Field(
-        None, ge=1, le=512, description="config.json num_hidden_layers.", json_schema_extra=flag("--num-layers")
-    )
-    hidden_size: int | None = Field(
-        None, ge=1, le=65536, description="config.json hidden_size.", json_schema_extra=flag("--hidden-size")
-    )
-    ffn_hidden_size: int | None = Field(
-        None, ge=1, le=262144, description="config.json intermediate_size.", json_schema_extra=flag("--ffn-hidden-size")
-    )
+    num_layers: int | None = Field(None, ge=1, le=512, description="config.json num_hidden_layers.", json_schema_extra=flag("--num-layers"))
+    hidden_size: int | None = Field(None, ge=1, le=65536, description="config.json hidden_size.", json_schema_extra=flag("--hidden-size"))
+    ffn_hidden_size: int | None = Field(None, ge=1, le=262144, description="config.json intermediate_size.", json_schema_extra=flag("--ffn-hidden-size"))
     num_attention_heads: int | None = Field(
         None, ge=1, le=1024, description="config.json num_attention_heads.", json_schema_extra=flag("--num-attention-heads")
     )
-    num_query_groups: int | None = Field(
-        None, ge=1, le=1024, description="config.json num_key_value_heads.", json_schema_extra=flag("--num-query-groups")
-    )
+    num_query_groups: int | None = Field(None, ge=1, le=1024, description="config.json num_key_value_heads.", json_schema_extra=flag("--num-query-groups"))
     kv_channels: int = Field(128, ge=1, le=4096, description="config.json head_dim.", json_schema_extra=flag("--kv-channels"))
-    vocab_size: int = Field(
-        151936, ge=1, le=4194304, description="config.json vocab_size.", json_schema_extra=flag("--vocab-size")
-    )
-    rotary_base: int = Field(
-        1000000, ge=1, description="config.json rope_theta.", json_schema_extra=flag("--rotary-base")
-    )
-    norm_epsilon: float = Field(
-        1e-6, gt=0, lt=1, description="config.json rms_norm_eps.", json_schema_extra=flag("--norm-epsilon")
-    )
+    vocab_size: int = Field(151936, ge=1, le=4194304, description="config.json vocab_size.", json_schema_extra=flag("--vocab-size"))
+    rotary_base: int = Field(1000000, ge=1, description="config.json rope_theta.", json_schema_extra=flag("--rotary-base"))
+    norm_epsilon: float = Field(1e-6, gt=0, lt=1, description="config.json rms_norm_eps.", json_schema_extra=flag("--norm-epsilon"))
     qk_layernorm: bool = Field(True, description="QK layer norm (Qwen3: true).", json_schema_extra=flag("--qk-layernorm"))
     untie_embeddings_and_output_weights: bool = Field(
         False,
@@ -197,9 +185,7 @@ class ModelSpec(ApiModel):
     revision: str | None = Field(
         None, max_length=64, pattern=SHELL_SAFE, description="Git revision (branch, tag or commit) to download; default: the repository's default branch."
     )
-    architecture: Architecture | None = Field(
-        None, description="Megatron architecture; inferred for the Qwen3 dense family from the name."
-    )
+    architecture: Architecture | None = Field(None, description="Megatron architecture; inferred for the Qwen3 dense family from the name.")
 
 
 # ------------------------------------------------------------------------------------ hardware
@@ -225,12 +211,21 @@ class Toleration(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel("has(self.key) || (has(self.operator) && self.operator == 'Exists')",
-                    "a toleration without a key must use operator Exists", field_path=".operator"),
-                cel("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
-                    "a toleration with operator Exists must not have a value", field_path=".value"),
-                cel("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
-                    "tolerationSeconds needs effect NoExecute", field_path=".tolerationSeconds"),
+                cel(
+                    "has(self.key) || (has(self.operator) && self.operator == 'Exists')",
+                    "a toleration without a key must use operator Exists",
+                    field_path=".operator",
+                ),
+                cel(
+                    "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                    "a toleration with operator Exists must not have a value",
+                    field_path=".value",
+                ),
+                cel(
+                    "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                    "tolerationSeconds needs effect NoExecute",
+                    field_path=".tolerationSeconds",
+                ),
             ]
         }
     )
@@ -238,9 +233,7 @@ class Toleration(ApiModel):
     key: str | None = Field(None, max_length=MAX_QUALIFIED_NAME, pattern=QUALIFIED_NAME, description="Taint key to tolerate (a qualified name).")
     operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal (default Equal).")
     value: str | None = Field(None, max_length=63, pattern=LABEL_VALUE, description="Taint value for operator Equal (label value syntax).")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="Taint effect to tolerate; empty means all."
-    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="Taint effect to tolerate; empty means all.")
     toleration_seconds: int | None = Field(None, description="For NoExecute: how long the pod stays bound.")
 
 
@@ -273,11 +266,17 @@ class HardwareSpec(ApiModel):
 
     accelerator: AcceleratorProfile = Field(..., description="Accelerator profile, e.g. MI355X.")
     nodes: int = Field(
-        1, ge=1, le=128, description="Number of nodes (Ray pods); node 0 is the Ray head and trains too.",
+        1,
+        ge=1,
+        le=128,
+        description="Number of nodes (Ray pods); node 0 is the Ray head and trains too.",
         json_schema_extra=flag("--actor-num-nodes"),
     )
     gpus_per_node: int | None = Field(
-        None, ge=1, le=16, description="GPUs per node; default: the profile's (8).",
+        None,
+        ge=1,
+        le=16,
+        description="GPUs per node; default: the profile's (8).",
         json_schema_extra=flag("--actor-num-gpus-per-node / --num-gpus-per-node"),
     )
     resource_name: str | None = Field(
@@ -288,19 +287,26 @@ class HardwareSpec(ApiModel):
         "(e.g. amd.com/cpx_nps4); default: the profile's (amd.com/gpu or nvidia.com/gpu).",
     )
     cpu: str | None = Field(
-        None, max_length=32, description="CPU request per Ray pod (a quantity, e.g. \"64\" or 500m); default: none.",
+        None,
+        max_length=32,
+        description='CPU request per Ray pod (a quantity, e.g. "64" or 500m); default: none.',
         json_schema_extra=QUANTITY_SCHEMA,
     )
     memory: str | None = Field(
-        None, max_length=32, description="Memory request and limit per Ray pod (a quantity, e.g. 512Gi); default: none.",
+        None,
+        max_length=32,
+        description="Memory request and limit per Ray pod (a quantity, e.g. 512Gi); default: none.",
         json_schema_extra=QUANTITY_SCHEMA,
     )
     shm_size: str = Field(
-        "64Gi", max_length=32, description="Size of the memory-backed /dev/shm of each Ray pod (a quantity).",
+        "64Gi",
+        max_length=32,
+        description="Size of the memory-backed /dev/shm of each Ray pod (a quantity).",
         json_schema_extra=QUANTITY_SCHEMA,
     )
     node_selector: dict[str, LabelValue] = Field(
-        default_factory=dict, max_length=MAX_NODE_SELECTOR,
+        default_factory=dict,
+        max_length=MAX_NODE_SELECTOR,
         description="Extra node labels every Ray pod requires (added to the profile's).",
         json_schema_extra={"x-kubernetes-validations": [NODE_SELECTOR_KEYS_RULE]},
     )
@@ -309,11 +315,10 @@ class HardwareSpec(ApiModel):
         description="Require the profile's node label (AMD node labeller amd.com/gpu.device-id, NVIDIA GPU "
         "feature discovery nvidia.com/gpu.product); turn off where no labeller runs.",
     )
-    tolerations: list[Toleration] = Field(
-        default_factory=list, max_length=32, description="Tolerations for every Ray pod."
-    )
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Tolerations for every Ray pod.")
     affinity: dict[str, Any] | None = Field(
-        None, description="A core/v1 Affinity for every Ray pod (passed through unchanged).",
+        None,
+        description="A core/v1 Affinity for every Ray pod (passed through unchanged).",
         # the CRD embeds the real core/v1 Affinity schema here (lorarl/admission/schemas, see crdgen)
         json_schema_extra={"x-lorarl-core-schema": "core_v1_affinity"},
     )
@@ -336,7 +341,8 @@ class LoraSpec(ApiModel):
         json_schema_extra=flag("--target-modules"),
     )
     base_cpu_backup: bool = Field(
-        True, description="Keep a CPU copy of the frozen base weights (colocated rollout offload).",
+        True,
+        description="Keep a CPU copy of the frozen base weights (colocated rollout offload).",
         json_schema_extra=flag("--lora-base-cpu-backup"),
     )
 
@@ -358,7 +364,9 @@ class DatasetRef(ApiModel):
 
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id, e.g. zhuzilin/dapo-math-17k.")
     file: str | None = Field(
-        None, max_length=128, pattern=REPO_FILE,
+        None,
+        max_length=128,
+        pattern=REPO_FILE,
         description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.",
     )
     revision: str | None = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
@@ -378,17 +386,27 @@ class RolloutSpec(ApiModel):
     shuffle: bool = Field(True, description="Shuffle prompts.", json_schema_extra=flag("--rollout-shuffle"))
     balance_data: bool = Field(True, description="Balance tokens across data-parallel ranks.", json_schema_extra=flag("--balance-data"))
     reward_type: str = Field(
-        "deepscaler", max_length=64, pattern=IDENTIFIER,
+        "deepscaler",
+        max_length=64,
+        pattern=IDENTIFIER,
         description="miles reward model type (rm-type), e.g. deepscaler, math, dapo.",
         json_schema_extra=flag("--rm-type"),
     )
-    num_rollouts: int = Field(100, ge=1, le=1000000, description="Number of rollouts (= optimizer steps with the default shape).", json_schema_extra=flag("--num-rollout"))
+    num_rollouts: int = Field(
+        100, ge=1, le=1000000, description="Number of rollouts (= optimizer steps with the default shape).", json_schema_extra=flag("--num-rollout")
+    )
     batch_size: int = Field(8, ge=1, le=65536, description="Prompts per rollout.", json_schema_extra=flag("--rollout-batch-size"))
-    samples_per_prompt: int = Field(8, ge=1, le=1024, description="Responses sampled per prompt (the GRPO group size).", json_schema_extra=flag("--n-samples-per-prompt"))
-    max_response_length: int = Field(8192, ge=1, le=1048576, description="Max generated tokens per response.", json_schema_extra=flag("--rollout-max-response-len"))
+    samples_per_prompt: int = Field(
+        8, ge=1, le=1024, description="Responses sampled per prompt (the GRPO group size).", json_schema_extra=flag("--n-samples-per-prompt")
+    )
+    max_response_length: int = Field(
+        8192, ge=1, le=1048576, description="Max generated tokens per response.", json_schema_extra=flag("--rollout-max-response-len")
+    )
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="Sampling temperature.", json_schema_extra=flag("--rollout-temperature"))
     global_batch_size: int = Field(
-        64, ge=1, le=1048576,
+        64,
+        ge=1,
+        le=1048576,
         description="Samples per optimizer step; batchSize x samplesPerPrompt must be a multiple of it.",
         json_schema_extra=flag("--global-batch-size"),
     )
@@ -401,7 +419,12 @@ class EvalDataset(ApiModel):
 
     name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).")
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id.")
-    file: str | None = Field(None, max_length=128, pattern=REPO_FILE, description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.")
+    file: str | None = Field(
+        None,
+        max_length=128,
+        pattern=REPO_FILE,
+        description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.",
+    )
     revision: str | None = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
 
 
@@ -425,7 +448,9 @@ class EvalSpec(ApiModel):
         json_schema_extra={"flag": "--eval-prompt-data", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     samples_per_prompt: int = Field(16, ge=1, le=1024, description="Samples per eval prompt (avg@N).", json_schema_extra=flag("--n-samples-per-eval-prompt"))
-    max_response_length: int = Field(16384, ge=1, le=1048576, description="Max generated tokens per eval response.", json_schema_extra=flag("--eval-max-response-len"))
+    max_response_length: int = Field(
+        16384, ge=1, le=1048576, description="Max generated tokens per eval response.", json_schema_extra=flag("--eval-max-response-len")
+    )
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling top-p for eval.", json_schema_extra=flag("--eval-top-p"))
 
 
@@ -460,7 +485,9 @@ class AlgorithmSpec(ApiModel):
         "grpo", description="Advantage estimator.", json_schema_extra=flag("--advantage-estimator")
     )
     kl_loss_coef: float = Field(0.0, ge=0.0, le=100.0, description="KL loss coefficient.", json_schema_extra=flag("--kl-loss-coef"))
-    kl_loss_type: Literal["k1", "k2", "k3", "low_var_kl"] = Field("low_var_kl", description="KL estimator for the loss.", json_schema_extra=flag("--kl-loss-type"))
+    kl_loss_type: Literal["k1", "k2", "k3", "low_var_kl"] = Field(
+        "low_var_kl", description="KL estimator for the loss.", json_schema_extra=flag("--kl-loss-type")
+    )
     kl_coef: float = Field(0.0, ge=0.0, le=100.0, description="KL reward-penalty coefficient.", json_schema_extra=flag("--kl-coef"))
     entropy_coef: float = Field(0.0, ge=0.0, le=100.0, description="Entropy bonus coefficient.", json_schema_extra=flag("--entropy-coef"))
     eps_clip: float = Field(0.2, gt=0.0, le=10.0, description="Lower PPO clip range.", json_schema_extra=flag("--eps-clip"))
@@ -471,22 +498,32 @@ class SGLangSpec(ApiModel):
     """The SGLang rollout engine (colocated with training)."""
 
     gpus_per_engine: int = Field(
-        1, ge=1, le=16, description="GPUs per SGLang engine (tensor parallel of rollout); must divide the job's GPUs.",
+        1,
+        ge=1,
+        le=16,
+        description="GPUs per SGLang engine (tensor parallel of rollout); must divide the job's GPUs.",
         json_schema_extra=flag("--rollout-num-gpus-per-engine"),
     )
     mem_fraction_static: float = Field(
-        0.4, gt=0.0, lt=1.0, description="Fraction of GPU memory SGLang reserves (weights + KV cache).",
+        0.4,
+        gt=0.0,
+        lt=1.0,
+        description="Fraction of GPU memory SGLang reserves (weights + KV cache).",
         json_schema_extra=flag("--sglang-mem-fraction-static"),
     )
     decode_log_interval: int = Field(1000, ge=1, description="SGLang decode log interval.", json_schema_extra=flag("--sglang-decode-log-interval"))
     chunked_prefill_size: int = Field(4096, ge=-1, description="Chunked prefill size (-1 disables).", json_schema_extra=flag("--sglang-chunked-prefill-size"))
     lora_backend: str | None = Field(
-        None, max_length=32, pattern=IDENTIFIER,
+        None,
+        max_length=32,
+        pattern=IDENTIFIER,
         description="SGLang LoRA backend; default: the profile's (triton on ROCm, SGLang's own default on CUDA).",
         json_schema_extra=flag("--sglang-lora-backend"),
     )
     attention_backend: str | None = Field(
-        None, max_length=32, pattern=IDENTIFIER,
+        None,
+        max_length=32,
+        pattern=IDENTIFIER,
         description="SGLang attention backend; default: the profile's (triton on ROCm, SGLang's own default on CUDA).",
         json_schema_extra=flag("--sglang-attention-backend"),
     )
@@ -513,11 +550,14 @@ class StorageSpec(ApiModel):
     existing_claim: str | None = Field(None, max_length=253, pattern=DNS1123_SUBDOMAIN, description="Name of an existing PVC in the job's namespace.")
     size: str | None = Field(None, max_length=32, description="Size of the owned PVC (a quantity); default 200Gi.", json_schema_extra=QUANTITY_SCHEMA)
     storage_class_name: str | None = Field(
-        None, max_length=253, pattern=DNS1123_SUBDOMAIN.replace("^", "^(", 1).replace("$", ")?$"),
-        description="StorageClass of the owned PVC (a DNS subdomain); default (also when \"\"): the cluster default.",
+        None,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN.replace("^", "^(", 1).replace("$", ")?$"),
+        description='StorageClass of the owned PVC (a DNS subdomain); default (also when ""): the cluster default.',
     )
     access_modes: list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]] | None = Field(
-        None, max_length=3,
+        None,
+        max_length=3,
         description="Access modes of the owned PVC; default ReadWriteOnce for one node, ReadWriteMany for more.",
     )
 
@@ -525,7 +565,9 @@ class StorageSpec(ApiModel):
 class CheckpointSpec(ApiModel):
     """Checkpointing and resume."""
 
-    save_interval: int = Field(50, ge=1, le=1000000, description="Save the adapter every this many rollouts (and at the last one).", json_schema_extra=flag("--save-interval"))
+    save_interval: int = Field(
+        50, ge=1, le=1000000, description="Save the adapter every this many rollouts (and at the last one).", json_schema_extra=flag("--save-interval")
+    )
     resume: bool = Field(
         True,
         description="On a retry or a re-created RayJob, continue from the newest complete checkpoint of any attempt, training only the remaining rollouts into the attempt's own directory (docs/status.md); off: each attempt starts over.",
@@ -550,7 +592,9 @@ class WandbSpec(ApiModel):
 
     project: str = Field("miles-run_qwen3_4b_lora", max_length=128, pattern=IDENTIFIER, description="W&B project.", json_schema_extra=flag("--wandb-project"))
     team: str | None = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
-    group: str | None = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B group; default: the job name.", json_schema_extra=flag("--wandb-group"))
+    group: str | None = Field(
+        None, max_length=128, pattern=IDENTIFIER, description="W&B group; default: the job name.", json_schema_extra=flag("--wandb-group")
+    )
     api_key_secret_ref: SecretKeyRef = Field(..., description="Secret key holding the W&B API key.")
     host: str | None = Field(None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$", description="Self-hosted W&B server URL (WANDB_BASE_URL).")
 
@@ -566,10 +610,17 @@ class DataPrepSpec(ApiModel):
 
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret key holding a Hugging Face token (HF_TOKEN) for gated or private repositories.")
     endpoint: str | None = Field(
-        None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$",
+        None,
+        max_length=253,
+        pattern=r"^https?://[A-Za-z0-9.:/_-]+$",
         description="Hugging Face endpoint or mirror (HF_ENDPOINT), e.g. https://hf-mirror.com.",
     )
-    image: str | None = Field(None, max_length=512, pattern=IMAGE, description="Image of the init container; it must provide hf (huggingface_hub) and flock (util-linux). Default: the training image.")
+    image: str | None = Field(
+        None,
+        max_length=512,
+        pattern=IMAGE,
+        description="Image of the init container; it must provide hf (huggingface_hub) and flock (util-linux). Default: the training image.",
+    )
     skip: bool = Field(False, description="Inputs are already on the volume: run no download.")
 
 
@@ -582,16 +633,27 @@ class RunPolicy(ApiModel):
     image: str | None = Field(None, max_length=512, pattern=IMAGE, description="Training image override; default: the profile's miles image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Image pull policy of the Ray containers.")
     active_deadline_seconds: int = Field(
-        172800, ge=60, le=2147483647,
+        172800,
+        ge=60,
+        le=2147483647,
         description="Deadline for the whole run (KubeRay activeDeadlineSeconds); also ends runs stuck before Running.",
     )
     startup_timeout_seconds: int = Field(
-        3600, ge=60, le=2147483647,
+        3600,
+        ge=60,
+        le=2147483647,
         description="The operator marks the job Stalled when the RayJob has not reached Running this long after creation (image pulls, unschedulable pods, crash-looping head).",
     )
-    backoff_limit: int = Field(0, ge=0, le=100, description="RayJob retries after a failed run (each retry is a new RayCluster; with checkpoint.resume it continues from the latest checkpoint).")
+    backoff_limit: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="RayJob retries after a failed run (each retry is a new RayCluster; with checkpoint.resume it continues from the latest checkpoint).",
+    )
     submitter_backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the submitter Job (KubeRay submitterConfig.backoffLimit).")
-    ttl_seconds_after_finished: int = Field(600, ge=0, le=2147483647, description="Seconds the finished RayCluster is kept for inspection before KubeRay deletes it.")
+    ttl_seconds_after_finished: int = Field(
+        600, ge=0, le=2147483647, description="Seconds the finished RayCluster is kept for inspection before KubeRay deletes it."
+    )
 
 
 class SchedulingSpec(ApiModel):
@@ -600,15 +662,21 @@ class SchedulingSpec(ApiModel):
 
     priority_class_name: str | None = Field(None, max_length=253, pattern=K8S_NAME, description="PriorityClass of the Ray pods.")
     queue_name: str | None = Field(
-        None, max_length=63, pattern=K8S_NAME,
+        None,
+        max_length=63,
+        pattern=K8S_NAME,
         description="Kueue LocalQueue; the RayJob is created suspended with the kueue.x-k8s.io/queue-name label and Kueue admits it.",
     )
     workload_priority_class_name: str | None = Field(
-        None, max_length=253, pattern=K8S_NAME,
+        None,
+        max_length=253,
+        pattern=K8S_NAME,
         description="Kueue WorkloadPriorityClass of the run (the kueue.x-k8s.io/priority-class label): its priority in the queue and for preemption.",
     )
     service_account_name: str | None = Field(
-        None, max_length=253, pattern=K8S_NAME,
+        None,
+        max_length=253,
+        pattern=K8S_NAME,
         description="ServiceAccount of the Ray pods; default: the per-job one the operator creates (it may only update this job's status).",
     )
 
@@ -617,10 +685,14 @@ class HealthSpec(ApiModel):
     """Training-health thresholds that drive the TrainingHealthy condition."""
 
     max_logprob_abs_diff: float = Field(
-        0.03, gt=0.0, le=10.0,
+        0.03,
+        gt=0.0,
+        le=10.0,
         description="Upper bound for the mean train/train_rollout_logprob_abs_diff (training vs rollout engine mismatch); the recipe's validation bar.",
     )
-    min_eval_score: float | None = Field(None, ge=0.0, le=1.0, description="Lowest acceptable latest eval score (any eval set), checked after the first eval after training began.")
+    min_eval_score: float | None = Field(
+        None, ge=0.0, le=1.0, description="Lowest acceptable latest eval score (any eval set), checked after the first eval after training began."
+    )
     stop_on_unhealthy: Literal["Never", "Suspend", "Stop"] = Field(
         "Never", description="What to do when TrainingHealthy turns False: keep running, suspend the RayJob, or stop it (the job fails)."
     )
@@ -699,7 +771,9 @@ DATA_KEY_FLAG = r"^--(input|label|metadata|tool|multimodal|system-prompt|reward)
 # A token pasted as a value (after any flag, or after "="): the documented prefixes of Hugging
 # Face (hf_), GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), OpenAI-style (sk-), Slack (xox?-)
 # tokens and AWS access key ids (AKIA). A heuristic on top of the flag rule, for the free-form list.
-ACCESS_KEY_SHAPED_VALUE = r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})$"
+ACCESS_KEY_SHAPED_VALUE = (
+    r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})$"
+)
 
 # Model parallelism given in extraArgs as "--<flag>", "<n>": the data-parallel size is
 # GPUs / (tensor x pipeline x context), and Megatron refuses a globalBatchSize it cannot split.
@@ -710,10 +784,7 @@ _SIZE_VALUE = "^[1-9][0-9]{0,3}$"
 
 def _parallel_size(flag_name: str) -> str:
     at = f"self.extraArgs.indexOf('{flag_name}')"
-    return (
-        f"({at} >= 0 && {at} + 1 < size(self.extraArgs) && "
-        f"self.extraArgs[{at} + 1].matches('{_SIZE_VALUE}') ? int(self.extraArgs[{at} + 1]) : 1)"
-    )
+    return f"({at} >= 0 && {at} + 1 < size(self.extraArgs) && self.extraArgs[{at} + 1].matches('{_SIZE_VALUE}') ? int(self.extraArgs[{at} + 1]) : 1)"
 
 
 _MODEL_PARALLEL = "(!has(self.extraArgs) ? 1 : " + " * ".join(_parallel_size(f) for f in MODEL_PARALLEL_FLAGS) + ")"
@@ -738,7 +809,7 @@ EXTRA_ARGS_RULES = [
     ],
     cel(
         "!self.exists(a, " + " || ".join(f"a.startsWith('{f}=')" for f in MODEL_PARALLEL_FLAGS) + ")",
-        "give a model-parallel size as two items (\"--tensor-model-parallel-size\", \"2\"), not with '='",
+        'give a model-parallel size as two items ("--tensor-model-parallel-size", "2"), not with \'=\'',
     ),
 ]
 
@@ -780,14 +851,16 @@ class LoraRLJobSpec(ApiModel):
     health: HealthSpec = Field(default_factory=HealthSpec, description="Training-health thresholds.")
     suspend: bool = Field(False, description="Suspend the run: the RayJob is suspended (its RayCluster deleted) and resumed when set back to false.")
     ttl_seconds_after_finished: int | None = Field(
-        None, ge=0, le=2147483647,
+        None,
+        ge=0,
+        le=2147483647,
         description="Delete this LoraRLJob (and with it its children) this many seconds after it finished (Succeeded or Failed), as a Job's ttlSecondsAfterFinished; unset: kept until deleted.",
     )
     extra_args: list[CommandWord] | None = Field(
         None,
         max_length=256,
         description="Extra train.py arguments appended after the recipe's, one token per item "
-        f"(e.g. [\"--tensor-model-parallel-size\", \"2\"]); each item may hold only {SHELL_SAFE_HELP}. "
+        f'(e.g. ["--tensor-model-parallel-size", "2"]); each item may hold only {SHELL_SAFE_HELP}. '
         "Credential flags and flags the spec sets are refused.",
         json_schema_extra={"x-kubernetes-validations": EXTRA_ARGS_RULES},
     )
@@ -815,7 +888,9 @@ class RayJobMirror(ApiModel):
     dashboard_url: str | None = Field(None, alias="dashboardURL", description="Ray dashboard address.")
     job_id: str | None = Field(None, description="Ray job submission id.")
     job_status: str | None = Field(None, description="Ray job status (PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED).")
-    job_deployment_status: str | None = Field(None, description="KubeRay deployment status (Initializing, Running, Complete, Failed, Suspending, Suspended, Retrying, Waiting, ValidationFailed).")
+    job_deployment_status: str | None = Field(
+        None, description="KubeRay deployment status (Initializing, Running, Complete, Failed, Suspending, Suspended, Retrying, Waiting, ValidationFailed)."
+    )
     reason: str | None = Field(None, description="KubeRay failure reason.")
     message: str | None = Field(None, description="KubeRay message.")
     succeeded: int | None = Field(None, description="Succeeded attempts.")
@@ -831,7 +906,10 @@ class Progress(ApiModel):
     eta_seconds: int | None = Field(None, description="Estimated seconds to finish at the observed pace.")
     last_update_time: str | None = Field(None, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
     attempts: int | None = Field(None, description="Attempts so far, this one included (a retry or a re-created RayJob starts a new one).")
-    trained_rollouts: int | None = Field(None, description="Rollouts trained in all attempts, including those trained again after a retry because they ran after the newest checkpoint (never decreases).")
+    trained_rollouts: int | None = Field(
+        None,
+        description="Rollouts trained in all attempts, including those trained again after a retry because they ran after the newest checkpoint (never decreases).",
+    )
     gpu_hours: float | None = Field(None, description="GPUs x time the trainer ran, summed over all attempts.")
 
 
@@ -883,7 +961,8 @@ class LoraRLJobStatus(ApiModel):
     phase: Phase | None = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
     observed_generation: int | None = Field(None, description="The .metadata.generation last reconciled.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue.",
+        default_factory=list,
+        description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     ray_job: RayJobMirror | None = Field(None, description="Mirror of the child RayJob's status.")
@@ -892,7 +971,8 @@ class LoraRLJobStatus(ApiModel):
     progress: Progress | None = Field(None, description="Rollout N of M, percent, ETA.")
     metrics: TrainingMetrics | None = Field(None, description="Latest training metrics.")
     eval: list[EvalScore] | None = Field(
-        None, description="Latest and best score per eval set.",
+        None,
+        description="Latest and best score per eval set.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     checkpoints: CheckpointStatus | None = Field(None, description="Latest checkpoint.")

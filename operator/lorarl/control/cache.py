@@ -57,8 +57,11 @@ def trim_job(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
     meta = out["metadata"] = _meta(body.get("metadata") or {})
     if "spec" in body:
         cached_meta = (cached or {}).get("metadata") or {}
-        same = (SPEC_TEXT in (cached or {}) and meta.get("generation") is not None
-                and (cached_meta.get("uid"), cached_meta.get("generation")) == (meta.get("uid"), meta.get("generation")))
+        same = (
+            SPEC_TEXT in (cached or {})
+            and meta.get("generation") is not None
+            and (cached_meta.get("uid"), cached_meta.get("generation")) == (meta.get("uid"), meta.get("generation"))
+        )
         out[SPEC_TEXT] = cached[SPEC_TEXT] if same else json.dumps(body["spec"], separators=(",", ":"))
     return out
 
@@ -127,8 +130,12 @@ def job_fingerprint(body: dict[str, Any]) -> Any:
 def rayjob_fingerprint(body: dict[str, Any]) -> Any:
     """What a reconcile reads of a RayJob that others may change."""
     meta = body.get("metadata") or {}
-    return (meta.get("deletionTimestamp"), bool((body.get("spec") or {}).get("suspend")), body.get("status") or {},
-            (meta.get("annotations") or {}).get(CHILDREN_DIGEST))
+    return (
+        meta.get("deletionTimestamp"),
+        bool((body.get("spec") or {}).get("suspend")),
+        body.get("status") or {},
+        (meta.get("annotations") or {}).get(CHILDREN_DIGEST),
+    )
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

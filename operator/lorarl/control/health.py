@@ -38,7 +38,6 @@ def evaluate(health: HealthSpec, status: dict[str, Any]) -> Verdict:
                 return Verdict(
                     "False",
                     "EvalScoreTooLow",
-                    f"eval/{score['name']} {score['latest']:.4g} at rollout {score['latestRollout']} "
-                    f"< minimum {health.min_eval_score:g}",
+                    f"eval/{score['name']} {score['latest']:.4g} at rollout {score['latestRollout']} < minimum {health.min_eval_score:g}",
                 )
     return Verdict("True", "WithinThresholds", f"mean train/train_rollout_logprob_abs_diff {diff:.5g} < {health.max_logprob_abs_diff:g}")

@@ -86,9 +86,12 @@ def suspend_handoff(live: dict[str, Any]) -> dict[str, Any]:
     that the operator's manager can drop it. A conflict means Kueue changed it meanwhile, and so
     already took it over."""
     meta = live["metadata"]
-    return {"apiVersion": live["apiVersion"], "kind": live["kind"],
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "spec": {"suspend": bool((live.get("spec") or {}).get("suspend"))}}
+    return {
+        "apiVersion": live["apiVersion"],
+        "kind": live["kind"],
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "spec": {"suspend": bool((live.get("spec") or {}).get("suspend"))},
+    }
 
 
 def find_workload(workloads: list[dict[str, Any]], rayjob: dict[str, Any] | None) -> dict[str, Any] | None:

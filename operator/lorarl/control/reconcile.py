@@ -77,7 +77,9 @@ def _report_unknown(body: dict[str, Any], unknown: list[str]) -> None:
     _reported_unknown[uid] = fields
     log.warning(
         "LoraRLJob %s/%s has fields this operator does not know (a newer CRD?); ignoring them: %s",
-        meta.get("namespace"), meta.get("name"), ", ".join(fields),
+        meta.get("namespace"),
+        meta.get("name"),
+        ", ".join(fields),
     )
 
 
@@ -120,8 +122,7 @@ def settled_finished(body: dict[str, Any]) -> bool:
     """A finished job whose every generation was seen: nothing is left for the operator but a
     TTL (which it schedules) and events (which bring the whole object back)."""
     meta, job_status = body.get("metadata") or {}, body.get("status") or {}
-    return (job_status.get("phase") in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation")
-            and not meta.get("deletionTimestamp"))
+    return job_status.get("phase") in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation") and not meta.get("deletionTimestamp")
 
 
 def next_check(job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: dict[str, Any], now: datetime.datetime) -> float | None:
@@ -131,8 +132,12 @@ def next_check(job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: di
     deadline = startup_deadline(job, rayjob)
     # a startup deadline already past was judged by this reconcile (a queued job past it stays
     # not-stalled until Kueue admits it: an event, not a time, changes that)
-    if (deadline is not None and deadline > now and new_status.get("phase") in (status.PENDING, status.PREPARING)
-            and status.condition(new_status, "Stalled", "reason") != "StartupTimeout"):
+    if (
+        deadline is not None
+        and deadline > now
+        and new_status.get("phase") in (status.PENDING, status.PREPARING)
+        and status.condition(new_status, "Stalled", "reason") != "StartupTimeout"
+    ):
         due.append(deadline)
     expiry = ttl_expiry(job, new_status)
     if expiry is not None:  # judged at the start of the next reconcile, even when already past
@@ -141,8 +146,6 @@ def next_check(job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: di
         return None
     # +1 s: the deadline test is "more than N seconds", at whole-second timestamps
     return (min(due) - now).total_seconds() + 1.0
-
-
 
 
 def children_digest(children: list[dict[str, Any]]) -> str:
@@ -240,7 +243,14 @@ class Reconciler:
             or ((rayjob.get("metadata") or {}).get("annotations") or {}).get(CHILDREN_DIGEST) != digest  # rendered differently now
         ):
             if rayjob is None and (previous.get("rayJob") or {}).get("name"):
-                notes.append(status.Event("Warning", "RayJobRecreated", f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it" + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else "")))
+                notes.append(
+                    status.Event(
+                        "Warning",
+                        "RayJobRecreated",
+                        f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it"
+                        + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else ""),
+                    )
+                )
             to_apply = [dict(child) for child in children()]  # the memoised render stays untouched
             at = next(i for i, child in enumerate(to_apply) if child["kind"] == "RayJob" and child["metadata"]["name"] == render.rayjob_name(job))
             to_apply[at], rayjob_manager = queueing.rayjob_apply(to_apply[at], job, rayjob, verdict)
@@ -251,8 +261,11 @@ class Reconciler:
                 rj_meta = (rayjob or {}).get("metadata") or {}
                 # a queued RayJob's suspend is Kueue's after creation: the live value stays
                 suspend = to_apply[at]["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
-                after = {"metadata": {**rj_meta, "annotations": {CHILDREN_DIGEST: digest}}, "spec": {"suspend": suspend},
-                         "status": (rayjob or {}).get("status")}
+                after = {
+                    "metadata": {**rj_meta, "annotations": {CHILDREN_DIGEST: digest}},
+                    "spec": {"suspend": suspend},
+                    "status": (rayjob or {}).get("status"),
+                }
                 self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), rayjob_fingerprint(after))
             for child in to_apply:
                 try:
@@ -288,8 +301,15 @@ class Reconciler:
         )
         new_status, events = status.compute(previous, rayjob, facts)
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
-        return Outcome(body=body, phase=new_status["phase"], events=events, applied=applied, status_written=written,
-                       apply_failed=apply_failed, requeue_after=next_check(job, rayjob, {**previous, **new_status}, now))
+        return Outcome(
+            body=body,
+            phase=new_status["phase"],
+            events=events,
+            applied=applied,
+            status_written=written,
+            apply_failed=apply_failed,
+            requeue_after=next_check(job, rayjob, {**previous, **new_status}, now),
+        )
 
     def _expire(self, body: dict[str, Any], previous: dict[str, Any]) -> Outcome:
         """ttlSecondsAfterFinished ran out: delete the job (the garbage collector takes its
@@ -339,8 +359,12 @@ class Reconciler:
     def _write_invalid(self, body: dict[str, Any], previous: dict[str, Any], generation: int, now: datetime.datetime, message: str) -> Outcome:
         meta = body["metadata"]
         facts = status.Facts(
-            generation=generation, now=rfc3339(now), user_suspended=False, queue_name=None,
-            verdict=health.Verdict("Unknown", "InvalidSpec", "the spec is invalid"), invalid_spec=message,
+            generation=generation,
+            now=rfc3339(now),
+            user_suspended=False,
+            queue_name=None,
+            verdict=health.Verdict("Unknown", "InvalidSpec", "the spec is invalid"),
+            invalid_spec=message,
         )
         new_status, events = status.compute(previous, None, facts)
         written = self._write_status(meta["namespace"], meta["name"], previous, new_status)

@@ -15,7 +15,12 @@ from .health import Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
 
 PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
-    "Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended",
+    "Pending",
+    "Preparing",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Suspended",
 )
 PHASES = (PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
 TERMINAL = (SUCCEEDED, FAILED)
@@ -65,7 +70,13 @@ def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
     adm = adm or Admission()
     where = f"ClusterQueue {adm.cluster_queue} (LocalQueue {queue_name})" if adm.cluster_queue else f"LocalQueue {queue_name}"
     if not adm.active and adm.deactivated_by is None:
-        return Observation(PENDING, WORKLOAD_DEACTIVATED, f"Kueue Workload {adm.workload} is deactivated (spec.active: false) by someone other than the operator" + (f": {adm.evicted_message}" if adm.evicted_message else ""), queued=True)
+        return Observation(
+            PENDING,
+            WORKLOAD_DEACTIVATED,
+            f"Kueue Workload {adm.workload} is deactivated (spec.active: false) by someone other than the operator"
+            + (f": {adm.evicted_message}" if adm.evicted_message else ""),
+            queued=True,
+        )
     if adm.evicted_reason == "Preempted" or adm.preempted_reason:
         why = adm.evicted_message or f"preempted ({adm.preempted_reason})"
         return Observation(PENDING, PREEMPTED, f"{why}; waiting for {where} to admit it again (the run resumes from the newest checkpoint)", queued=True)
@@ -102,7 +113,9 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
         return Observation(PREPARING, "WaitingForSubmission", message or "waiting for the job to be submitted")
     if deployment == "Retrying":
         failed = st.get("failed") or 0
-        return Observation(PREPARING, "Retrying", f"attempt {failed} failed ({reason or 'unknown reason'}); starting a new Ray cluster" + (f": {message}" if message else ""))
+        return Observation(
+            PREPARING, "Retrying", f"attempt {failed} failed ({reason or 'unknown reason'}); starting a new Ray cluster" + (f": {message}" if message else "")
+        )
     if deployment == "Running":
         if job_status == "RUNNING":
             return Observation(RUNNING, "Training", "the trainer is running")
@@ -122,7 +135,9 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
     if deployment in ("Suspending", "Suspended"):
         if queued:
             return queue_observation(queue_name, admission)
-        return Observation(SUSPENDED, deployment, "the Ray cluster is being deleted" if deployment == "Suspending" else "the run is suspended; its Ray cluster is deleted")
+        return Observation(
+            SUSPENDED, deployment, "the Ray cluster is being deleted" if deployment == "Suspending" else "the run is suspended; its Ray cluster is deleted"
+        )
     return Observation(PENDING, "UnknownRayJobState", f"unrecognised RayJob jobDeploymentStatus {deployment!r}")
 
 
@@ -220,7 +235,11 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         obs = Observation(FAILED, "StoppedUnhealthy", f"stopped because training was unhealthy: {facts.verdict.message}")
     elif prev_phase in TERMINAL and obs.phase not in TERMINAL:
         # a finished run stays finished (its RayJob may be cleaned up or recreated by hand)
-        obs = Observation(prev_phase, condition(previous, "Succeeded" if prev_phase == SUCCEEDED else "Failed", "reason") or prev_phase, condition(previous, "Ready", "message") or "")
+        obs = Observation(
+            prev_phase,
+            condition(previous, "Succeeded" if prev_phase == SUCCEEDED else "Failed", "reason") or prev_phase,
+            condition(previous, "Ready", "message") or "",
+        )
 
     phase = obs.phase
     summary = summarize(obs, facts)
@@ -230,10 +249,36 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     g, now = facts.generation, facts.now
     conditions = [
         setcondition(prev_conditions, "Ready", _bool(summary.ready), summary.reason, summary.message, now, g),
-        setcondition(prev_conditions, "Reconciling", _bool(summary.in_progress), summary.reason if summary.in_progress else phase, summary.message if summary.in_progress else "", now, g),
-        setcondition(prev_conditions, "Stalled", _bool(summary.stalled), summary.reason if summary.stalled else "NoError", summary.message if summary.stalled else "", now, g),
-        setcondition(prev_conditions, "Succeeded", _bool(phase == SUCCEEDED), obs.reason if phase in TERMINAL else phase, obs.message if phase in TERMINAL else "", now, g),
-        setcondition(prev_conditions, "Failed", _bool(phase == FAILED), obs.reason if phase == FAILED else "NotFailed", obs.message if phase == FAILED else "", now, g),
+        setcondition(
+            prev_conditions,
+            "Reconciling",
+            _bool(summary.in_progress),
+            summary.reason if summary.in_progress else phase,
+            summary.message if summary.in_progress else "",
+            now,
+            g,
+        ),
+        setcondition(
+            prev_conditions,
+            "Stalled",
+            _bool(summary.stalled),
+            summary.reason if summary.stalled else "NoError",
+            summary.message if summary.stalled else "",
+            now,
+            g,
+        ),
+        setcondition(
+            prev_conditions,
+            "Succeeded",
+            _bool(phase == SUCCEEDED),
+            obs.reason if phase in TERMINAL else phase,
+            obs.message if phase in TERMINAL else "",
+            now,
+            g,
+        ),
+        setcondition(
+            prev_conditions, "Failed", _bool(phase == FAILED), obs.reason if phase == FAILED else "NotFailed", obs.message if phase == FAILED else "", now, g
+        ),
         setcondition(prev_conditions, "Suspended", _bool(suspended), obs.reason if suspended else "NotSuspended", obs.message if suspended else "", now, g),
         setcondition(prev_conditions, "TrainingHealthy", healthy.status, healthy.reason, healthy.message, now, g),
     ]
@@ -277,17 +322,39 @@ def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Adm
     ClusterQueue; False says why not (Queued, Preempted, Suspended, HealthSuspended,
     WorkloadDeactivated, or WorkloadNotCreated before Kueue made it)."""
     if adm.workload is None:
-        return setcondition(previous, "Admitted", "False", "WorkloadNotCreated", f"waiting for Kueue to create the Workload of the RayJob (LocalQueue {queue_name})", now, generation)
+        return setcondition(
+            previous,
+            "Admitted",
+            "False",
+            "WorkloadNotCreated",
+            f"waiting for Kueue to create the Workload of the RayJob (LocalQueue {queue_name})",
+            now,
+            generation,
+        )
     # an evicted Workload keeps Admitted=True until its job has stopped: the eviction is the news
     if adm.deactivated_by is not None:
-        return setcondition(previous, "Admitted", "False", adm.deactivated_by, f"the operator deactivated Workload {adm.workload} ({adm.deactivated_by})", now, generation)
+        return setcondition(
+            previous, "Admitted", "False", adm.deactivated_by, f"the operator deactivated Workload {adm.workload} ({adm.deactivated_by})", now, generation
+        )
     if obs.queued:
         return setcondition(previous, "Admitted", "False", obs.reason, obs.message, now, generation)
     if adm.admitted and adm.evicted_reason is None:
-        return setcondition(previous, "Admitted", "True", "Admitted", f"Kueue admitted Workload {adm.workload} in ClusterQueue {adm.cluster_queue}", now, generation)
+        return setcondition(
+            previous, "Admitted", "True", "Admitted", f"Kueue admitted Workload {adm.workload} in ClusterQueue {adm.cluster_queue}", now, generation
+        )
     if adm.evicted_reason is not None:
-        return setcondition(previous, "Admitted", "False", adm.evicted_reason, f"Kueue is evicting Workload {adm.workload}: {adm.evicted_message}", now, generation)
-    return setcondition(previous, "Admitted", "False", "Queued", f"Workload {adm.workload} is not admitted yet" + (f": {adm.pending_message}" if adm.pending_message else ""), now, generation)
+        return setcondition(
+            previous, "Admitted", "False", adm.evicted_reason, f"Kueue is evicting Workload {adm.workload}: {adm.evicted_message}", now, generation
+        )
+    return setcondition(
+        previous,
+        "Admitted",
+        "False",
+        "Queued",
+        f"Workload {adm.workload} is not admitted yet" + (f": {adm.pending_message}" if adm.pending_message else ""),
+        now,
+        generation,
+    )
 
 
 def admission_events(previous: list[dict[str, Any]], conditions: list[dict[str, Any]]) -> list[Event]:

@@ -40,19 +40,29 @@ def model_block(job: LoraRLJob) -> list[str]:
     m = model_shape(job)
     return [
         "--swiglu",
-        "--num-layers", str(m.num_layers),
-        "--hidden-size", str(m.hidden_size),
-        "--ffn-hidden-size", str(m.ffn_hidden_size),
-        "--num-attention-heads", str(m.num_attention_heads),
+        "--num-layers",
+        str(m.num_layers),
+        "--hidden-size",
+        str(m.hidden_size),
+        "--ffn-hidden-size",
+        str(m.ffn_hidden_size),
+        "--num-attention-heads",
+        str(m.num_attention_heads),
         "--group-query-attention",
-        "--num-query-groups", str(m.num_query_groups),
+        "--num-query-groups",
+        str(m.num_query_groups),
         "--use-rotary-position-embeddings",
         "--disable-bias-linear",
-        "--normalization", "RMSNorm",
-        "--norm-epsilon", m.norm_epsilon,
-        "--rotary-base", str(m.rotary_base),
-        "--vocab-size", str(m.vocab_size),
-        "--kv-channels", str(m.kv_channels),
+        "--normalization",
+        "RMSNorm",
+        "--norm-epsilon",
+        m.norm_epsilon,
+        "--rotary-base",
+        str(m.rotary_base),
+        "--vocab-size",
+        str(m.vocab_size),
+        "--kv-channels",
+        str(m.kv_channels),
         *_switch(m.qk_layernorm, "--qk-layernorm"),
         *_switch(m.untie_embeddings, "--untie-embeddings-and-output-weights"),
     ]
@@ -60,20 +70,28 @@ def model_block(job: LoraRLJob) -> list[str]:
 
 def checkpoint_block(job: LoraRLJob) -> list[str]:
     return [
-        "--hf-checkpoint", model_dir(job),
-        "--megatron-to-hf-mode", "bridge",
-        "--save", save_dir(job),
-        "--save-interval", str(job.spec.checkpoint.save_interval),
+        "--hf-checkpoint",
+        model_dir(job),
+        "--megatron-to-hf-mode",
+        "bridge",
+        "--save",
+        save_dir(job),
+        "--save-interval",
+        str(job.spec.checkpoint.save_interval),
     ]
 
 
 def lora_block(job: LoraRLJob) -> list[str]:
     lora = job.spec.lora
     return [
-        "--lora-rank", str(lora.rank),
-        "--lora-alpha", str(lora.alpha),
-        "--lora-dropout", fmt(lora.dropout),
-        "--target-modules", ",".join(lora.target_modules),
+        "--lora-rank",
+        str(lora.rank),
+        "--lora-alpha",
+        str(lora.alpha),
+        "--lora-dropout",
+        fmt(lora.dropout),
+        "--target-modules",
+        ",".join(lora.target_modules),
         *_switch(lora.base_cpu_backup, "--lora-base-cpu-backup"),
     ]
 
@@ -81,19 +99,29 @@ def lora_block(job: LoraRLJob) -> list[str]:
 def rollout_block(job: LoraRLJob) -> list[str]:
     r = job.spec.rollout
     return [
-        "--prompt-data", dataset_file(r.prompt_data),
-        "--input-key", r.input_key,
-        "--label-key", r.label_key,
+        "--prompt-data",
+        dataset_file(r.prompt_data),
+        "--input-key",
+        r.input_key,
+        "--label-key",
+        r.label_key,
         *_switch(r.apply_chat_template, "--apply-chat-template"),
         *_switch(r.shuffle, "--rollout-shuffle"),
         *_switch(r.balance_data, "--balance-data"),
-        "--rm-type", r.reward_type,
-        "--num-rollout", str(r.num_rollouts),
-        "--rollout-batch-size", str(r.batch_size),
-        "--n-samples-per-prompt", str(r.samples_per_prompt),
-        "--rollout-max-response-len", str(r.max_response_length),
-        "--rollout-temperature", fmt(r.temperature),
-        "--global-batch-size", str(r.global_batch_size),
+        "--rm-type",
+        r.reward_type,
+        "--num-rollout",
+        str(r.num_rollouts),
+        "--rollout-batch-size",
+        str(r.batch_size),
+        "--n-samples-per-prompt",
+        str(r.samples_per_prompt),
+        "--rollout-max-response-len",
+        str(r.max_response_length),
+        "--rollout-temperature",
+        fmt(r.temperature),
+        "--global-batch-size",
+        str(r.global_batch_size),
     ]
 
 
@@ -105,36 +133,54 @@ def eval_block(job: LoraRLJob) -> list[str]:
     for ds in e.datasets:
         data += [ds.name, dataset_file(ds)]
     return [
-        "--eval-interval", str(e.interval),
-        "--eval-prompt-data", *data,
-        "--n-samples-per-eval-prompt", str(e.samples_per_prompt),
-        "--eval-max-response-len", str(e.max_response_length),
-        "--eval-top-p", fmt(e.top_p),
+        "--eval-interval",
+        str(e.interval),
+        "--eval-prompt-data",
+        *data,
+        "--n-samples-per-eval-prompt",
+        str(e.samples_per_prompt),
+        "--eval-max-response-len",
+        str(e.max_response_length),
+        "--eval-top-p",
+        fmt(e.top_p),
     ]
 
 
 def optimizer_block(job: LoraRLJob) -> list[str]:
     o = job.spec.optimizer
     return [
-        "--optimizer", o.name,
-        "--lr", fmt(o.lr),
-        "--lr-decay-style", o.lr_decay_style,
-        "--weight-decay", fmt(o.weight_decay),
-        "--adam-beta1", fmt(o.adam_beta1),
-        "--adam-beta2", fmt(o.adam_beta2),
+        "--optimizer",
+        o.name,
+        "--lr",
+        fmt(o.lr),
+        "--lr-decay-style",
+        o.lr_decay_style,
+        "--weight-decay",
+        fmt(o.weight_decay),
+        "--adam-beta1",
+        fmt(o.adam_beta1),
+        "--adam-beta2",
+        fmt(o.adam_beta2),
     ]
 
 
 def grpo_block(job: LoraRLJob) -> list[str]:
     a = job.spec.algorithm
     return [
-        "--advantage-estimator", a.advantage_estimator,
-        "--kl-loss-coef", fmt(a.kl_loss_coef),
-        "--kl-loss-type", a.kl_loss_type,
-        "--kl-coef", fmt(a.kl_coef),
-        "--entropy-coef", fmt(a.entropy_coef),
-        "--eps-clip", fmt(a.eps_clip),
-        "--eps-clip-high", fmt(a.eps_clip_high),
+        "--advantage-estimator",
+        a.advantage_estimator,
+        "--kl-loss-coef",
+        fmt(a.kl_loss_coef),
+        "--kl-loss-type",
+        a.kl_loss_type,
+        "--kl-coef",
+        fmt(a.kl_coef),
+        "--entropy-coef",
+        fmt(a.entropy_coef),
+        "--eps-clip",
+        fmt(a.eps_clip),
+        "--eps-clip-high",
+        fmt(a.eps_clip_high),
     ]
 
 
@@ -145,8 +191,10 @@ def wandb_block(job: LoraRLJob) -> list[str]:
         return []
     out = [
         "--use-wandb",
-        "--wandb-project", w.project,
-        "--wandb-group", w.group or job.metadata.name,
+        "--wandb-project",
+        w.project,
+        "--wandb-group",
+        w.group or job.metadata.name,
         "--disable-wandb-random-suffix",
     ]
     if w.team:
@@ -160,10 +208,14 @@ def sglang_block(job: LoraRLJob) -> list[str]:
     lora_backend = s.lora_backend or profile.sglang_lora_backend
     attention_backend = s.attention_backend or profile.sglang_attention_backend
     out = [
-        "--rollout-num-gpus-per-engine", str(s.gpus_per_engine),
-        "--sglang-mem-fraction-static", fmt(s.mem_fraction_static),
-        "--sglang-decode-log-interval", str(s.decode_log_interval),
-        "--sglang-chunked-prefill-size", str(s.chunked_prefill_size),
+        "--rollout-num-gpus-per-engine",
+        str(s.gpus_per_engine),
+        "--sglang-mem-fraction-static",
+        fmt(s.mem_fraction_static),
+        "--sglang-decode-log-interval",
+        str(s.decode_log_interval),
+        "--sglang-chunked-prefill-size",
+        str(s.chunked_prefill_size),
     ]
     if lora_backend:
         out += ["--sglang-lora-backend", lora_backend]
@@ -175,15 +227,21 @@ def sglang_block(job: LoraRLJob) -> list[str]:
 def misc_block(job: LoraRLJob) -> list[str]:
     gpus = str(gpus_per_node(job))
     return [
-        "--train-backend", "megatron",
-        "--attention-dropout", "0.0",
-        "--hidden-dropout", "0.0",
+        "--train-backend",
+        "megatron",
+        "--attention-dropout",
+        "0.0",
+        "--hidden-dropout",
+        "0.0",
         "--accumulate-allreduce-grads-in-fp32",
         "--attention-softmax-in-fp32",
         "--calculate-per-token-loss",
-        "--actor-num-nodes", str(job.spec.hardware.nodes),
-        "--actor-num-gpus-per-node", gpus,
-        "--num-gpus-per-node", gpus,
+        "--actor-num-nodes",
+        str(job.spec.hardware.nodes),
+        "--actor-num-gpus-per-node",
+        gpus,
+        "--num-gpus-per-node",
+        gpus,
         "--colocate",
     ]
 
@@ -215,11 +273,12 @@ def refuse_credentials(extra_args: list[str]) -> list[str]:
     command line. Credentials reach the job only through Secret-backed environment variables."""
     for i, word in enumerate(extra_args):
         if re.search(CREDENTIAL_FLAG, word) and not re.search(DATA_KEY_FLAG, word):
-            raise ValueError(f"spec.extraArgs[{i}]: {word.split('=', 1)[0]!r} looks like a credential flag; "
-                             "pass credentials through spec.tracking / spec.dataPrep Secret references")
+            raise ValueError(
+                f"spec.extraArgs[{i}]: {word.split('=', 1)[0]!r} looks like a credential flag; "
+                "pass credentials through spec.tracking / spec.dataPrep Secret references"
+            )
         if re.search(ACCESS_KEY_SHAPED_VALUE, word):  # never echo the value: it may be a live token
-            raise ValueError(f"spec.extraArgs[{i}] looks like an access token; "
-                             "pass credentials through spec.tracking / spec.dataPrep Secret references")
+            raise ValueError(f"spec.extraArgs[{i}] looks like an access token; pass credentials through spec.tracking / spec.dataPrep Secret references")
     return extra_args
 
 
@@ -242,13 +301,20 @@ def reporter_argv(job: LoraRLJob) -> list[str]:
     checkpoint (its own --save and --num-rollout per attempt), passes the output through and
     reports progress. The train.py command after ``--`` is the recipe's, unchanged."""
     argv = [
-        "python3", REPORTER_PATH,
-        "--namespace", job.metadata.namespace,
-        "--name", job.metadata.name,
-        "--total-rollouts", str(job.spec.rollout.num_rollouts),
-        "--save-dir", save_dir(job),
-        "--gpus", str(total_gpus(job)),
-        "--steps-per-rollout", str(steps_per_rollout(job)),
+        "python3",
+        REPORTER_PATH,
+        "--namespace",
+        job.metadata.namespace,
+        "--name",
+        job.metadata.name,
+        "--total-rollouts",
+        str(job.spec.rollout.num_rollouts),
+        "--save-dir",
+        save_dir(job),
+        "--gpus",
+        str(total_gpus(job)),
+        "--steps-per-rollout",
+        str(steps_per_rollout(job)),
     ]
     if job.spec.checkpoint.resume:
         argv.append("--resume")
@@ -263,8 +329,7 @@ def check_tokens(argv: list[str]) -> None:
     for i, word in enumerate(argv):
         if not isinstance(word, str) or not _SAFE.fullmatch(word):
             raise UnsafeTokenError(
-                f"command word {i} ({word!r}) may hold only {SHELL_SAFE_HELP}: it passes through "
-                "KubeRay's submitter shell and Ray's job shell"
+                f"command word {i} ({word!r}) may hold only {SHELL_SAFE_HELP}: it passes through KubeRay's submitter shell and Ray's job shell"
             )
 
 
@@ -273,7 +338,6 @@ def entrypoint(job: LoraRLJob) -> str:
     argv = entrypoint_argv(job)
     check_tokens(argv)
     return " ".join(argv)
-
 
 
 def command_problems(job: LoraRLJob) -> list[Problem]:

@@ -163,7 +163,5 @@ def model_shape(job: LoraRLJob) -> ModelShape:
         return MODEL_PRESETS[arch.preset]
     match = _QWEN3_NAME.match(job.spec.model.name)
     if not match:
-        raise ValueError(
-            f"spec.model.architecture: required for {job.spec.model.name!r} (only the Qwen3 dense family is inferred)"
-        )
+        raise ValueError(f"spec.model.architecture: required for {job.spec.model.name!r} (only the Qwen3 dense family is inferred)")
     return MODEL_PRESETS[f"qwen3-{match.group(1)}"]

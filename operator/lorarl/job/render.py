@@ -163,9 +163,7 @@ def reporter_role_binding(job: LoraRLJob) -> dict[str, Any]:
         "kind": "RoleBinding",
         "metadata": metadata(job, reporter_account_name(job), "reporter"),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": reporter_account_name(job)},
-        "subjects": [
-            {"kind": "ServiceAccount", "name": pod_service_account(job), "namespace": job.metadata.namespace}
-        ],
+        "subjects": [{"kind": "ServiceAccount", "name": pod_service_account(job), "namespace": job.metadata.namespace}],
     }
 
 

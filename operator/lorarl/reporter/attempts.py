@@ -100,4 +100,3 @@ def trained(record: dict) -> int:
         return max(0, int(record.get("finished", 0)) - int(record.get("offset", 0)))
     except (TypeError, ValueError):
         return 0
-

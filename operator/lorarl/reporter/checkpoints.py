@@ -120,8 +120,7 @@ def judge(saves: list, current_attempt: int = 0, logged_done_local: int = -1) ->
         newest[s.attempt] = max(newest.get(s.attempt, -1), s.local)
     complete, saving = [], None
     for s in saves:
-        done = (s.files_complete or s.local < newest[s.attempt]
-                or (s.attempt == current_attempt and s.local <= logged_done_local))
+        done = s.files_complete or s.local < newest[s.attempt] or (s.attempt == current_attempt and s.local <= logged_done_local)
         if done:
             complete.append(s)
         elif s.attempt == current_attempt:

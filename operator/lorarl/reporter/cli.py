@@ -30,10 +30,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="reporter.pyz", description="Run the miles trainer, resume it from the newest complete "
-                "checkpoint on a retry, and report its progress to the LoraRLJob status.",
-                usage="%(prog)s --namespace NS --name JOB --total-rollouts N [--save-dir DIR] [--gpus G] "
-                "[--steps-per-rollout S] [--interval SECONDS] [--resume] -- COMMAND [ARGS...]")
+    p = _Parser(
+        prog="reporter.pyz",
+        description="Run the miles trainer, resume it from the newest complete checkpoint on a retry, and report its progress to the LoraRLJob status.",
+        usage="%(prog)s --namespace NS --name JOB --total-rollouts N [--save-dir DIR] [--gpus G] "
+        "[--steps-per-rollout S] [--interval SECONDS] [--resume] -- COMMAND [ARGS...]",
+    )
     p.add_argument("--namespace", required=True, help="namespace of the LoraRLJob")
     p.add_argument("--name", required=True, help="name of the LoraRLJob")
     p.add_argument("--total-rollouts", required=True, type=int, help="num_rollout of the whole run")
@@ -41,15 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", default=0, type=int, help="GPUs of the job = training ranks (nodes x GPUs per node)")
     p.add_argument("--steps-per-rollout", default=1, type=int, help="optimizer steps per rollout")
     p.add_argument("--interval", default=15.0, type=float, help="minimum seconds between patches (15)")
-    p.add_argument("--resume", action="store_true",
-                   help="on attempt 2 and later, continue from the newest complete checkpoint")
+    p.add_argument("--resume", action="store_true", help="on attempt 2 and later, continue from the newest complete checkpoint")
     return p
 
 
 def split_argv(argv: list) -> tuple:
     if "--" in argv:
         split = argv.index("--")
-        return argv[:split], argv[split + 1:]
+        return argv[:split], argv[split + 1 :]
     return argv, []
 
 
@@ -77,15 +78,15 @@ def main(argv=None) -> int:
     plan = None
     if opts.save_dir:
         try:
-            plan = launcher.plan(command, opts.save_dir, opts.total_rollouts, opts.gpus, opts.gpus, opts.resume,
-                                 time.time())
+            plan = launcher.plan(command, opts.save_dir, opts.total_rollouts, opts.gpus, opts.gpus, opts.resume, time.time())
         except Exception as exc:  # an unwritable volume must not stop the run
-            warn(f"cannot record the attempt under {opts.save_dir} ({type(exc).__name__}: {exc}); "
-                 "running the command as given, without resume")
+            warn(f"cannot record the attempt under {opts.save_dir} ({type(exc).__name__}: {exc}); running the command as given, without resume")
     if plan is not None and plan.attempt > 1:
         source = f"from {plan.adapter}" if plan.adapter else "from scratch (no complete checkpoint)"
-        warn(f"attempt {plan.attempt}: {plan.offset} of {opts.total_rollouts} rollouts done; resuming {source}; "
-             f"saving to {plan.save_dir} with --num-rollout {plan.num_rollout}")
+        warn(
+            f"attempt {plan.attempt}: {plan.offset} of {opts.total_rollouts} rollouts done; resuming {source}; "
+            f"saving to {plan.save_dir} with --num-rollout {plan.num_rollout}"
+        )
         command = plan.argv
 
     reporter = None
@@ -101,13 +102,14 @@ def main(argv=None) -> int:
         if reporter is not None:
             reporter.start()
         code = supervise.run(command, forwarder, on_line_for(reporter))
-        if code == 0 and plan is not None and plan.offset > 0 and reporter is not None \
-                and not reporter.summary.saw_rollouts:
+        if code == 0 and plan is not None and plan.offset > 0 and reporter is not None and not reporter.summary.saw_rollouts:
             # miles 31f1ca9 restarts at rollout 0; a trainer that continued at the resumed
             # iteration instead would see --num-rollout below its start and train nothing.
-            warn(f"attempt {plan.attempt}: the trainer exited 0 without training a rollout after resuming from "
-                 f"{plan.adapter} with --num-rollout {plan.num_rollout}; failing the attempt instead of "
-                 "reporting success (does this miles continue at the checkpoint's iteration + 1?)")
+            warn(
+                f"attempt {plan.attempt}: the trainer exited 0 without training a rollout after resuming from "
+                f"{plan.adapter} with --num-rollout {plan.num_rollout}; failing the attempt instead of "
+                "reporting success (does this miles continue at the checkpoint's iteration + 1?)"
+            )
             code = 1
     if reporter is not None:
         try:
@@ -128,14 +130,21 @@ def on_line_for(reporter):
                     reporter.feed(event)
                 except Exception:
                     pass
+
     return on_line
 
 
 def make_reporter(opts, plan) -> Reporter:
     history = attempts.read_all(opts.save_dir) if plan is not None else []
-    summary = Summary(opts.total_rollouts, offset=plan.offset if plan else 0, attempt=plan.attempt if plan else 1,
-                      steps_per_rollout=opts.steps_per_rollout, gpus=opts.gpus, history=history,
-                      started_at=plan.record["startedAt"] if plan else None)
+    summary = Summary(
+        opts.total_rollouts,
+        offset=plan.offset if plan else 0,
+        attempt=plan.attempt if plan else 1,
+        steps_per_rollout=opts.steps_per_rollout,
+        gpus=opts.gpus,
+        history=history,
+        started_at=plan.record["startedAt"] if plan else None,
+    )
     config = api_config()
     patcher = None
     if config is None:

@@ -27,8 +27,7 @@ OWNED_FIELDS = ("progress", "metrics", "eval", "checkpoints", "tracking")
 # leaves that are sent as null when unknown, so a value left by an earlier attempt is deleted
 NULLABLE = {
     "progress": ("etaSeconds",),
-    "metrics": ("step", "rawReward", "trainRolloutLogprobAbsDiff", "trainRolloutLogprobAbsDiffMean", "kl", "loss",
-                "responseLengthMean", "truncatedRatio"),
+    "metrics": ("step", "rawReward", "trainRolloutLogprobAbsDiff", "trainRolloutLogprobAbsDiffMean", "kl", "loss", "responseLengthMean", "truncatedRatio"),
     "checkpoints": ("saving",),
 }
 
@@ -61,8 +60,7 @@ def api_config(env=None) -> ApiConfig | None:
         server = f"https://{host}:{env.get('KUBERNETES_SERVICE_PORT', '443').strip() or '443'}"
     if not server.startswith(("https://", "http://")):
         return None
-    return ApiConfig(server.rstrip("/"), env.get("LORARL_TOKEN_FILE") or f"{SA_DIR}/token",
-                     env.get("LORARL_CA_FILE") or f"{SA_DIR}/ca.crt")
+    return ApiConfig(server.rstrip("/"), env.get("LORARL_TOKEN_FILE") or f"{SA_DIR}/token", env.get("LORARL_CA_FILE") or f"{SA_DIR}/ca.crt")
 
 
 def status_url(server: str, namespace: str, name: str) -> str:
@@ -117,11 +115,16 @@ class Patcher:
     def send(self, status: dict, timeout: float | None = None) -> bool:
         try:
             data = json.dumps(patch_body(status), allow_nan=False, separators=(",", ":")).encode()
-            request = urllib.request.Request(self.url, data=data, method="PATCH", headers={
-                "Content-Type": "application/merge-patch+json",
-                "Accept": "application/json",
-                "User-Agent": "lorarl-reporter",
-            })
+            request = urllib.request.Request(
+                self.url,
+                data=data,
+                method="PATCH",
+                headers={
+                    "Content-Type": "application/merge-patch+json",
+                    "Accept": "application/json",
+                    "User-Agent": "lorarl-reporter",
+                },
+            )
             token = self._token()
             if token:
                 request.add_header("Authorization", f"Bearer {token}")

@@ -38,8 +38,7 @@ def attempt_save_dir(save_root: str, attempt: int) -> str:
 
 def save_dirs(save_root: str, records: list) -> list:
     """Where every attempt saved, with its offset. Without a ledger, ``save_root`` is attempt 1."""
-    dirs = [checkpoints.SaveDir(r["attempt"], str(r.get("saveDir") or attempt_save_dir(save_root, r["attempt"])),
-                                int(r.get("offset") or 0)) for r in records]
+    dirs = [checkpoints.SaveDir(r["attempt"], str(r.get("saveDir") or attempt_save_dir(save_root, r["attempt"])), int(r.get("offset") or 0)) for r in records]
     if not any(d.attempt == 1 for d in dirs):
         dirs.insert(0, checkpoints.SaveDir(1, save_root, 0))
     return dirs
@@ -81,8 +80,16 @@ def plan(argv: list, save_root: str, total: int, ranks: int, gpus: int, resume: 
                 offset, adapter = min(total, newest.rollout + 1), newest.adapter
         save_dir = attempt_save_dir(save_root, attempt)
         found.update(offset=offset, adapter=adapter, save_dir=save_dir)
-        return {"saveDir": save_dir, "offset": offset, "numRollout": max(0, total - offset),
-                "resumedFrom": adapter, "gpus": gpus, "startedAt": now, "aliveAt": now, "finished": offset}
+        return {
+            "saveDir": save_dir,
+            "offset": offset,
+            "numRollout": max(0, total - offset),
+            "resumedFrom": adapter,
+            "gpus": gpus,
+            "startedAt": now,
+            "aliveAt": now,
+            "finished": offset,
+        }
 
     record = attempts.claim(save_root, make_record)
     attempt = record["attempt"]
@@ -90,5 +97,4 @@ def plan(argv: list, save_root: str, total: int, ranks: int, gpus: int, resume: 
         command = list(argv)
     else:
         command = rewrite(argv, found["save_dir"], max(0, total - found["offset"]), found["adapter"])
-    return Plan(attempt, found["offset"], found["save_dir"], max(0, total - found["offset"]), found["adapter"],
-                command, record)
+    return Plan(attempt, found["offset"], found["save_dir"], max(0, total - found["offset"]), found["adapter"], command, record)

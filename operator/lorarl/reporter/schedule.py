@@ -22,10 +22,15 @@ class Reporter:
     ``scan()`` returns (saves, save_dir) or None; ``heartbeat(fields)`` records this attempt's
     progress (``Summary.ledger_fields``) and running time on the volume. Both run on the background thread only."""
 
-    def __init__(self, summary: Summary, patcher: Patcher | None, interval: float,
-                 scan: Callable[[], tuple | None] | None = None,
-                 heartbeat: Callable[[dict], None] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        summary: Summary,
+        patcher: Patcher | None,
+        interval: float,
+        scan: Callable[[], tuple | None] | None = None,
+        heartbeat: Callable[[dict], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         self.summary = summary
         self.patcher = patcher
         self.interval = max(0.05, float(interval))
@@ -47,7 +52,7 @@ class Reporter:
     def feed(self, event) -> None:
         with self._cond:
             changed = self.summary.apply(event)
-            notes = self.summary.notes[self._notes_shown:]
+            notes = self.summary.notes[self._notes_shown :]
             self._notes_shown = len(self.summary.notes)
             if changed:
                 self._cond.notify()
@@ -62,8 +67,7 @@ class Reporter:
         return self.scan is not None or self.heartbeat is not None
 
     def _due(self, now: float) -> tuple:
-        patch_due = (self.patcher is not None and self.summary.version != self._sent_version
-                     and now >= self._last_attempt + self.interval)
+        patch_due = self.patcher is not None and self.summary.version != self._sent_version and now >= self._last_attempt + self.interval
         tick_due = self._ticks() and now >= self._next_tick
         return patch_due, tick_due
 

@@ -55,9 +55,18 @@ def _finite(value) -> bool:
 
 
 class Summary:
-    def __init__(self, total_rollouts: int, *, offset: int = 0, attempt: int = 1, steps_per_rollout: int = 1,
-                 gpus: int = 0, history: list | None = None, started_at: float | None = None,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        total_rollouts: int,
+        *,
+        offset: int = 0,
+        attempt: int = 1,
+        steps_per_rollout: int = 1,
+        gpus: int = 0,
+        history: list | None = None,
+        started_at: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.total = max(0, int(total_rollouts))
         self.offset = max(0, int(offset))
         self.attempt = max(1, int(attempt))
@@ -109,9 +118,11 @@ class Summary:
     def ledger_fields(self) -> dict:
         """What later attempts need from this one (kept in its ledger record)."""
         first_step = self.offset * self.steps_per_rollout
-        return {"finished": self.done(),
-                "evals": [[r, scores] for r, scores in self._eval_history],
-                "diffs": [[step, significant(v, 6)] for step, v in sorted(self._diffs.items()) if step >= first_step]}
+        return {
+            "finished": self.done(),
+            "evals": [[r, scores] for r, scores in self._eval_history],
+            "diffs": [[step, significant(v, 6)] for step, v in sorted(self._diffs.items()) if step >= first_step],
+        }
 
     # ------------------------------------------------------------------ folding
     def apply(self, event: Event) -> bool:
@@ -126,8 +137,10 @@ class Summary:
         elif kind == "resumed":
             self.notes.append(f"the trainer restored the adapter and optimizer of iteration {event.id}")
         elif kind == "not_resumed":
-            self.notes.append(f"WARNING: the trainer could not load {event.path} and trains a fresh adapter: "
-                              f"the {self.offset} rollouts counted as done are not in this attempt's adapter")
+            self.notes.append(
+                f"WARNING: the trainer could not load {event.path} and trains a fresh adapter: "
+                f"the {self.offset} rollouts counted as done are not in this attempt's adapter"
+            )
         elif kind == "wandb":
             self.wandb_url = event.path
         elif kind == "eval":
@@ -150,8 +163,7 @@ class Summary:
                 diff = event.values.get(DIFF_KEY)
                 if _finite(diff):
                     self._diffs[step] = diff
-                self._finish(self._training if self._training is not None
-                             else event.id // self.steps_per_rollout + self._id_offset)
+                self._finish(self._training if self._training is not None else event.id // self.steps_per_rollout + self._id_offset)
             elif kind == "perf" and not any(k.startswith("rollout/") for k in event.values):
                 self._finish(rollout)
         return self._refresh()
@@ -164,11 +176,15 @@ class Summary:
             return
         if local >= self.offset:
             self._id_offset = 0
-            self.notes.append(f"attempt {self.attempt}: the trainer's first rollout id is {local}: it continued "
-                              f"after the {self.offset} rollouts done before; its ids are used as they are")
+            self.notes.append(
+                f"attempt {self.attempt}: the trainer's first rollout id is {local}: it continued "
+                f"after the {self.offset} rollouts done before; its ids are used as they are"
+            )
         else:
-            self.notes.append(f"attempt {self.attempt}: the trainer's first rollout id is {local}; it resumed "
-                              f"after {self.offset} rollouts, so its ids are shown as id + {self.offset}")
+            self.notes.append(
+                f"attempt {self.attempt}: the trainer's first rollout id is {local}; it resumed "
+                f"after {self.offset} rollouts, so its ids are shown as id + {self.offset}"
+            )
 
     def apply_scan(self, saves: list | None, save_dir: str | None = None) -> bool:
         if saves is None:  # keep the last good scan over a transient error
@@ -195,8 +211,7 @@ class Summary:
                 continue
             entry = self._evals.get(name)
             if entry is None:
-                self._evals[name] = {"name": name, "latest": score, "latestRollout": rollout,
-                                     "best": score, "bestRollout": rollout}
+                self._evals[name] = {"name": name, "latest": score, "latestRollout": rollout, "best": score, "bestRollout": rollout}
                 continue
             if rollout >= entry["latestRollout"]:
                 entry["latest"], entry["latestRollout"] = score, rollout
@@ -220,12 +235,10 @@ class Summary:
         base = self._save_dir
         for local, path in sorted(self._logged_saves.items()):
             if (self.attempt, local) not in seen:
-                saves.append(checkpoints.Save(self.attempt, local, local + self._id_offset,
-                                              _adapter_path(path, base, local), False))
+                saves.append(checkpoints.Save(self.attempt, local, local + self._id_offset, _adapter_path(path, base, local), False))
         for local, path in sorted(self._megatron_saves.items()):
             if (self.attempt, local) not in seen:
-                saves.append(checkpoints.Save(self.attempt, local, local + self._id_offset,
-                                              _adapter_path(path, base, local), True))
+                saves.append(checkpoints.Save(self.attempt, local, local + self._id_offset, _adapter_path(path, base, local), True))
         return saves
 
     def _checkpoints(self) -> dict | None:
@@ -233,8 +246,7 @@ class Summary:
         out = {}
         if verdict.complete:
             latest = verdict.complete[-1]
-            out = {"latestIteration": latest.rollout, "latestPath": latest.adapter,
-                   "count": len({s.rollout for s in verdict.complete})}
+            out = {"latestIteration": latest.rollout, "latestPath": latest.adapter, "count": len({s.rollout for s in verdict.complete})}
         if verdict.saving is not None:
             out["saving"] = verdict.saving.rollout
         return out or None
@@ -254,10 +266,13 @@ class Summary:
             done = max(done, ckpt["latestIteration"] + 1)
         if self.total > 0:
             done = min(done, self.total)
-        progress = {"rollout": done, "total": self.total,
-                    "percent": min(100, done * 100 // self.total) if self.total > 0 else 0,
-                    "attempts": self.attempt,
-                    "trainedRollouts": self._earlier_trained + max(0, done - self.offset)}
+        progress = {
+            "rollout": done,
+            "total": self.total,
+            "percent": min(100, done * 100 // self.total) if self.total > 0 else 0,
+            "attempts": self.attempt,
+            "trainedRollouts": self._earlier_trained + max(0, done - self.offset),
+        }
         eta = self._eta(done)
         if eta is not None:
             progress["etaSeconds"] = eta
@@ -272,8 +287,7 @@ class Summary:
             metrics["trainRolloutLogprobAbsDiffMean"] = significant(math.fsum(self._diffs.values()) / len(self._diffs))
         status = {"progress": progress, "metrics": metrics}
         if self._evals:
-            status["eval"] = [{**e, "latest": significant(e["latest"]), "best": significant(e["best"])}
-                              for _, e in sorted(self._evals.items())]
+            status["eval"] = [{**e, "latest": significant(e["latest"]), "best": significant(e["best"])} for _, e in sorted(self._evals.items())]
         if ckpt:
             status["checkpoints"] = ckpt
         if self.wandb_url:

@@ -39,8 +39,7 @@ class EventRecorder:
     @staticmethod
     def key(involved: dict[str, Any], type_: str, reason: str, message: str) -> tuple[str, ...]:
         meta = involved["metadata"]
-        return (FIELD_MANAGER, involved["apiVersion"], involved["kind"], meta["namespace"], meta["name"],
-                meta.get("uid", ""), type_, reason, message[:1024])
+        return (FIELD_MANAGER, involved["apiVersion"], involved["kind"], meta["namespace"], meta["name"], meta.get("uid", ""), type_, reason, message[:1024])
 
     def record(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str, now_micro: str) -> dict[str, Any]:
         """Post the Event, or count one more of an Event this process posted before. Returns

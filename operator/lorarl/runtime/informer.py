@@ -65,9 +65,19 @@ def _lines(response: Any) -> Iterator[bytes]:
 
 
 class Informer:
-    def __init__(self, client: kubernetes.client.ApiClient, group: str, version: str, plural: str, namespace: str | None,
-                 handle: Handler, label_selector: str | None = None, page_size: int = PAGE_SIZE,
-                 request_timeout: float = 60.0, stopping: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        client: kubernetes.client.ApiClient,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None,
+        handle: Handler,
+        label_selector: str | None = None,
+        page_size: int = PAGE_SIZE,
+        request_timeout: float = 60.0,
+        stopping: threading.Event | None = None,
+    ) -> None:
         self._api = kubernetes.client.CustomObjectsApi(client)
         self.group, self.version, self.plural, self.namespace = group, version, plural, namespace
         self._handle, self._selector, self._page_size, self._timeout = handle, label_selector, page_size, request_timeout
@@ -83,10 +93,13 @@ class Informer:
         if self._selector:
             query["label_selector"] = self._selector
         if self.namespace:
-            return honouring_retry_after(lambda: self._api.list_namespaced_custom_object(
-                self.group, self.version, self.namespace, self.plural, _preload_content=False, **query), self._stopping)
-        return honouring_retry_after(lambda: self._api.list_cluster_custom_object(
-            self.group, self.version, self.plural, _preload_content=False, **query), self._stopping)
+            return honouring_retry_after(
+                lambda: self._api.list_namespaced_custom_object(self.group, self.version, self.namespace, self.plural, _preload_content=False, **query),
+                self._stopping,
+            )
+        return honouring_retry_after(
+            lambda: self._api.list_cluster_custom_object(self.group, self.version, self.plural, _preload_content=False, **query), self._stopping
+        )
 
     def _page(self, limit: int | None, token: str | None) -> dict[str, Any]:
         query: dict[str, Any] = {"_request_timeout": self._timeout}
@@ -144,8 +157,13 @@ class Informer:
     def _watch_once(self, stop: threading.Event) -> None:
         seconds = int(WATCH_SECONDS * (1 + random.random()))
         try:
-            response = self._request(watch=True, allow_watch_bookmarks=True, resource_version=self.resource_version,
-                                     timeout_seconds=seconds, _request_timeout=(self._timeout, WATCH_IDLE_SECONDS))
+            response = self._request(
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=self.resource_version,
+                timeout_seconds=seconds,
+                _request_timeout=(self._timeout, WATCH_IDLE_SECONDS),
+            )
         except ApiException as err:
             if err.status == 410:
                 raise Gone(str(err.reason)) from None
@@ -200,7 +218,7 @@ class Informer:
 def _backoff(failures: int, err: BaseException) -> float:
     """1, 2, 4 ... 16 s, and never sooner than a Retry-After still standing when its retries ran out."""
     asked = retry_after(err) if isinstance(err, ApiException) else None
-    return max(asked or 0.0, min(MAX_BACKOFF, 2.0 ** failures))
+    return max(asked or 0.0, min(MAX_BACKOFF, 2.0**failures))
 
 
 def _describe(err: BaseException) -> str:

@@ -152,12 +152,17 @@ class Api:
         # to 37 (ApiClient.call_api changed its signature in 37); we skip its API discovery.
         self._dynamic = DynamicClient(self.client, discoverer=_NoDiscovery)
 
-    def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None,
-              answer: bool = True) -> dict[str, Any]:
+    def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None, answer: bool = True) -> dict[str, Any]:
         def send() -> Any:
             return self._dynamic.request(
-                method, url, body=body, query_params=list(query or []), content_type=content_type,
-                header_params={"Accept": "application/json"}, serialize=False, _request_timeout=self.request_timeout,
+                method,
+                url,
+                body=body,
+                query_params=list(query or []),
+                content_type=content_type,
+                header_params={"Accept": "application/json"},
+                serialize=False,
+                _request_timeout=self.request_timeout,
             )
 
         try:
@@ -197,21 +202,30 @@ class Api:
         meta = obj["metadata"]
         url = path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         return self._call(
-            "PATCH", url, body=obj, content_type="application/apply-patch+yaml",
-            query=[("fieldManager", field_manager), ("force", "true" if force else "false")], answer=answer,
+            "PATCH",
+            url,
+            body=obj,
+            content_type="application/apply-patch+yaml",
+            query=[("fieldManager", field_manager), ("force", "true" if force else "false")],
+            answer=answer,
         )
 
     def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """JSON merge patch of the object (only the keys given are touched)."""
         return self._call(
-            "PATCH", path(api_version, kind, namespace, name), body=body,
-            content_type="application/merge-patch+json", query=[("fieldManager", field_manager)],
+            "PATCH",
+            path(api_version, kind, namespace, name),
+            body=body,
+            content_type="application/merge-patch+json",
+            query=[("fieldManager", field_manager)],
         )
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """JSON merge patch of .status: only the keys given are touched (no resourceVersion)."""
         return self._call(
-            "PATCH", path(api_version, kind, namespace, name, "status"), body={"status": status},
+            "PATCH",
+            path(api_version, kind, namespace, name, "status"),
+            body={"status": status},
             content_type="application/merge-patch+json",
         )
 
@@ -223,8 +237,11 @@ class Api:
             "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {
-                "apiVersion": involved["apiVersion"], "kind": involved["kind"], "name": meta["name"],
-                "namespace": meta["namespace"], "uid": meta["uid"],
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
             },
             "type": type_,
             "reason": reason,

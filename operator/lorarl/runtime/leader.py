@@ -225,8 +225,12 @@ class LeaseElector:
         sent = self._clock()
         try:
             if self._lease is None:
-                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                        "metadata": {"name": self.name, "namespace": self.namespace}, "spec": record.to_spec()}
+                body = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": record.to_spec(),
+                }
                 result = self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=self._timeout())
             else:
                 body = {**self._lease, "spec": {**(self._lease.get("spec") or {}), **record.to_spec()}}
@@ -271,7 +275,9 @@ class LeaseElector:
         while not stop.is_set():
             try:
                 if self.try_acquire_or_renew():
-                    log.info("acquired the lease %s as %s (leaseTransitions %d)", self.describe, self.identity, self.observed.transitions if self.observed else 0)
+                    log.info(
+                        "acquired the lease %s as %s (leaseTransitions %d)", self.describe, self.identity, self.observed.transitions if self.observed else 0
+                    )
                     return True
             except Exception as err:  # noqa: BLE001 - an API hiccup: try again next period
                 log.warning("could not read or take the lease %s: %s", self.describe, describe_error(err))

@@ -101,8 +101,9 @@ def operator_settings() -> kopf.OperatorSettings:
 Register = Callable[[kopf.OperatorRegistry, kopf.OperatorSettings], None]
 
 
-def run(*, register: Register, namespaces: list[str], clusterwide: bool, liveness: str | None, metrics_port: int | None,
-        kube: Api, election: Election | None) -> None:
+def run(
+    *, register: Register, namespaces: list[str], clusterwide: bool, liveness: str | None, metrics_port: int | None, kube: Api, election: Election | None
+) -> None:
     """``register`` builds the controller and adds its handlers to kopf's registry: called once
     this process may write (it holds the Lease, or runs without election)."""
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
@@ -141,8 +142,12 @@ def run(*, register: Register, namespaces: list[str], clusterwide: bool, livenes
     try:
         if election:
             elector = leader.LeaseElector(kube.client, election.namespace, election.name, election.identity, election.timings)
-            log.info("leader election on the lease %s as %s (lease %gs, renew deadline %gs, retry %gs)",
-                     elector.describe, election.identity, *(getattr(election.timings, f) for f in ("lease_duration", "renew_deadline", "retry_period")))
+            log.info(
+                "leader election on the lease %s as %s (lease %gs, renew deadline %gs, retry %gs)",
+                elector.describe,
+                election.identity,
+                *(getattr(election.timings, f) for f in ("lease_duration", "renew_deadline", "retry_period")),
+            )
             if not elector.acquire(stop):
                 log.info("stopped while a standby")
                 return

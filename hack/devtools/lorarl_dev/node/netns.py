@@ -94,8 +94,7 @@ class NetnsThread:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"netns-{name}", initializer=_enter, initargs=(name,))
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"netns-{name}", initializer=_enter, initargs=(name,))
 
     def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
         return self._pool.submit(fn, *args, **kwargs).result()

@@ -51,6 +51,7 @@ NODE_ROOT = pathlib.Path("/var/lib/lorarl")
 def node_dir(netns_name: str) -> pathlib.Path:
     return NODE_ROOT / netns_name
 
+
 #: The node's processes in the order they are stopped.
 STOP_ORDER = ("fakegpu", "coredns", "kube-proxy", "kubelet", "containerd")
 
@@ -63,8 +64,7 @@ HOSTPATH_PV = pathlib.Path("/tmp/hostpath_pv")  # kube-controller-manager's host
 #: Global sysctls the kubelet sets (pkg/kubelet/cm/container_manager_linux.go setupKernelTunables,
 #: v1.37.2: it modifies them unless protectKernelDefaults, which makes it refuse to start instead);
 #: recorded before and restored at tear-down.
-KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-                   "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
 
 #: Debian packages the node needs (hack/node/packages.sh installs them), with a file each provides.
 PACKAGES = {
@@ -84,8 +84,12 @@ PACKAGES = {
 
 #: What the AMD GPU node labeller publishes per profile (amd.com/gpu.device-id is what lorarl's
 #: profiles select on; see lorarl.job.profiles and /work/shared/reference/kuberay-and-amd-on-kubernetes.md).
-_PRODUCT_NAMES = {"MI300X": "AMD_Instinct_MI300X_OAM", "MI325X": "AMD_Instinct_MI325X_OAM",
-                  "MI350X": "AMD_Instinct_MI350X_OAM", "MI355X": "AMD_Instinct_MI355X_OAM"}
+_PRODUCT_NAMES = {
+    "MI300X": "AMD_Instinct_MI300X_OAM",
+    "MI325X": "AMD_Instinct_MI325X_OAM",
+    "MI350X": "AMD_Instinct_MI350X_OAM",
+    "MI355X": "AMD_Instinct_MI355X_OAM",
+}
 
 
 def node_labels(profile: str) -> dict[str, str]:
@@ -158,19 +162,21 @@ def cni_config(ipam_dir: pathlib.Path) -> dict[str, Any]:
     return {
         "cniVersion": "1.0.0",
         "name": "lorarl",
-        "plugins": [{
-            "type": "bridge",
-            "bridge": BRIDGE,
-            "isGateway": True,   # pods reach the node IP and ClusterIPs through the bridge
-            "ipMasq": False,     # nothing leaves the namespace
-            "hairpinMode": True,  # a pod reaching itself through a Service
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{"subnet": POD_CIDR}]],
-                "routes": [{"dst": "0.0.0.0/0"}],
-                "dataDir": str(ipam_dir),
-            },
-        }],
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,  # pods reach the node IP and ClusterIPs through the bridge
+                "ipMasq": False,  # nothing leaves the namespace
+                "hairpinMode": True,  # a pod reaching itself through a Service
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_CIDR}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(ipam_dir),
+                },
+            }
+        ],
     }
 
 
@@ -186,8 +192,7 @@ def kubelet_config(d: pathlib.Path, pki: pathlib.Path, resolv: pathlib.Path, run
         "healthzPort": 10248,
         "tlsCertFile": str(pki / "kubelet-serving.crt"),
         "tlsPrivateKeyFile": str(pki / "kubelet-serving.key"),
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                           "x509": {"clientCAFile": str(pki / "ca.crt")}},
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}, "x509": {"clientCAFile": str(pki / "ca.crt")}},
         "authorization": {"mode": "Webhook"},
         "failCgroupV1": False,  # this machine is cgroup v1 (hybrid); v2 cannot be had here
         "cgroupDriver": "cgroupfs",
@@ -195,8 +200,7 @@ def kubelet_config(d: pathlib.Path, pki: pathlib.Path, resolv: pathlib.Path, run
         "failSwapOn": False,
         "imageGCHighThresholdPercent": 100,  # imported images can never be pulled again
         "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                         "nodefs.inodesFree": "1%", "imagefs.available": "1%"},
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%", "imagefs.available": "1%"},
         "maxPods": 40,
         "podCIDR": POD_CIDR,
         "clusterDNS": [NODE_IP],
@@ -228,8 +232,7 @@ def kube_proxy_config(kubeconfig: pathlib.Path) -> dict[str, Any]:
         # bridge come back through the namespace's conntrack whatever br_netfilter does
         "iptables": {"masqueradeAll": True, "syncPeriod": "30s", "minSyncPeriod": "1s"},
         # 0 = leave the kernel's conntrack settings alone (they are not per-namespace)
-        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s",
-                      "udpTimeout": "0s", "udpStreamTimeout": "0s"},
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s", "udpTimeout": "0s", "udpStreamTimeout": "0s"},
     }
 
 
@@ -252,23 +255,34 @@ def corefile(kubeconfig: pathlib.Path) -> str:
 #: RBAC for CoreDNS's kubernetes plugin (the rules of CoreDNS's own deployment manifest:
 #: coredns/deployment kubernetes/coredns.yaml.sed, ClusterRole system:coredns).
 COREDNS_RBAC = [
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:coredns"},
-     "rules": [{"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
-                "verbs": ["list", "watch"]},
-               {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "system:coredns"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
-     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}]},
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "system:coredns"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "system:coredns"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}],
+    },
 ]
 
 #: The default StorageClass, provisioned by kube-controller-manager's own hostpath provisioner
 #: (--enable-hostpath-provisioner; pkg/volume/hostpath/host_path.go: /tmp/hostpath_pv/<uuid>, the
 #: claim's access modes copied to the volume, so RWO and RWX both bind on one node).
 STORAGE_CLASS = {
-    "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+    "apiVersion": "storage.k8s.io/v1",
+    "kind": "StorageClass",
     "metadata": {"name": "hostpath", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-    "provisioner": "kubernetes.io/host-path", "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
+    "provisioner": "kubernetes.io/host-path",
+    "reclaimPolicy": "Delete",
+    "volumeBindingMode": "Immediate",
 }
 
 
@@ -310,12 +324,12 @@ class RealNode:
         self._start_kubelet()
         self.timings["kubelet_registered"] = time.monotonic() - t0
         self._start_fakegpu()
-        self.cp.kubectl("apply", "--server-side", "--field-manager=lorarl-testing", "-f", "-",
-                        input="\n".join(json.dumps(o) for o in [*COREDNS_RBAC, STORAGE_CLASS]))
+        self.cp.kubectl(
+            "apply", "--server-side", "--field-manager=lorarl-testing", "-f", "-", input="\n".join(json.dumps(o) for o in [*COREDNS_RBAC, STORAGE_CLASS])
+        )
         self._start_kube_proxy()
         self._start_coredns()
-        self.cp.kubectl("label", "node", NODE_NAME, "--overwrite",
-                        *(f"{k}={v}" for k, v in node_labels(self.profile).items()))
+        self.cp.kubectl("label", "node", NODE_NAME, "--overwrite", *(f"{k}={v}" for k, v in node_labels(self.profile).items()))
         self._wait_node_ready()
         self.timings["ready"] = time.monotonic() - t0
 
@@ -325,17 +339,13 @@ class RealNode:
         ca = self.cp._ca
         (pki / "ca.crt").write_bytes(ca.cert_pem)
         ca.serving_cert(NODE_NAME, [NODE_IP, NODE_NAME]).write(pki, "kubelet-serving")
-        self._kubelet_kubeconfig = self.cp._component_kubeconfig(
-            "kubelet", ca.client_cert(f"system:node:{NODE_NAME}", ("system:nodes",)), inner=True)
-        self._proxy_kubeconfig = self.cp._component_kubeconfig(
-            "kube-proxy", ca.client_cert("system:kube-proxy"), inner=True)
-        self._coredns_kubeconfig = self.cp._component_kubeconfig(
-            "coredns", ca.client_cert("system:coredns"), inner=True, context="lorarl")
+        self._kubelet_kubeconfig = self.cp._component_kubeconfig("kubelet", ca.client_cert(f"system:node:{NODE_NAME}", ("system:nodes",)), inner=True)
+        self._proxy_kubeconfig = self.cp._component_kubeconfig("kube-proxy", ca.client_cert("system:kube-proxy"), inner=True)
+        self._coredns_kubeconfig = self.cp._component_kubeconfig("coredns", ca.client_cert("system:coredns"), inner=True, context="lorarl")
 
     def _start_containerd(self) -> None:
         cfg = _write(self.containerd_dir / "config.toml", containerd_config(self.containerd_dir))
-        _write(self.dir / "cni" / "net.d" / "10-lorarl.conflist",
-               json.dumps(cni_config(self.dir / "cni" / "ipam"), indent=2))
+        _write(self.dir / "cni" / "net.d" / "10-lorarl.conflist", json.dumps(cni_config(self.dir / "cni" / "ipam"), indent=2))
         self.cp._spawn("containerd", ["--config", str(cfg), "--log-level", "warn"], exe="/usr/bin/containerd")
         self._wait(lambda: self._ctr("version", check=False).returncode == 0, "containerd", 30)
 
@@ -378,18 +388,20 @@ class RealNode:
 
     def _start_kubelet(self) -> None:
         resolv = _write(self.dir / "resolv.conf", "")
-        cfg = _write(self.dir / "kubelet-config.json",
-                     json.dumps(kubelet_config(self.dir, self.dir / "pki", resolv, self.runtime_sock), indent=2))
+        cfg = _write(self.dir / "kubelet-config.json", json.dumps(kubelet_config(self.dir, self.dir / "pki", resolv, self.runtime_sock), indent=2))
         self.kubelet_dir.mkdir(parents=True, exist_ok=True)
         DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
-        self.cp._spawn("kubelet", [
-            f"--config={cfg}",
-            f"--kubeconfig={self._kubelet_kubeconfig}",
-            f"--root-dir={self.kubelet_dir}",
-            f"--hostname-override={NODE_NAME}",
-            f"--node-ip={NODE_IP}",
-            "--v=1",
-        ])
+        self.cp._spawn(
+            "kubelet",
+            [
+                f"--config={cfg}",
+                f"--kubeconfig={self._kubelet_kubeconfig}",
+                f"--root-dir={self.kubelet_dir}",
+                f"--hostname-override={NODE_NAME}",
+                f"--node-ip={NODE_IP}",
+                "--v=1",
+            ],
+        )
         self._wait(lambda: self.cp._get(f"/api/v1/nodes/{NODE_NAME}")[0] == 200, "kubelet", 60)
 
     def _start_fakegpu(self) -> None:
@@ -439,8 +451,7 @@ class RealNode:
         calls ``<head>-svc.<ns>.svc.cluster.local``): ``ip netns exec`` with a resolv.conf naming
         CoreDNS (``/etc/netns/NAME/resolv.conf``, removed at tear-down). Its private mount
         namespace does not matter for such a client (it is not containerd or the kubelet)."""
-        _write(netns.ETC_NETNS_DIR / self.cp.netns / "resolv.conf",
-               f"nameserver {NODE_IP}\nsearch svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}\noptions ndots:5\n")
+        _write(netns.ETC_NETNS_DIR / self.cp.netns / "resolv.conf", f"nameserver {NODE_IP}\nsearch svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}\noptions ndots:5\n")
         return ["ip", "netns", "exec", self.cp.netns]
 
     def rss_bytes(self) -> dict[str, int]:
@@ -471,7 +482,8 @@ def claim(netns_name: str, workdir: pathlib.Path) -> None:
         if _any_alive(old.get("pids", {})):
             raise ControlPlaneError(
                 f"a real node is already running on this machine (netns {old.get('netns')}, workdir "
-                f"{old.get('workdir')}); only one can run at a time: stop it first (lorarl-dev controlplane down)")
+                f"{old.get('workdir')}); only one can run at a time: stop it first (lorarl-dev controlplane down)"
+            )
         sweep()
     RECORD.parent.mkdir(parents=True, exist_ok=True)
     state = {
@@ -480,8 +492,7 @@ def claim(netns_name: str, workdir: pathlib.Path) -> None:
         "pids": {},
         "sysctls": {k: _read_sysctl(k) for k in KUBELET_SYSCTLS},
         "node_dir": str(node_dir(netns_name)),
-        "created": {str(p): not p.exists() for p in (CONTAINERD_RUN, HOSTPATH_PV, *FIXED_DIRS, DEVICE_PLUGIN_DIR,
-                                                     netns.NETNS_DIR, NODE_ROOT)},
+        "created": {str(p): not p.exists() for p in (CONTAINERD_RUN, HOSTPATH_PV, *FIXED_DIRS, DEVICE_PLUGIN_DIR, netns.NETNS_DIR, NODE_ROOT)},
         # `ip netns add` makes /run/netns a (shared) mount point the first time
         "netns_dir_was_mount": os.path.ismount(netns.NETNS_DIR),
     }
@@ -683,6 +694,7 @@ def release(state: Mapping[str, Any]) -> None:
 
 def wait_tcp(thread: netns.NetnsThread, host: str, port: int, timeout: float = 30) -> bool:
     """Whether ``host:port`` (inside the namespace) accepts a connection within ``timeout``."""
+
     def probe() -> bool:
         with socket.create_connection((host, port), timeout=1):
             return True
@@ -698,8 +710,7 @@ def wait_tcp(thread: netns.NetnsThread, host: str, port: int, timeout: float = 3
 
 #: Where a node's mounts can be: its state dir, the kubelet's and containerd's fixed paths, the
 #: pods' network namespaces, the provisioner's volumes; plus mount types only a runtime makes.
-_NODE_MOUNT_PREFIXES = (str(NODE_ROOT), "/var/lib/kubelet", str(CONTAINERD_RUN), str(netns.NETNS_DIR),
-                        str(HOSTPATH_PV), "/tmp/lorarl-cp-")
+_NODE_MOUNT_PREFIXES = (str(NODE_ROOT), "/var/lib/kubelet", str(CONTAINERD_RUN), str(netns.NETNS_DIR), str(HOSTPATH_PV), "/tmp/lorarl-cp-")
 _NODE_MOUNT_TYPES = ("overlay", "nsfs")
 
 
@@ -710,23 +721,24 @@ def machine_snapshot() -> dict[str, list[str]]:
 
     Mounts, namespaces and cgroups are limited to the places and kinds a node makes (other jobs
     on the machine, such as image builds, mount and unmount chroots of their own meanwhile)."""
+
     def lines(*cmd: str) -> list[str]:
         return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.splitlines()
 
     iptables = [line for line in lines("iptables-save") if line and not line.startswith(("#", ":"))]
     # chain declarations without their packet counters
     iptables += [line.split()[0] for line in lines("iptables-save") if line.startswith(":")]
-    cgroups = sorted(f"{m}/{c.name}" for m in _cgroup_mounts() if m.is_dir() for c in m.iterdir()
-                     if c.is_dir() and c.name.startswith("kubepods"))
-    mounts = [line for line in lines("findmnt", "-rn", "-o", "TARGET,FSTYPE")
-              if line.rsplit(" ", 1)[-1] in _NODE_MOUNT_TYPES
-              or any(line.startswith(p) for p in _NODE_MOUNT_PREFIXES)]
+    cgroups = sorted(f"{m}/{c.name}" for m in _cgroup_mounts() if m.is_dir() for c in m.iterdir() if c.is_dir() and c.name.startswith("kubepods"))
+    mounts = [
+        line
+        for line in lines("findmnt", "-rn", "-o", "TARGET,FSTYPE")
+        if line.rsplit(" ", 1)[-1] in _NODE_MOUNT_TYPES or any(line.startswith(p) for p in _NODE_MOUNT_PREFIXES)
+    ]
     return {
         "mounts": sorted(mounts),
         "netns": sorted(n for n in lines("ip", "netns", "list") if n.startswith(("lorarl-", "cni-"))),
         "iptables": sorted(iptables),
         "cgroups": cgroups,
-        "paths": sorted(str(p) for p in (*FIXED_DIRS, CONTAINERD_RUN, HOSTPATH_PV, DEVICE_PLUGIN_DIR, RECORD,
-                                         NODE_ROOT) if p.exists()),
+        "paths": sorted(str(p) for p in (*FIXED_DIRS, CONTAINERD_RUN, HOSTPATH_PV, DEVICE_PLUGIN_DIR, RECORD, NODE_ROOT) if p.exists()),
         "sysctls": [f"{k}={_read_sysctl(k)}" for k in KUBELET_SYSCTLS],
     }

@@ -79,10 +79,8 @@ class RayDispatch:
         refs = []
         bundles = self.pg.bundle_count
         for kw in calls:
-            strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg,
-                                                        placement_group_bundle_index=kw["engine"] % bundles)
-            refs.append(task.options(num_gpus=ENGINE_GPU, num_cpus=ENGINE_GPU * self.cpu_scale,
-                                     scheduling_strategy=strategy).remote(**kw))
+            strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=kw["engine"] % bundles)
+            refs.append(task.options(num_gpus=ENGINE_GPU, num_cpus=ENGINE_GPU * self.cpu_scale, scheduling_strategy=strategy).remote(**kw))
         return ray.get(refs)
 
 
@@ -93,8 +91,9 @@ class Ray:
         try:
             import ray
         except ImportError as exc:
-            raise StandinError(f"the miles stand-in runs its rollouts in Ray, and ray cannot be imported ({exc}); "
-                               f"set {ENV}=inline only in tests that have no Ray cluster") from None
+            raise StandinError(
+                f"the miles stand-in runs its rollouts in Ray, and ray cannot be imported ({exc}); set {ENV}=inline only in tests that have no Ray cluster"
+            ) from None
         self.ray = ray
         # ship our code to the workers by value: they need no import path to it
         ray.cloudpickle.register_pickle_by_value(sys.modules[__package__])
@@ -124,8 +123,7 @@ class Ray:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=rank)
-        return self.ray.remote(cls).options(num_gpus=TRAIN_GPU, num_cpus=TRAIN_GPU * self.knobs.cpu_scale,
-                                              scheduling_strategy=strategy).remote(*args, "")
+        return self.ray.remote(cls).options(num_gpus=TRAIN_GPU, num_cpus=TRAIN_GPU * self.knobs.cpu_scale, scheduling_strategy=strategy).remote(*args, "")
 
     def call(self, handle, method: str, *args):
         return self.ray.get(getattr(handle, method).remote(*args))

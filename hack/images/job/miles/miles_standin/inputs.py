@@ -21,12 +21,10 @@ from dataclasses import dataclass
 def load_hf_config(path: str) -> dict:
     """transformers' answers for a local checkpoint directory (AutoConfig.from_pretrained)."""
     if not os.path.isdir(path):
-        raise OSError(f"Incorrect path_or_model_id: '{path}'. Please provide either the path to a local folder "
-                      f"or the repo_id of a model on the Hub.")
+        raise OSError(f"Incorrect path_or_model_id: '{path}'. Please provide either the path to a local folder or the repo_id of a model on the Hub.")
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
-        raise OSError(f"{path} does not appear to have a file named config.json. Checkout "
-                      f"'https://huggingface.co/{path}/tree/None' for available files.")
+        raise OSError(f"{path} does not appear to have a file named config.json. Checkout 'https://huggingface.co/{path}/tree/None' for available files.")
     with open(config_file, encoding="utf-8") as f:
         try:
             config = json.load(f)
@@ -50,15 +48,13 @@ def hf_validate_args(args, hf_config: dict) -> None:
         ("intermediate_size", "ffn_hidden_size", equal),
         ("moe_intermediate_size", "moe_ffn_hidden_size", equal),
         ("tie_word_embeddings", "untie_embeddings_and_output_weights", lambda x, y: not x == y),
-        ("rms_norm_eps", "norm_epsilon" if os.getenv("DEPRECATED_MEGATRON_COMPATIBLE", "0") == "1"
-         else "layernorm_epsilon", equal),
+        ("rms_norm_eps", "norm_epsilon" if os.getenv("DEPRECATED_MEGATRON_COMPATIBLE", "0") == "1" else "layernorm_epsilon", equal),
         ("rope_theta", "rotary_base", equal),
     ]
     errors = []
     for hf_name, megatron_name, compare in pairs:
         if hf_name in config and not compare(config[hf_name], getattr(args, megatron_name)):
-            errors.append(f"{hf_name} in hf config {config[hf_name]} is not equal to {megatron_name} "
-                          f"{getattr(args, megatron_name)}, please check the config.")
+            errors.append(f"{hf_name} in hf config {config[hf_name]} is not equal to {megatron_name} {getattr(args, megatron_name)}, please check the config.")
     if errors:
         raise AssertionError("hf_validate_args failed: " + "; ".join(errors))
 

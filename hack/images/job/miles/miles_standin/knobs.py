@@ -76,10 +76,9 @@ def parse(doc: dict, source: str | None = None) -> Knobs:
             if isinstance(value, dict):
                 unknown = set(value) - {"rollout", "times"}
                 if unknown or "rollout" not in value:
-                    raise KnobError(f"{FILE}: {key} must be K or {{\"rollout\": K, \"times\": T}}, got {value!r}")
+                    raise KnobError(f'{FILE}: {key} must be K or {{"rollout": K, "times": T}}, got {value!r}')
                 times = value.get("times")
-                knobs.faults[key] = Fault(_int(f"{key}.rollout", value["rollout"]),
-                                          None if times is None else _int(f"{key}.times", times))
+                knobs.faults[key] = Fault(_int(f"{key}.rollout", value["rollout"]), None if times is None else _int(f"{key}.times", times))
             else:
                 knobs.faults[key] = Fault(_int(key, value))
         else:

@@ -62,8 +62,15 @@ def _dims(args) -> dict:
     heads, groups = args.num_attention_heads, args.num_query_groups or args.num_attention_heads
     kv = args.kv_channels or args.hidden_size // heads
     h, ffn = args.hidden_size, args.ffn_hidden_size or 4 * args.hidden_size
-    return {"q_proj": (h, heads * kv), "k_proj": (h, groups * kv), "v_proj": (h, groups * kv),
-            "o_proj": (heads * kv, h), "gate_proj": (h, ffn), "up_proj": (h, ffn), "down_proj": (ffn, h)}
+    return {
+        "q_proj": (h, heads * kv),
+        "k_proj": (h, groups * kv),
+        "v_proj": (h, groups * kv),
+        "o_proj": (heads * kv, h),
+        "gate_proj": (h, ffn),
+        "up_proj": (h, ffn),
+        "down_proj": (ffn, h),
+    }
 
 
 def native_tensors(args) -> dict:
@@ -149,17 +156,25 @@ def write_hf(adapter: str, args) -> int:
     tensors = hf_tensors(args)
     obj = {name: {"shape": shape, "dtype": "torch.bfloat16"} for name, shape in tensors.items()}
     _write(os.path.join(adapter, "adapter_model.bin"), torch_file("adapter_model", obj))
-    config = {"peft_type": "LORA", "r": args.lora_rank, "lora_alpha": args.lora_alpha,
-              "target_modules": hf_target_modules(args), "lora_dropout": args.lora_dropout,
-              "bias": "none", "task_type": "CAUSAL_LM"}
+    config = {
+        "peft_type": "LORA",
+        "r": args.lora_rank,
+        "lora_alpha": args.lora_alpha,
+        "target_modules": hf_target_modules(args),
+        "lora_dropout": args.lora_dropout,
+        "bias": "none",
+        "task_type": "CAUSAL_LM",
+    }
     _write(os.path.join(adapter, "adapter_config.json"), json.dumps(config, indent=2).encode())
     return len(tensors)
 
 
 def write_state(adapter: str, rank: int, iteration: int, trained_steps: int, lr: float) -> None:
-    state = {"iteration": iteration,
-             "optimizer": {"state": {}, "param_groups": [{"lr": lr, "step": trained_steps}]},
-             "opt_param_scheduler": {"num_steps": trained_steps, "max_lr": lr}}
+    state = {
+        "iteration": iteration,
+        "optimizer": {"state": {}, "param_groups": [{"lr": lr, "step": trained_steps}]},
+        "opt_param_scheduler": {"num_steps": trained_steps, "max_lr": lr},
+    }
     _write(os.path.join(adapter, f"training_state_rank{rank}.pt"), torch_file(f"training_state_rank{rank}", state))
 
 
@@ -194,9 +209,16 @@ def load(adapter_path: str, rank: int, restore_optimizer: bool = True) -> Loaded
                 msgs.append(("lora_utils.py:620", f"Resuming LoRA training from iteration {iteration}"))
         return Loaded(True, iteration, steps, tuple(msgs))
     if os.path.exists(os.path.join(path, "adapter_model.bin")):
-        return Loaded(False, messages=(("lora_utils.py:582",
-                                        f"Found HF PEFT adapter at {os.path.join(path, 'adapter_model.bin')} but direct "
-                                        f"HF PEFT loading into Megatron is not yet supported. Please save using "
-                                        f"Megatron-native format (adapter_megatron_tp*_pp*.pt files) for checkpoint "
-                                        f"resume."),))
+        return Loaded(
+            False,
+            messages=(
+                (
+                    "lora_utils.py:582",
+                    f"Found HF PEFT adapter at {os.path.join(path, 'adapter_model.bin')} but direct "
+                    f"HF PEFT loading into Megatron is not yet supported. Please save using "
+                    f"Megatron-native format (adapter_megatron_tp*_pp*.pt files) for checkpoint "
+                    f"resume.",
+                ),
+            ),
+        )
     return Loaded(False, messages=(("lora_utils.py:589", f"No adapter checkpoint found at {path}"),))

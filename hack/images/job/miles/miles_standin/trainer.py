@@ -122,8 +122,7 @@ def train(args, knobs, run) -> None:
         if periodic(rollout_id, args.eval_interval, per_epoch):
             run.call(manager, "eval", rollout_id, trained)
         if args.debug_exit_after_rollout is not None and rollout_id - start + 1 >= args.debug_exit_after_rollout:
-            log.info("train.py:143", f"debug_exit_after_rollout={args.debug_exit_after_rollout} reached at "
-                                     f"rollout_id={rollout_id}, exiting")
+            log.info("train.py:143", f"debug_exit_after_rollout={args.debug_exit_after_rollout} reached at rollout_id={rollout_id}, exiting")
             break
     run.finish()
 

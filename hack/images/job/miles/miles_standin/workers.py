@@ -27,8 +27,7 @@ def correct_chance(trained_steps: int) -> float:
     return 0.25 + 0.5 * (1.0 - math.exp(-trained_steps / 40.0))
 
 
-def generate(seed: int, rollout_id: int, engine: int, n_prompts: int, n_samples: int, trained_steps: int,
-             max_len: int, seconds: float, nan: bool) -> list:
+def generate(seed: int, rollout_id: int, engine: int, n_prompts: int, n_samples: int, trained_steps: int, max_len: int, seconds: float, nan: bool) -> list:
     """One engine's share of a rollout: (reward, response_length, truncated) per sample."""
     rng = random.Random(f"{seed}/{rollout_id}/{engine}")
     p = min(0.98, max(0.02, correct_chance(trained_steps) + rng.uniform(-0.08, 0.08)))
@@ -67,17 +66,31 @@ class RolloutManager:
         batch = args.rollout_batch_size
         self.cursor += batch  # prompts are taken in order, wrapping into the next epoch
         nan = knobs.nan_reward_from is not None and rollout_id >= knobs.nan_reward_from
-        calls = [dict(seed=knobs.seed, rollout_id=rollout_id, engine=e, n_prompts=n, n_samples=args.n_samples_per_prompt,
-                      trained_steps=trained_steps, max_len=args.rollout_max_response_len or 8192,
-                      seconds=knobs.seconds_per_rollout, nan=nan) for e, n in enumerate(self._split(batch)) if n]
+        calls = [
+            dict(
+                seed=knobs.seed,
+                rollout_id=rollout_id,
+                engine=e,
+                n_prompts=n,
+                n_samples=args.n_samples_per_prompt,
+                trained_steps=trained_steps,
+                max_len=args.rollout_max_response_len or 8192,
+                seconds=knobs.seconds_per_rollout,
+                nan=nan,
+            )
+            for e, n in enumerate(self._split(batch))
+            if n
+        ]
         samples = [s for part in self.dispatch(generate, calls) for s in part]
         lengths = sorted(s[1] for s in samples)
-        perf = {"rollout/response_len/mean": _mean(lengths),
-                "rollout/response_len/median": float(lengths[len(lengths) // 2]) if lengths else 0.0,
-                "rollout/truncated_ratio": _mean(1.0 if s[2] else 0.0 for s in samples),
-                "rollout/repetition_frac": 0.0,
-                "perf/rollout_time": time.time() - started,
-                "perf/tokens_per_gpu_per_sec": sum(lengths) / max(1e-6, time.time() - started) / self.engines}
+        perf = {
+            "rollout/response_len/mean": _mean(lengths),
+            "rollout/response_len/median": float(lengths[len(lengths) // 2]) if lengths else 0.0,
+            "rollout/truncated_ratio": _mean(1.0 if s[2] else 0.0 for s in samples),
+            "rollout/repetition_frac": 0.0,
+            "perf/rollout_time": time.time() - started,
+            "perf/tokens_per_gpu_per_sec": sum(lengths) / max(1e-6, time.time() - started) / self.engines,
+        }
         self.log.info("metrics.py:89", f"perf {rollout_id}: {perf}")  # ray/rollout/metrics.py:89-142
         return {"rewards": [s[0] for s in samples], "lengths": [s[1] for s in samples]}
 
@@ -85,10 +98,21 @@ class RolloutManager:
         args, knobs = self.args, self.knobs
         line = {}
         for index, (name, rows) in enumerate(self.eval_sets):
-            calls = [dict(seed=knobs.seed + 7919 * (index + 1), rollout_id=rollout_id, engine=e, n_prompts=n,
-                          n_samples=args.n_samples_per_eval_prompt, trained_steps=trained_steps,
-                          max_len=args.eval_max_response_len or args.rollout_max_response_len or 8192,
-                          seconds=0.0, nan=False) for e, n in enumerate(self._split(len(rows))) if n]
+            calls = [
+                dict(
+                    seed=knobs.seed + 7919 * (index + 1),
+                    rollout_id=rollout_id,
+                    engine=e,
+                    n_prompts=n,
+                    n_samples=args.n_samples_per_eval_prompt,
+                    trained_steps=trained_steps,
+                    max_len=args.eval_max_response_len or args.rollout_max_response_len or 8192,
+                    seconds=0.0,
+                    nan=False,
+                )
+                for e, n in enumerate(self._split(len(rows)))
+                if n
+            ]
             samples = [s for part in self.dispatch(generate, calls) for s in part]
             line[f"eval/{name}"] = _mean(s[0] for s in samples)
             line[f"eval/{name}-truncated_ratio"] = _mean(1.0 if s[2] else 0.0 for s in samples)
@@ -117,21 +141,25 @@ class MegatronTrainRayActor:
                 self.trained_steps = result.trained_steps
                 self.log.info("checkpoint.py:141", f"Successfully loaded LoRA adapter from {adapter_path}")
             else:
-                self.log.warning("checkpoint.py:145",
-                                 f"LoRA is enabled and --lora-adapter-path={adapter_path} was specified, but adapter "
-                                 f"weights could not be loaded. Training will start with freshly initialized adapter "
-                                 f"weights.")
+                self.log.warning(
+                    "checkpoint.py:145",
+                    f"LoRA is enabled and --lora-adapter-path={adapter_path} was specified, but adapter "
+                    f"weights could not be loaded. Training will start with freshly initialized adapter "
+                    f"weights.",
+                )
         return self.trained_steps
 
     def train(self, rollout_id: int, data: dict, steps_per_rollout: int) -> None:
         args, rng = self.args, self.rng
         rewards = data["rewards"]
         if self.rank == 0:  # training_utils/log_utils.py:122, 255: before the rollout is trained
-            rollout = {"rollout/raw_reward": _mean(rewards),
-                       "rollout/rewards": 0.0,
-                       "rollout/log_probs": -0.3 - 0.05 * rng.random(),
-                       "rollout/rollout_log_probs": -0.3 - 0.05 * rng.random(),
-                       "rollout/response_lengths": _mean(data["lengths"])}
+            rollout = {
+                "rollout/raw_reward": _mean(rewards),
+                "rollout/rewards": 0.0,
+                "rollout/log_probs": -0.3 - 0.05 * rng.random(),
+                "rollout/rollout_log_probs": -0.3 - 0.05 * rng.random(),
+                "rollout/response_lengths": _mean(data["lengths"]),
+            }
             self.log.info("log_utils.py:123", f"rollout {rollout_id}: {rollout}")
         started = time.time()
         for step_id in range(steps_per_rollout):
@@ -140,18 +168,26 @@ class MegatronTrainRayActor:
             self.trained_steps += 1
             n = rollout_id * steps_per_rollout + step_id  # log_utils.py:522
             loss = rng.uniform(-0.05, 0.05)
-            step = {"train/loss": loss, "train/pg_loss": loss, "train/entropy_loss": 0.4 + 0.1 * rng.random(),
-                    "train/pg_clipfrac": rng.random() / 100, "train/ppo_kl": rng.random() / 1000,
-                    "train/train_rollout_logprob_abs_diff": 0.012 + rng.uniform(-0.002, 0.002),
-                    "train/train_rollout_kl": rng.random() / 1000, "train/grad_norm": 0.1 + rng.random() / 10,
-                    "train/lr-pg_0": args.lr, "train/step": n}
+            step = {
+                "train/loss": loss,
+                "train/pg_loss": loss,
+                "train/entropy_loss": 0.4 + 0.1 * rng.random(),
+                "train/pg_clipfrac": rng.random() / 100,
+                "train/ppo_kl": rng.random() / 1000,
+                "train/train_rollout_logprob_abs_diff": 0.012 + rng.uniform(-0.002, 0.002),
+                "train/train_rollout_kl": rng.random() / 1000,
+                "train/grad_norm": 0.1 + rng.random() / 10,
+                "train/lr-pg_0": args.lr,
+                "train/step": n,
+            }
             if self.rank == 0:  # printed twice by the same process: log_utils.py:542, model.py:854
                 self.log.info("log_utils.py:542", f"step {n}: {step}")
                 self.log.info("model.py:854", f"step {n}: {step}")
         if self.rank == 0:  # utils/train_metric_utils.py:56
             took = time.time() - started
-            self.log.info("train_metric_utils.py:56", f"perf {rollout_id}: "
-                          f"{ {'perf/actor_train_time': took, 'perf/step_time': took, 'perf/train_wait_time': 0.0} }")
+            self.log.info(
+                "train_metric_utils.py:56", f"perf {rollout_id}: { {'perf/actor_train_time': took, 'perf/step_time': took, 'perf/train_wait_time': 0.0} }"
+            )
 
     # the three phases of save_lora_checkpoint (lora_utils.py:445-517); the caller keeps them apart
     def save_shard(self, rollout_id: int) -> None:
