@@ -238,6 +238,7 @@ class Toleration(ApiModel):
 
 
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)]
+GroupId = Annotated[int, Field(ge=1, le=2147483647)]
 MAX_NODE_SELECTOR = 32
 # Map keys have no schema of their own: their syntax is a CEL rule on the map.
 NODE_SELECTOR_KEYS_RULE = cel(
@@ -316,6 +317,13 @@ class HardwareSpec(ApiModel):
         "feature discovery nvidia.com/gpu.product); turn off where no labeller runs.",
     )
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Tolerations for every Ray pod.")
+    device_groups: list[GroupId] = Field(
+        default_factory=list,
+        max_length=8,
+        description="GIDs that own the GPU device nodes on the host (the video and render groups, e.g. 44 and 109 on Ubuntu): "
+        "supplementalGroups of the Ray pods, needed with runPolicy.runAsUser on AMD GPUs (the device plugin hands /dev/kfd "
+        "and /dev/dri/renderD* as the host's files).",
+    )
     affinity: dict[str, Any] | None = Field(
         None,
         description="A core/v1 Affinity for every Ray pod (passed through unchanged).",
@@ -653,6 +661,14 @@ class RunPolicy(ApiModel):
     submitter_backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the submitter Job (KubeRay submitterConfig.backoffLimit).")
     ttl_seconds_after_finished: int = Field(
         600, ge=0, le=2147483647, description="Seconds the finished RayCluster is kept for inspection before KubeRay deletes it."
+    )
+    run_as_user: int | None = Field(
+        None,
+        ge=1,
+        le=2147483647,
+        description="Run every container as this non-root UID (runAsNonRoot; fsGroup and runAsGroup: the same number): "
+        "then the Ray pods meet Pod Security restricted. The image must let that user read the trainer and "
+        "write HOME and /tmp (docs/security.md#pods). Default: the image's user (root in the miles images).",
     )
 
 
