@@ -50,7 +50,7 @@ def chart_policies(helm, control_plane, namespace):
     cluster-scoped names are the test's own). The bindings are confined to this namespace: the
     control plane is shared by the session, and other tests run operators as ServiceAccounts."""
     docs = [d for d in helm.render(namespace=namespace, release=namespace) if d["kind"] in POLICY_KINDS]
-    assert sorted(d["kind"] for d in docs) == sorted(POLICY_KINDS * 3), "the chart renders three policies and their bindings"
+    assert sorted(d["kind"] for d in docs) == sorted(POLICY_KINDS * 4), "the chart renders four policies and their bindings"
     for doc in docs:
         if doc["kind"] == "ValidatingAdmissionPolicyBinding":
             doc["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
