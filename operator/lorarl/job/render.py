@@ -337,7 +337,13 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
 def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, Any]:
     mounts = ray_volume_mounts()
     pod_volumes = volumes(job)
-    if head:  # the reporter runs in the head's Ray container (KubeRay runs the entrypoint there)
+    # The reporter runs in the head's Ray container (KubeRay runs the entrypoint there). With the
+    # per-job account the token is mounted there alone. A user-named account decides itself: the
+    # head pod leaves automountServiceAccountToken unset, so the ServiceAccount admission plugin
+    # mounts a token only if the account does not opt out (plugin/pkg/admission/serviceaccount/
+    # admission.go, shouldAutomount: the pod's field, else the account's, else true).
+    user_account = job.spec.scheduling.service_account_name is not None
+    if head and not user_account:
         mounts.append({"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True})
         pod_volumes.append(api_access_volume())
     container = {
@@ -349,11 +355,10 @@ def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, A
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
     }
-    spec: dict[str, Any] = {
-        "serviceAccountName": pod_service_account(job),
-        # also for a user-named ServiceAccount that automounts: workers and the prepare
-        # container get no API credentials
-        "automountServiceAccountToken": False,
+    spec: dict[str, Any] = {"serviceAccountName": pod_service_account(job)}
+    if not (head and user_account):  # workers never need API credentials
+        spec["automountServiceAccountToken"] = False
+    spec |= {
         "containers": [container],  # the Ray container must be first
         "volumes": pod_volumes,
         "securityContext": pod_security_context(job, gpus=True),
