@@ -10,16 +10,12 @@ to each create (dry run: the policy runs, nothing is stored)."""
 from __future__ import annotations
 
 import contextlib
-import json
-import ssl
-import urllib.error
-import urllib.request
 
 import pytest
 import yaml
 from kubernetes import client
 
-from tests.helpers import seed_doc, wait_for
+from tests.helpers import request_as, seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -72,18 +68,7 @@ def chart_policies(helm, control_plane, namespace, *values):
 def create_as(control_plane, token, namespace, doc) -> tuple[int, str]:
     """A dry-run create of ``doc`` as ``token``: (HTTP code, the API server's message)."""
     body = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
-    req = urllib.request.Request(
-        f"{control_plane.server}/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs?dryRun=All",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    ctx = ssl.create_default_context(cafile=str(control_plane.ca_file))
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
-            return resp.status, ""
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read().decode() or "{}").get("message", "")
+    return request_as(control_plane, token, "POST", f"/apis/lorarl.dev/v1alpha1/namespaces/{namespace}/lorarljobs?dryRun=All", body)
 
 
 def job_with(**spec) -> dict:
