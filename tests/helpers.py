@@ -293,3 +293,23 @@ def doc_table(heading: str) -> list[dict[str, str]]:
     rows = [line for line in section.splitlines() if line.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
     return [dict(zip(header, (c.strip() for c in row.strip("|").split("|")), strict=False)) for row in rows[2:]]
+
+
+def request_as(control_plane, token: str, method: str, path: str, body: dict, content_type: str = "application/json") -> tuple[int, str]:
+    """One API request authenticated by ``token`` (a tenant's or a job's): (HTTP code, the API
+    server's message, empty on success)."""
+    import json
+    import ssl
+
+    req = urllib.request.Request(
+        f"{control_plane.server}{path}",
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": content_type},
+    )
+    ctx = ssl.create_default_context(cafile=str(control_plane.ca_file))
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status, ""
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read().decode() or "{}").get("message", "")

@@ -102,8 +102,8 @@ def test_default_render(helm):
         "RoleBinding",
         "Service",
         "ServiceAccount",
-        *["ValidatingAdmissionPolicy"] * 3,
-        *["ValidatingAdmissionPolicyBinding"] * 3,
+        *["ValidatingAdmissionPolicy"] * 4,
+        *["ValidatingAdmissionPolicyBinding"] * 4,
     ]
     for d in docs:
         labels = d["metadata"]["labels"]

@@ -37,8 +37,8 @@ def test_install_manifests_contents():
         "RoleBinding",
         "Service",
         "ServiceAccount",
-        *["ValidatingAdmissionPolicy"] * 3,
-        *["ValidatingAdmissionPolicyBinding"] * 3,
+        *["ValidatingAdmissionPolicy"] * 4,
+        *["ValidatingAdmissionPolicyBinding"] * 4,
     ]
     assert all(
         d["metadata"].get("namespace") == "lorarl-system"

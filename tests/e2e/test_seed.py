@@ -28,6 +28,9 @@ def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_
     cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
     revision = hub.revision({"seconds_per_rollout": 0.5})
     job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
+    # the pods run hardened (docs/security.md "Pod Security levels"): the API server's PodSecurity
+    # admits them where "baseline" is enforced (and would refuse a privileged setting)
+    cp.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline")
     cp.kubectl("apply", "-f", "-", input=json.dumps(job))
     explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
 
@@ -40,6 +43,8 @@ def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_
     assert "prepare: all inputs present" in prepare_log
     assert "prepare: downloading model Qwen/Qwen3-4B@" + revision in prepare_log
     assert rayjob_running["status"]["jobDeploymentStatus"] == "Running"
+    _assert_hardened(head)
+    _assert_submitter_holds_no_token(cp, ns, name)
     seedrun.wait_for("LoraRLJob Running", lambda: _phase(cp, ns, name) in ("Running", "Succeeded"), 120, explain=explain)
 
     final = seedrun.wait_for(
@@ -80,3 +85,25 @@ def _running_snapshot(cp, ns, name):
     pods = json.loads(cp.kubectl("get", "pods", "-n", ns, "-l", "ray.io/node-type=head", "-o", "json").stdout)["items"]
     running = [p for p in pods if p["status"].get("phase") == "Running"]
     return (running[0], rayjob) if running else None
+
+
+def _assert_hardened(pod):
+    for container in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"], container["name"]
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False, container["name"]
+    assert pod["spec"]["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+
+
+def _assert_submitter_holds_no_token(cp, ns, name):
+    """KubeRay's submitter pod, as KubeRay made it from the rendered template: no API token, no GPU."""
+    pods = json.loads(cp.kubectl("get", "pods", "-n", ns, "-l", f"batch.kubernetes.io/job-name={name}", "-o", "json").stdout)["items"]
+    assert pods, "no submitter pod"
+    for pod in pods:
+        spec = pod["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        tokens = [v for v in spec.get("volumes", []) if any("serviceAccountToken" in s for s in (v.get("projected") or {}).get("sources", []))]
+        assert not tokens, tokens
+        for container in spec["containers"]:
+            assert not [m for m in container.get("volumeMounts", []) if m["mountPath"].startswith("/var/run/secrets/kubernetes.io")]
+            assert not [r for r in container["resources"].get("limits", {}) if r.endswith("gpu")], container["resources"]
+        _assert_hardened(pod)

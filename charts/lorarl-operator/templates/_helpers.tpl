@@ -87,3 +87,18 @@ include "lorarl-operator.suffixedName" (list . "metrics")
 {{- $base := include "lorarl-operator.fullname" $root | trunc (int (sub 62 (len $suffix))) | trimSuffix "-" }}
 {{- printf "%s-%s" $base $suffix }}
 {{- end }}
+
+{{/*
+The admission policies' bindings: confined to the watched namespaces of a namespaced install
+(several releases side by side), everywhere for watch.allNamespaces.
+*/}}
+{{- define "lorarl-operator.policyMatchResources" -}}
+{{- if not .Values.watch.allNamespaces }}
+matchResources:
+  namespaceSelector:
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: In
+        values: {{ .Values.watch.namespaces | toJson }}
+{{- end }}
+{{- end }}

@@ -73,6 +73,28 @@ ModuleName = Annotated[str, StringConstraints(pattern=IDENTIFIER, max_length=64)
 CommandWord = Annotated[str, StringConstraints(pattern=SHELL_SAFE, min_length=1, max_length=256)]
 
 
+# A token pasted as a value (a whole item or word, or after "="). The documented shapes: Hugging
+# Face (hf_), GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), OpenAI-style (sk-), Slack (xox?-),
+# AWS access key ids (AKIA), JSON Web Tokens (three base64url parts, the first two starting with
+# eyJ, i.e. '{"'), W&B API keys (40 hex digits, "local-" + 40 hex on W&B Server, and the longer
+# keys W&B issues since SDK 0.22.3, wandb/wandb#10688: any opaque word of 60 or more letters,
+# digits, '_' or '-'). A heuristic: it also refuses a git commit id (40 hex) given as a value,
+# which belongs in the revision fields.
+ACCESS_KEY_SHAPED_VALUE = (
+    r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{4,}[.]eyJ[A-Za-z0-9_-]{4,}[.][A-Za-z0-9_-]*|([A-Za-z0-9]+-)?[0-9A-Fa-f]{40}|[A-Za-z0-9_-]{60,})$"
+)
+NOT_TOKEN_SHAPED: dict[str, Any] = {
+    "x-kubernetes-validations": [
+        {
+            "rule": f"!self.matches('{ACCESS_KEY_SHAPED_VALUE}')",
+            "message": "looks like an access token (hf_, a JWT, 40 hex digits, ...): a secret here is stored in etcd and shown in W&B, "
+            "Ray and the status; pass credentials through Secret references",
+        }
+    ]
+}
+
+
 def flag(name: str) -> dict[str, Any]:
     """Field metadata: the train.py flag a field renders to (documentation only)."""
     return {"flag": name}
@@ -238,6 +260,7 @@ class Toleration(ApiModel):
 
 
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)]
+GroupId = Annotated[int, Field(ge=1, le=2147483647)]
 MAX_NODE_SELECTOR = 32
 # Map keys have no schema of their own: their syntax is a CEL rule on the map.
 NODE_SELECTOR_KEYS_RULE = cel(
@@ -316,6 +339,13 @@ class HardwareSpec(ApiModel):
         "feature discovery nvidia.com/gpu.product); turn off where no labeller runs.",
     )
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Tolerations for every Ray pod.")
+    device_groups: list[GroupId] = Field(
+        default_factory=list,
+        max_length=8,
+        description="GIDs that own the GPU device nodes on the host (the video and render groups, e.g. 44 and 109 on Ubuntu): "
+        "supplementalGroups of the Ray pods, needed with runPolicy.runAsUser on AMD GPUs (the device plugin hands /dev/kfd "
+        "and /dev/dri/renderD* as the host's files).",
+    )
     affinity: dict[str, Any] | None = Field(
         None,
         description="A core/v1 Affinity for every Ray pod (passed through unchanged).",
@@ -417,7 +447,9 @@ class EvalDataset(ApiModel):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE]})
 
-    name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).")
+    name: str = Field(
+        ..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).", json_schema_extra=NOT_TOKEN_SHAPED
+    )
     repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id.")
     file: str | None = Field(
         None,
@@ -590,10 +622,22 @@ class WandbSpec(ApiModel):
     """Weights & Biases. The API key reaches the trainer as WANDB_API_KEY from the Secret, never as
     a flag."""
 
-    project: str = Field("miles-run_qwen3_4b_lora", max_length=128, pattern=IDENTIFIER, description="W&B project.", json_schema_extra=flag("--wandb-project"))
-    team: str | None = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
+    project: str = Field(
+        "miles-run_qwen3_4b_lora",
+        max_length=128,
+        pattern=IDENTIFIER,
+        description="W&B project.",
+        json_schema_extra={**flag("--wandb-project"), **NOT_TOKEN_SHAPED},
+    )
+    team: str | None = Field(
+        None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra={**flag("--wandb-team"), **NOT_TOKEN_SHAPED}
+    )
     group: str | None = Field(
-        None, max_length=128, pattern=IDENTIFIER, description="W&B group; default: the job name.", json_schema_extra=flag("--wandb-group")
+        None,
+        max_length=128,
+        pattern=IDENTIFIER,
+        description="W&B group; default: the job name.",
+        json_schema_extra={**flag("--wandb-group"), **NOT_TOKEN_SHAPED},
     )
     api_key_secret_ref: SecretKeyRef = Field(..., description="Secret key holding the W&B API key.")
     host: str | None = Field(None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$", description="Self-hosted W&B server URL (WANDB_BASE_URL).")
@@ -653,6 +697,14 @@ class RunPolicy(ApiModel):
     submitter_backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the submitter Job (KubeRay submitterConfig.backoffLimit).")
     ttl_seconds_after_finished: int = Field(
         600, ge=0, le=2147483647, description="Seconds the finished RayCluster is kept for inspection before KubeRay deletes it."
+    )
+    run_as_user: int | None = Field(
+        None,
+        ge=1,
+        le=2147483647,
+        description="Run every container as this non-root UID (runAsNonRoot; fsGroup and runAsGroup: the same number): "
+        "then the Ray pods meet Pod Security restricted. The image must let that user read the trainer and "
+        "write HOME and /tmp (docs/security.md#pods). Default: the image's user (root in the miles images).",
     )
 
 
@@ -763,17 +815,31 @@ SPEC_RULES = [
 ]
 
 
-# Credentials never go on the command line (it is stored in etcd, shown by Ray and in logs): any
-# flag with a credential word (key, token, secret, password...) is refused; the few miles flags
-# that name a JSONL key (--metadata-key, ...) are data, not credentials.
-CREDENTIAL_FLAG = r"(?i)^--?([a-z0-9]+[-_.])*(key|keys|token|secret|secrets|password|passwd|pwd|credential|credentials|apikey|auth)([-_.][a-z0-9]+)*(=.*)?$"
-DATA_KEY_FLAG = r"^--(input|label|metadata|tool|multimodal|system-prompt|reward)-key(=.*)?$"
-# A token pasted as a value (after any flag, or after "="): the documented prefixes of Hugging
-# Face (hf_), GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), OpenAI-style (sk-), Slack (xox?-)
-# tokens and AWS access key ids (AKIA). A heuristic on top of the flag rule, for the free-form list.
-ACCESS_KEY_SHAPED_VALUE = (
-    r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})$"
-)
+# Credentials never go on the command line (it is stored in etcd, shown by Ray and in logs). A
+# heuristic, so it errs on the side of refusing: a flag whose name holds a credential word
+# anywhere (key, secret, passw, pwd, credential, auth, bearer, cookie, token; `pass` as the last
+# word) is refused, except the flags of miles' own parser that hold such a word and are not
+# credentials (JSONL keys, token counts and ids, model shapes; the list is checked against the
+# dump of miles' real parser, hack/images/job/miles/miles_standin/train-py-options-*.json, by
+# tests/security/test_credential_screen.py). "tokens" (counts) and "tokeni..." (tokenizer) are
+# not the word "token".
+CREDENTIAL_FLAG = r"(?i)^--?[a-z0-9._-]*(key|secret|passw|passphrase|pwd|credential|auth|bearer|cookie|token([^si]|$)|(^--?|[-_.])pass($|=))"
+NOT_A_CREDENTIAL_FLAGS = (
+    # JSONL keys (data, not credentials)
+    "input-key", "label-key", "metadata-key", "tool-key", "reward-key", "multimodal-keys",
+    "opd-teacher-key", "ci-metric-checker-key",
+    # model shapes (Megatron)
+    "apply-query-key-layer-scaling", "linear-key-head-dim", "linear-num-key-heads",
+    # token counts, ids and special tokens
+    "calculate-per-token-loss", "rollout-stop-token-ids", "rl-skip-bos-token", "no-rl-skip-bos-token",
+    "fim-eod-token", "fim-middle-token", "fim-pad-token", "fim-prefix-token", "fim-suffix-token",
+    "moe-token-dispatcher-type", "moe-token-drop-policy",
+    "tiktoken-num-special-tokens", "tiktoken-pattern", "tiktoken-special-tokens",
+    "sglang-bucket-inter-token-latency", "sglang-bucket-time-to-first-token", "sglang-kt-max-deferred-experts-per-token",
+    "sglang-prefill-delayer-token-usage-low-watermark", "sglang-speculative-token-map", "sglang-tbo-token-distribution-threshold",
+)  # fmt: skip
+# each also with miles' eval- prefix (--eval-input-key, --eval-sglang-speculative-token-map, ...)
+NOT_A_CREDENTIAL_FLAG = "^--(eval-)?(" + "|".join(NOT_A_CREDENTIAL_FLAGS) + ")(=.*)?$"
 
 # Model parallelism given in extraArgs as "--<flag>", "<n>": the data-parallel size is
 # GPUs / (tensor x pipeline x context), and Megatron refuses a globalBatchSize it cannot split.
@@ -791,13 +857,13 @@ _MODEL_PARALLEL = "(!has(self.extraArgs) ? 1 : " + " * ".join(_parallel_size(f) 
 
 EXTRA_ARGS_RULES = [
     cel(
-        f"self.all(a, !a.matches('{CREDENTIAL_FLAG}') || a.matches('{DATA_KEY_FLAG}'))",
-        "a credential-like flag (key, token, secret, password) would put a secret on the command line; "
+        f"self.all(a, !a.matches('{CREDENTIAL_FLAG}') || a.matches('{NOT_A_CREDENTIAL_FLAG}'))",
+        "a credential-like flag (key, token, secret, password, auth, bearer... anywhere in its name) would put a secret on the command line; "
         "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef",
     ),
     cel(
         f"self.all(a, !a.matches('{ACCESS_KEY_SHAPED_VALUE}'))",
-        "an item looks like an access token (hf_, ghp_, sk-, xox-, AKIA...): a secret on the command line is "
+        "an item looks like an access token (hf_, ghp_, sk-, a JWT, 40 hex digits, ...): a secret on the command line is "
         "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
     ),
     *[

@@ -17,8 +17,10 @@ class Verdict:
     message: str
 
 
-def evaluate(health: HealthSpec, status: dict[str, Any]) -> Verdict:
-    """Judge the run from what the in-job reporter wrote (status.metrics and status.eval)."""
+def evaluate(health: HealthSpec, status: dict[str, Any], eval_names: frozenset[str] | None = None) -> Verdict:
+    """Judge the run from what the in-job reporter wrote (status.metrics and status.eval). Only
+    eval entries named as the spec names its datasets (``eval_names``) are judged, so the
+    verdict's message carries a name from the spec, never text the job made up."""
     metrics = status.get("metrics") or {}
     diff = metrics.get("trainRolloutLogprobAbsDiffMean")
     if diff is None:
@@ -33,6 +35,8 @@ def evaluate(health: HealthSpec, status: dict[str, Any]) -> Verdict:
     if health.min_eval_score is not None:
         started = (status.get("progress") or {}).get("rollout", 0) > 0
         for score in status.get("eval") or []:
+            if eval_names is not None and score.get("name") not in eval_names:
+                continue
             # the eval before training says nothing about the training: judge later ones only
             if started and score.get("latestRollout", 0) > 0 and score["latest"] < health.min_eval_score:
                 return Verdict(

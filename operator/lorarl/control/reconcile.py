@@ -213,7 +213,7 @@ class Reconciler:
         if expiry is not None and now >= expiry:
             return self._expire(body, previous)
 
-        verdict = health.evaluate(job.spec.health, previous)
+        verdict = health.evaluate(job.spec.health, previous, frozenset(d.name for d in job.spec.eval.datasets))
         rayjob = self._read(render.RAYJOB_API_VERSION, "RayJob", namespace, render.rayjob_name(job))
         finished = previous.get("phase") in status.TERMINAL
         rendered: list[list[dict[str, Any]]] = []

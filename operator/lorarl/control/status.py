@@ -8,9 +8,11 @@ Events that the transitions deserve. See docs/status.md for the contract.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.types import ACCESS_KEY_SHAPED_VALUE
 from .health import Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
 
@@ -27,6 +29,12 @@ TERMINAL = (SUCCEEDED, FAILED)
 APPLY_FAILED = "ApplyFailed"
 PREEMPTED, WORKLOAD_DEACTIVATED = "Preempted", "WorkloadDeactivated"
 MAX_APPLY_MESSAGE = 1024  # an Event's message limit (kube.post_event); conditions keep the same text
+# KubeRay's message can carry the job's own text (on AppFailed, the tail of the driver's log):
+# what the operator copies into its fields is one short line of it, with anything credential-like
+# redacted, and where to read the rest
+MAX_RAY_MESSAGE = 200
+REDACTED = "[redacted]"
+_CREDENTIAL_KEY = re.compile(r"(?i)(key|secret|passw|pwd|credential|auth|bearer|cookie|token)")
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,36 @@ def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
     return Observation(PENDING, "Queued", f"waiting for Kueue to admit the job in {where}{detail}", queued=True)
 
 
+def _redacted(words: list[str]) -> list[str]:
+    """Token-shaped words, and the value after a credential-like key (`key=v`, `token: v`), redacted."""
+    out: list[str] = []
+    for word in words:
+        core = word.strip("\"'`,;()[]{}<>")
+        pair = re.match(r"^([^=:]*)([=:])(.*)$", core)
+        if pair and pair[3] and (_CREDENTIAL_KEY.search(pair[1]) or re.search(ACCESS_KEY_SHAPED_VALUE, pair[3])):
+            out.append(f"{pair[1]}{pair[2]}{REDACTED}")
+        elif re.search(ACCESS_KEY_SHAPED_VALUE, core):
+            out.append(REDACTED)
+        elif out and out[-1].endswith((":", "=")) and _CREDENTIAL_KEY.search(out[-1]):
+            out.append(REDACTED)
+        else:
+            out.append(word)
+    return out
+
+
+def ray_message(message: str, rayjob_name: str) -> str:
+    """KubeRay's message as operator text: its first non-empty line, credential-like words
+    redacted, at most MAX_RAY_MESSAGE characters, and where the whole text is."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = " ".join(_redacted(lines[0].split()))
+    cut = len(lines) > 1 or len(first) > MAX_RAY_MESSAGE or first != lines[0]
+    if not cut:
+        return first
+    return f"{first[:MAX_RAY_MESSAGE].rstrip()} ... (the full text: kubectl logs job/{rayjob_name})"
+
+
 def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str | None, admission: Admission | None = None) -> Observation:
     """Map KubeRay's jobDeploymentStatus/jobStatus/reason to a phase (table in docs/status.md)."""
     if rayjob is None:
@@ -92,7 +130,7 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
     deployment = st.get("jobDeploymentStatus") or ""
     job_status = st.get("jobStatus") or ""
     reason = st.get("reason") or ""
-    message = st.get("message") or ""
+    message = ray_message(st.get("message") or "", rayjob["metadata"]["name"])
     if deployment == "":
         if st.get("startTime") or st.get("failed"):
             # KubeRay passes through New ("") on every retry and resume and keeps startTime and
@@ -153,7 +191,7 @@ def rayjob_mirror(rayjob: dict[str, Any] | None) -> dict[str, Any] | None:
         "jobStatus": st.get("jobStatus"),
         "jobDeploymentStatus": st.get("jobDeploymentStatus"),
         "reason": st.get("reason"),
-        "message": st.get("message"),
+        "message": ray_message(st.get("message") or "", rayjob["metadata"]["name"]),
         "succeeded": st.get("succeeded"),
         "failed": st.get("failed"),
     }

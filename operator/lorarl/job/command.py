@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from ..api.problems import Problem
-from ..api.types import ACCESS_KEY_SHAPED_VALUE, CREDENTIAL_FLAG, DATA_KEY_FLAG, SHELL_SAFE, SHELL_SAFE_HELP, LoraRLJob
+from ..api.types import ACCESS_KEY_SHAPED_VALUE, CREDENTIAL_FLAG, NOT_A_CREDENTIAL_FLAG, SHELL_SAFE, SHELL_SAFE_HELP, LoraRLJob
 from .paths import REPORTER_PATH, UnsafeTokenError, dataset_file, model_dir, save_dir
 from .profiles import fmt, gpus_per_node, model_shape, profile_of
 
@@ -272,7 +272,7 @@ def refuse_credentials(extra_args: list[str]) -> list[str]:
     job admitted under an older CRD (or with the rule disabled) never puts a secret on the
     command line. Credentials reach the job only through Secret-backed environment variables."""
     for i, word in enumerate(extra_args):
-        if re.search(CREDENTIAL_FLAG, word) and not re.search(DATA_KEY_FLAG, word):
+        if re.search(CREDENTIAL_FLAG, word) and not re.search(NOT_A_CREDENTIAL_FLAG, word):
             raise ValueError(
                 f"spec.extraArgs[{i}]: {word.split('=', 1)[0]!r} looks like a credential flag; "
                 "pass credentials through spec.tracking / spec.dataPrep Secret references"

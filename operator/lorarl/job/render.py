@@ -269,6 +269,26 @@ def api_access_volume() -> dict[str, Any]:
     }
 
 
+def container_security_context() -> dict[str, Any]:
+    """Every container: no capability (ROCm and Ray need none: the device plugin hands over the
+    device nodes, docs/security.md#pods) and no way to gain privileges (setuid binaries)."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def pod_security_context(job: LoraRLJob, gpus: bool) -> dict[str, Any]:
+    """The container runtime's default seccomp filter always; a non-root user, and the host's
+    GPU device groups, when the spec says the image allows it (Pod Security "restricted")."""
+    ctx: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    uid = job.spec.run_policy.run_as_user
+    if uid is not None:
+        # fsGroup: the job volume becomes writable for that user; OnRootMismatch skips the
+        # recursive chown of a model-sized volume on every start once its root is right
+        ctx |= {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, "fsGroupChangePolicy": "OnRootMismatch"}
+    if gpus and job.spec.hardware.device_groups:
+        ctx["supplementalGroups"] = list(job.spec.hardware.device_groups)
+    return ctx
+
+
 def image(job: LoraRLJob) -> str:
     return job.spec.run_policy.image or profiles.profile_of(job).image
 
@@ -310,14 +330,20 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
         "args": downloads(job),
         "env": env,
         "volumeMounts": [m for m in ray_volume_mounts() if m["name"] != SHM_VOLUME],
+        "securityContext": container_security_context(),
     }
 
 
 def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, Any]:
-    hw = job.spec.hardware
     mounts = ray_volume_mounts()
     pod_volumes = volumes(job)
-    if head:  # the reporter runs in the head's Ray container (KubeRay runs the entrypoint there)
+    # The reporter runs in the head's Ray container (KubeRay runs the entrypoint there). With the
+    # per-job account the token is mounted there alone. A user-named account decides itself: the
+    # head pod leaves automountServiceAccountToken unset, so the ServiceAccount admission plugin
+    # mounts a token only if the account does not opt out (plugin/pkg/admission/serviceaccount/
+    # admission.go, shouldAutomount: the pod's field, else the account's, else true).
+    user_account = job.spec.scheduling.service_account_name is not None
+    if head and not user_account:
         mounts.append({"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True})
         pod_volumes.append(api_access_volume())
     container = {
@@ -327,28 +353,67 @@ def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, A
         "env": ray_env(job),
         "resources": ray_resources(job),
         "volumeMounts": mounts,
+        "securityContext": container_security_context(),
     }
-    spec: dict[str, Any] = {
-        "serviceAccountName": pod_service_account(job),
-        # also for a user-named ServiceAccount that automounts: workers and the prepare
-        # container get no API credentials
-        "automountServiceAccountToken": False,
+    spec: dict[str, Any] = {"serviceAccountName": pod_service_account(job)}
+    if not (head and user_account):  # workers never need API credentials
+        spec["automountServiceAccountToken"] = False
+    spec |= {
         "containers": [container],  # the Ray container must be first
         "volumes": pod_volumes,
+        "securityContext": pod_security_context(job, gpus=True),
     }
     if head and not job.spec.data_prep.skip:
         spec["initContainers"] = [prepare_container(job)]
-    profile_labels = profiles.profile_of(job).node_selector if hw.profile_node_selector else {}
+    spec |= placement(job, gpus=True)
+    return {"metadata": {"labels": labels(job, "ray-head" if head else "ray-worker")}, "spec": spec}
+
+
+def placement(job: LoraRLJob, gpus: bool) -> dict[str, Any]:
+    """Where the job's pods may run: the spec's node selector, tolerations, affinity and priority
+    class; the profile's GPU node label only for pods that use GPUs."""
+    hw = job.spec.hardware
+    out: dict[str, Any] = {}
+    profile_labels = profiles.profile_of(job).node_selector if gpus and hw.profile_node_selector else {}
     node_selector = {**profile_labels, **hw.node_selector}
     if node_selector:
-        spec["nodeSelector"] = dict(sorted(node_selector.items()))
+        out["nodeSelector"] = dict(sorted(node_selector.items()))
     if hw.tolerations:
-        spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in hw.tolerations]
+        out["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in hw.tolerations]
     if hw.affinity:
-        spec["affinity"] = hw.affinity
+        out["affinity"] = hw.affinity
     if job.spec.scheduling.priority_class_name:
-        spec["priorityClassName"] = job.spec.scheduling.priority_class_name
-    return {"metadata": {"labels": labels(job, "ray-head" if head else "ray-worker")}, "spec": spec}
+        out["priorityClassName"] = job.spec.scheduling.priority_class_name
+    return out
+
+
+# KubeRay v1.5.0's own submitter container (controllers/ray/common/job.go:216-232,
+# GetDefaultSubmitterContainer): the head's image, these requests and limits.
+SUBMITTER_CONTAINER = "ray-job-submitter"
+SUBMITTER_RESOURCES = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}}
+
+
+def submitter_pod_template(job: LoraRLJob) -> dict[str, Any]:
+    """The pod that runs `ray job submit` (K8sJobMode). Rendered so that it holds no API token
+    (KubeRay's default template runs as the namespace's `default` account with automount on) and
+    asks for no GPU. No command: KubeRay sets `ray job submit ...` when the container has none
+    (rayjob_controller.go:575-586, configureSubmitterContainer)."""
+    container = {
+        "name": SUBMITTER_CONTAINER,
+        "image": image(job),
+        "imagePullPolicy": job.spec.run_policy.image_pull_policy,
+        "resources": SUBMITTER_RESOURCES,
+        "securityContext": container_security_context(),
+    }
+    spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        # a Job's pods must not restart in place; KubeRay's default template says the same (job.go:211)
+        "restartPolicy": "Never",
+        "securityContext": pod_security_context(job, gpus=False),
+    }
+    spec |= placement(job, gpus=False)
+    return {"metadata": {"labels": labels(job, "submitter")}, "spec": spec}
 
 
 def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
@@ -412,6 +477,7 @@ def rayjob(job: LoraRLJob) -> dict[str, Any]:
             "activeDeadlineSeconds": run.active_deadline_seconds,
             "backoffLimit": run.backoff_limit,
             "submitterConfig": {"backoffLimit": run.submitter_backoff_limit},
+            "submitterPodTemplate": submitter_pod_template(job),
             # Kueue admits a queued job by flipping suspend to false; the controller decides
             # who writes this field (lorarl.control.queueing.rayjob_apply).
             "suspend": bool(job.spec.suspend or queue),
