@@ -74,6 +74,12 @@ def _say(step: str, text: str) -> None:
     click.echo(text)
 
 
+def _down_hint(base: str | None) -> str:
+    """The command that stops this demo: with ``--state-dir`` when one was given."""
+    exe = pathlib.Path(sys.executable).with_name("lorarl-dev")  # `make demo` runs it from .venv/bin, not on PATH
+    return f"{exe if exe.exists() else 'lorarl-dev'} demo down" + (f" --state-dir {shlex.quote(base)}" if base else "")
+
+
 def _operator_pid_file(state: pathlib.Path) -> pathlib.Path:
     return state / "operator.pid"
 
@@ -218,7 +224,7 @@ def run(base: str | None, pace: float) -> None:
     click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs -A")
     click.echo(f"  {cp.kubectl_path} describe lorarljob {name}")
-    click.echo("  lorarl-dev demo down  # stop everything")
+    click.echo(f"  {_down_hint(base)}  # stop everything")
 
 
 def real_node_possible() -> list[str]:
@@ -291,12 +297,15 @@ def run_real(base: str | None) -> None:
     _show_progress(Api(client).get("lorarl.dev/v1alpha1", "LoraRLJob", NAMESPACE, name))
     client.close()
     if phase != "Succeeded":
-        raise click.ClickException(f"the seed job ended {phase or 'nowhere'}: kubectl describe lorarljob {name}")
+        raise click.ClickException(
+            f"the seed job ended {phase or 'not at all (20 min)'}: {cp.kubectl_path} --kubeconfig={cp.kubeconfig} describe lorarljob {name}; "
+            f"then {_down_hint(base)}"
+        )
     click.echo()
     click.secho("Done, on real pods. The cluster and the operator keep running:", bold=True)
     click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs,pods -A")
-    click.echo("  lorarl-dev demo down  # stop everything (the node's pods, mounts and namespace too)")
+    click.echo(f"  {_down_hint(base)}  # stop everything (the node's pods, mounts and namespace too)")
 
 
 def down(base: str | None) -> None:
