@@ -283,13 +283,19 @@ def run_real(base: str | None) -> None:
     cp.kubectl("delete", "lorarljob", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=300)
     click.echo("      " + cp.kubectl("apply", "-f", "-", input=json.dumps(job)).stdout.strip())
     _say("6/6", "the run in real pods: head pod, init container (hf download), ray start, KubeRay's submitter, the reporter")
-    seen, deadline, phase = set(), time.monotonic() + 1200, None
+    seen, deadline, phase, shown_rollout = set(), time.monotonic() + 1200, None, -10
     while time.monotonic() < deadline:
-        phase = cp.kubectl("get", "lorarljob", name, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}", check=False).stdout
-        if phase not in seen:
+        status = (seedrun.get(cp, "lorarljob", name, NAMESPACE) or {}).get("status") or {}
+        phase, rollout = status.get("phase"), (status.get("progress") or {}).get("rollout", -1)
+        changed = phase not in seen
+        if changed:
             seen.add(phase)
             click.echo(cp.kubectl("get", "pods,rayjobs", "-n", NAMESPACE, check=False).stdout.rstrip())
-        _show_jobs(cp)
+            if phase in ("Running", "Succeeded"):
+                _say_real(cp, name, phase)
+        if changed or rollout >= shown_rollout + 10 or phase in ("Succeeded", "Failed"):
+            shown_rollout = rollout
+            _show_jobs(cp)
         if phase in ("Succeeded", "Failed"):
             break
         time.sleep(3)
@@ -306,6 +312,20 @@ def run_real(base: str | None) -> None:
     click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs,pods -A")
     click.echo(f"  {_down_hint(base)}  # stop everything (the node's pods, mounts and namespace too)")
+
+
+def _say_real(cp: controlplane.ControlPlane, name: str, phase: str) -> None:
+    """Say where the phase comes from: which real pod runs it and what KubeRay read from Ray."""
+    from . import seedrun
+
+    rayjob = (seedrun.get(cp, "rayjob", name, NAMESPACE) or {}).get("status") or {}
+    heads = seedrun.pods(cp, NAMESPACE, "ray.io/node-type=head")
+    where = ", ".join(f"{p['metadata']['name']} ({p['status'].get('phase')}) on node {p['spec'].get('nodeName')}" for p in heads) or "its pods already removed"
+    click.secho(
+        f"      {phase} ON REAL PODS: head pod {where}; KubeRay read the Ray job as {rayjob.get('jobStatus')} "
+        f"(job id {rayjob.get('jobId')}) from the real Ray dashboard",
+        bold=True,
+    )
 
 
 def down(base: str | None) -> None:
