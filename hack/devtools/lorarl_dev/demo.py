@@ -150,6 +150,10 @@ def run(base: str | None, pace: float) -> None:
 
     _say("2/6", "starting etcd + kube-apiserver + kube-controller-manager, installing the CRDs")
     cp = controlplane.up(state)
+    if cp.netns is not None:  # a real-pods demo's cluster: its helm-installed operator would fight a second one
+        click.echo(f"      {state} holds the real-pods demo's cluster: stopping it for the simulated one")
+        controlplane.down(state)
+        cp = controlplane.up(state)
     click.echo(f"      {cp.server}")
 
     _say("3/6", "starting the operator (lorarl run)")
@@ -261,6 +265,11 @@ def run_real(base: str | None) -> None:
     click.echo(f"      {bin_dir}")
     _say("2/6", "starting the control plane with one real node and the KubeRay operator")
     cp = controlplane.up(state, node=True, gpus=8, kuberay_operator=True)
+    if cp.netns is None:  # up() reuses what runs there: a simulated demo's control plane has no node
+        click.echo(f"      {state} holds a control plane without a node (a simulated demo's): stopping it for the real one")
+        stop_operator(state)
+        controlplane.down(state)
+        cp = controlplane.up(state, node=True, gpus=8, kuberay_operator=True)
     click.echo(f"      {cp.server} (the cluster lives in network namespace {cp.netns})")
     hub_root = state / "hub"
     if not (hub_root / "models").is_dir():
