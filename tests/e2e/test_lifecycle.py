@@ -37,7 +37,17 @@ def test_the_only_operator_pod_killed_mid_run_then_suspend_and_resume_from_the_n
     seedrun.scale_operator(cp, 1, lorarl_operator)
     try:
         revision = hub.revision({"seconds_per_rollout": 1.5})
-        explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
+        # a head that restarts under load (Ray's own start-up waits) costs the submitter its tries:
+        # more of them, as the README's troubleshooting table advises for a slow dashboard
+        explain = seedrun.apply_seed(
+            cp,
+            image=node_images["job"],
+            endpoint=hub.endpoint,
+            name=name,
+            namespace=ns,
+            model_revision=revision,
+            spec={"runPolicy": {"submitterBackoffLimit": 6}},
+        )
         seedrun.wait_for("rollout >= 5", lambda: seedrun.rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
 
         # 1. the operator's only Pod killed: the Deployment's new Pod takes the Lease once it

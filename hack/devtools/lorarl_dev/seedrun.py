@@ -222,8 +222,11 @@ def job_status(cp: ControlPlane, namespace: str, name: str) -> dict:
 
 
 def rollout_at_least(cp: ControlPlane, namespace: str, name: str, k: int) -> dict | None:
-    """The status once it says rollout >= ``k`` (how a test observes "mid-run")."""
+    """The status once it says rollout >= ``k`` (how a test observes "mid-run"); a run that ended
+    before that fails the wait at once, with KubeRay's reason, instead of running out its time."""
     st = job_status(cp, namespace, name)
+    if st.get("phase") in ("Succeeded", "Failed") and (st.get("progress") or {}).get("rollout", -1) < k:
+        raise AssertionError(f"{namespace}/{name} ended {st['phase']} before rollout {k}: {st.get('rayJob')}")
     return st if (st.get("progress") or {}).get("rollout", -1) >= k else None
 
 
