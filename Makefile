@@ -57,7 +57,7 @@ test-lowest: controlplane $(LOWEST_STAMP)
 test-fast: setup
 	$(BIN)/python -m pytest -m "not controlplane"
 
-demo: controlplane
+demo: packages controlplane
 	$(BIN)/lorarl-dev demo
 
 demo-down: setup

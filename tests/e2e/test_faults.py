@@ -7,8 +7,6 @@ ledger and checkpoints on the volume."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from lorarl_dev import seedrun
 
@@ -17,69 +15,50 @@ pytestmark = pytest.mark.node
 RUN_TIMEOUT = 900
 
 
-def _status(cp, ns, name):
-    return ((seedrun.get(cp, "lorarljob", name, ns) or {}).get("status")) or {}
-
-
-def _rollout_at_least(cp, ns, name, k):
-    st = _status(cp, ns, name)
-    return st if (st.get("progress") or {}).get("rollout", -1) >= k else None
-
-
-def _pods(cp, ns, selector):
-    return json.loads(cp.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout)["items"]
-
-
-def _final(cp, ns, name, explain):
-    return seedrun.wait_for(
-        "LoraRLJob finished", lambda: _status(cp, ns, name).get("phase") in ("Succeeded", "Failed") and _status(cp, ns, name), RUN_TIMEOUT, explain=explain
-    )
-
-
 def test_two_nodes_survive_the_operator_leaders_death_and_resume_after_the_head_pod_is_killed(real_node_cluster, hub, node_images, job_ns, lorarl_operator):
     cp, ns, name = real_node_cluster, job_ns, "seed-2n"
     revision = hub.revision({"seconds_per_rollout": 1.0})
-    job = seedrun.seed_job(
-        image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision, nodes=2, spec={"runPolicy": {"backoffLimit": 1}}
+    explain = seedrun.apply_seed(
+        cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision, nodes=2, spec={"runPolicy": {"backoffLimit": 1}}
     )
-    cp.kubectl("apply", "-f", "-", input=json.dumps(job))
-    explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
 
-    seedrun.wait_for("rollout >= 5", lambda: _rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
-    workers = _pods(cp, ns, "ray.io/node-type=worker")
+    seedrun.wait_for("rollout >= 5", lambda: seedrun.rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
+    workers = seedrun.pods(cp, ns, "ray.io/node-type=worker")
     assert len(workers) == 1 and workers[0]["status"]["phase"] == "Running"
-    gpus = sum(int(c["resources"]["limits"]["amd.com/gpu"]) for p in (*workers, *_pods(cp, ns, "ray.io/node-type=head")) for c in p["spec"]["containers"])
+    gpus = sum(
+        int(c["resources"]["limits"]["amd.com/gpu"]) for p in (*workers, *seedrun.pods(cp, ns, "ray.io/node-type=head")) for c in p["spec"]["containers"]
+    )
     assert gpus == 16
 
     # the operator's leader killed: the standby takes over, the run is unaffected
     old_leader = seedrun.leader(cp, lorarl_operator)
-    assert old_leader in {p["metadata"]["name"] for p in seedrun.operator_pods(cp, lorarl_operator)}
-    before = _status(cp, ns, name)
+    assert old_leader in {p["metadata"]["name"] for p in seedrun.operatorseedrun.pods(cp, lorarl_operator)}
+    before = seedrun.job_status(cp, ns, name)
     cp.kubectl("delete", "pod", "-n", lorarl_operator, old_leader, "--grace-period=0", "--force")
     new_leader = seedrun.wait_for("a new leader", lambda: (holder := seedrun.leader(cp, lorarl_operator)) != old_leader and holder, 180, explain=explain)
     assert new_leader != old_leader
-    after = _status(cp, ns, name)
+    after = seedrun.job_status(cp, ns, name)
     assert after["phase"] == before["phase"] == "Running"
     assert after["rayJob"]["rayClusterName"] == before["rayJob"]["rayClusterName"]
 
     # the head pod killed after the first save (iteration 49): a new head, and the next attempt
     # resumes from that save
-    seedrun.wait_for("rollout >= 55", lambda: _rollout_at_least(cp, ns, name, 55), RUN_TIMEOUT, explain=explain)
-    assert _status(cp, ns, name)["checkpoints"]["latestIteration"] == 49
-    (head,) = _pods(cp, ns, "ray.io/node-type=head")
+    seedrun.wait_for("rollout >= 55", lambda: seedrun.rollout_at_least(cp, ns, name, 55), RUN_TIMEOUT, explain=explain)
+    assert seedrun.job_status(cp, ns, name)["checkpoints"]["latestIteration"] == 49
+    (head,) = seedrun.pods(cp, ns, "ray.io/node-type=head")
     old_uid = head["metadata"]["uid"]
     cp.kubectl("delete", "pod", "-n", ns, head["metadata"]["name"], "--grace-period=0", "--force")
 
     def new_head():
         heads = [
             p
-            for p in _pods(cp, ns, "ray.io/node-type=head")
+            for p in seedrun.pods(cp, ns, "ray.io/node-type=head")
             if p["metadata"]["uid"] != old_uid and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
         ]
         return heads[0] if heads else None
 
     seedrun.wait_for("a new head pod", new_head, RUN_TIMEOUT, explain=explain)
-    final = _final(cp, ns, name, explain)
+    final = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert final["phase"] == "Succeeded", explain()
     assert final["progress"]["rollout"] == 100
     assert final["progress"]["attempts"] >= 2
@@ -91,15 +70,13 @@ def test_two_nodes_survive_the_operator_leaders_death_and_resume_after_the_head_
 def test_the_run_survives_its_submitter_pod_and_a_deleted_job_leaves_nothing(real_node_cluster, hub, node_images, job_ns):
     cp, ns, name = real_node_cluster, job_ns, "seed-sub"
     revision = hub.revision({"seconds_per_rollout": 0.5})
-    job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
-    cp.kubectl("apply", "-f", "-", input=json.dumps(job))
-    explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
+    explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
 
-    seedrun.wait_for("rollout >= 5", lambda: _rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
-    submitters = [p for p in json.loads(cp.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"] if "job-name" in (p["metadata"].get("labels") or {})]
+    seedrun.wait_for("rollout >= 5", lambda: seedrun.rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
+    submitters = [p for p in seedrun.pods(cp, ns) if "job-name" in (p["metadata"].get("labels") or {})]
     assert len(submitters) == 1, [p["metadata"]["name"] for p in submitters]
     cp.kubectl("delete", "pod", "-n", ns, submitters[0]["metadata"]["name"], "--grace-period=0", "--force")
-    final = _final(cp, ns, name, explain)
+    final = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert final["phase"] == "Succeeded", explain()
     assert final["progress"]["rollout"] == 100
 
@@ -109,7 +86,7 @@ def test_the_run_survives_its_submitter_pod_and_a_deleted_job_leaves_nothing(rea
         out = cp.kubectl(
             "get", "rayjobs,rayclusters,jobs,pods,configmaps,pvc,serviceaccounts,roles,rolebindings", "-n", ns, "-l", f"lorarl.dev/job={name}", "-o", "name"
         ).stdout.split()
-        pods = json.loads(cp.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
+        pods = seedrun.pods(cp, ns)
         rayjobs = cp.kubectl("get", "rayjobs,rayclusters", "-n", ns, "-o", "name").stdout.split()
         return not out and not pods and not rayjobs
 

@@ -19,20 +19,13 @@ pytestmark = pytest.mark.node
 RUN_TIMEOUT = 900  # 2 shared cores: image unpack, Ray start and the trainer stand-in
 
 
-def _phase(cp, ns, name):
-    job = seedrun.get(cp, "lorarljob", name, ns)
-    return (job or {}).get("status", {}).get("phase")
-
-
 def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_node_cluster, hub, node_images, job_ns):
     cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
     revision = hub.revision({"seconds_per_rollout": 0.5})
-    job = seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
     # the pods run hardened (docs/security.md "Pod Security levels"): the API server's PodSecurity
     # admits them where "baseline" is enforced (and would refuse a privileged setting)
     cp.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline")
-    cp.kubectl("apply", "-f", "-", input=json.dumps(job))
-    explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
+    explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
 
     # Running, as KubeRay says it from the real Ray job (not a stand-in)
     seen = seedrun.wait_for("RayJob RUNNING", lambda: _running_snapshot(cp, ns, name), RUN_TIMEOUT, explain=explain)
@@ -45,15 +38,9 @@ def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_
     assert rayjob_running["status"]["jobDeploymentStatus"] == "Running"
     _assert_hardened(head)
     _assert_submitter_holds_no_token(cp, ns, name)
-    seedrun.wait_for("LoraRLJob Running", lambda: _phase(cp, ns, name) in ("Running", "Succeeded"), 120, explain=explain)
+    seedrun.wait_for("LoraRLJob Running", lambda: seedrun.job_status(cp, ns, name).get("phase") in ("Running", "Succeeded"), 120, explain=explain)
 
-    final = seedrun.wait_for(
-        "LoraRLJob Succeeded",
-        lambda: (_phase(cp, ns, name) in ("Succeeded", "Failed")) and seedrun.get(cp, "lorarljob", name, ns),
-        RUN_TIMEOUT,
-        explain=explain,
-    )
-    status = final["status"]
+    status = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert status["phase"] == "Succeeded", explain()
     rayjob = seedrun.get(cp, "rayjob", name, ns)
     assert rayjob["status"]["jobStatus"] == "SUCCEEDED"
@@ -82,8 +69,7 @@ def _running_snapshot(cp, ns, name):
     rayjob = seedrun.get(cp, "rayjob", name, ns)
     if not rayjob or rayjob.get("status", {}).get("jobStatus") not in ("RUNNING", "SUCCEEDED"):
         return None
-    pods = json.loads(cp.kubectl("get", "pods", "-n", ns, "-l", "ray.io/node-type=head", "-o", "json").stdout)["items"]
-    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    running = [p for p in seedrun.pods(cp, ns, "ray.io/node-type=head") if p["status"].get("phase") == "Running"]
     return (running[0], rayjob) if running else None
 
 

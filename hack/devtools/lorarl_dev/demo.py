@@ -74,6 +74,12 @@ def _say(step: str, text: str) -> None:
     click.echo(text)
 
 
+def _down_hint(base: str | None) -> str:
+    """The command that stops this demo: with ``--state-dir`` when one was given."""
+    exe = pathlib.Path(sys.executable).with_name("lorarl-dev")  # `make demo` runs it from .venv/bin, not on PATH
+    return f"{exe if exe.exists() else 'lorarl-dev'} demo down" + (f" --state-dir {shlex.quote(base)}" if base else "")
+
+
 def _operator_pid_file(state: pathlib.Path) -> pathlib.Path:
     return state / "operator.pid"
 
@@ -144,6 +150,10 @@ def run(base: str | None, pace: float) -> None:
 
     _say("2/6", "starting etcd + kube-apiserver + kube-controller-manager, installing the CRDs")
     cp = controlplane.up(state)
+    if cp.netns is not None:  # a real-pods demo's cluster: its helm-installed operator would fight a second one
+        click.echo(f"      {state} holds the real-pods demo's cluster: stopping it for the simulated one")
+        controlplane.down(state)
+        cp = controlplane.up(state)
     click.echo(f"      {cp.server}")
 
     _say("3/6", "starting the operator (lorarl run)")
@@ -218,7 +228,7 @@ def run(base: str | None, pace: float) -> None:
     click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs -A")
     click.echo(f"  {cp.kubectl_path} describe lorarljob {name}")
-    click.echo("  lorarl-dev demo down  # stop everything")
+    click.echo(f"  {_down_hint(base)}  # stop everything")
 
 
 def real_node_possible() -> list[str]:
@@ -255,6 +265,11 @@ def run_real(base: str | None) -> None:
     click.echo(f"      {bin_dir}")
     _say("2/6", "starting the control plane with one real node and the KubeRay operator")
     cp = controlplane.up(state, node=True, gpus=8, kuberay_operator=True)
+    if cp.netns is None:  # up() reuses what runs there: a simulated demo's control plane has no node
+        click.echo(f"      {state} holds a control plane without a node (a simulated demo's): stopping it for the real one")
+        stop_operator(state)
+        controlplane.down(state)
+        cp = controlplane.up(state, node=True, gpus=8, kuberay_operator=True)
     click.echo(f"      {cp.server} (the cluster lives in network namespace {cp.netns})")
     hub_root = state / "hub"
     if not (hub_root / "models").is_dir():
@@ -277,13 +292,19 @@ def run_real(base: str | None) -> None:
     cp.kubectl("delete", "lorarljob", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=300)
     click.echo("      " + cp.kubectl("apply", "-f", "-", input=json.dumps(job)).stdout.strip())
     _say("6/6", "the run in real pods: head pod, init container (hf download), ray start, KubeRay's submitter, the reporter")
-    seen, deadline, phase = set(), time.monotonic() + 1200, None
+    seen, deadline, phase, shown_rollout = set(), time.monotonic() + 1200, None, -10
     while time.monotonic() < deadline:
-        phase = cp.kubectl("get", "lorarljob", name, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}", check=False).stdout
-        if phase not in seen:
+        status = (seedrun.get(cp, "lorarljob", name, NAMESPACE) or {}).get("status") or {}
+        phase, rollout = status.get("phase"), (status.get("progress") or {}).get("rollout", -1)
+        changed = phase not in seen
+        if changed:
             seen.add(phase)
             click.echo(cp.kubectl("get", "pods,rayjobs", "-n", NAMESPACE, check=False).stdout.rstrip())
-        _show_jobs(cp)
+            if phase in ("Running", "Succeeded"):
+                _say_real(cp, name, phase)
+        if changed or rollout >= shown_rollout + 10 or phase in ("Succeeded", "Failed"):
+            shown_rollout = rollout
+            _show_jobs(cp)
         if phase in ("Succeeded", "Failed"):
             break
         time.sleep(3)
@@ -291,12 +312,29 @@ def run_real(base: str | None) -> None:
     _show_progress(Api(client).get("lorarl.dev/v1alpha1", "LoraRLJob", NAMESPACE, name))
     client.close()
     if phase != "Succeeded":
-        raise click.ClickException(f"the seed job ended {phase or 'nowhere'}: kubectl describe lorarljob {name}")
+        raise click.ClickException(
+            f"the seed job ended {phase or 'not at all (20 min)'}: {cp.kubectl_path} --kubeconfig={cp.kubeconfig} describe lorarljob {name}; "
+            f"then {_down_hint(base)}"
+        )
     click.echo()
     click.secho("Done, on real pods. The cluster and the operator keep running:", bold=True)
     click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs,pods -A")
-    click.echo("  lorarl-dev demo down  # stop everything (the node's pods, mounts and namespace too)")
+    click.echo(f"  {_down_hint(base)}  # stop everything (the node's pods, mounts and namespace too)")
+
+
+def _say_real(cp: controlplane.ControlPlane, name: str, phase: str) -> None:
+    """Say where the phase comes from: which real pod runs it and what KubeRay read from Ray."""
+    from . import seedrun
+
+    rayjob = (seedrun.get(cp, "rayjob", name, NAMESPACE) or {}).get("status") or {}
+    heads = seedrun.pods(cp, NAMESPACE, "ray.io/node-type=head")
+    where = ", ".join(f"{p['metadata']['name']} ({p['status'].get('phase')}) on node {p['spec'].get('nodeName')}" for p in heads) or "its pods already removed"
+    click.secho(
+        f"      {phase} ON REAL PODS: head pod {where}; KubeRay read the Ray job as {rayjob.get('jobStatus')} "
+        f"(job id {rayjob.get('jobId')}) from the real Ray dashboard",
+        bold=True,
+    )
 
 
 def down(base: str | None) -> None:

@@ -67,6 +67,16 @@ def seed_job(
     return _merge(job, {"spec": dict(spec)} if spec else {})
 
 
+def apply_seed(
+    cp: ControlPlane, *, image: str, endpoint: str, name: str, namespace: str, model_revision: str, nodes: int = 1, spec: Mapping[str, Any] | None = None
+) -> Callable[[], str]:
+    """:func:`seed_job` applied with kubectl; returns what a failing wait shows (:func:`describe`
+    of the namespace), the set-up every end-to-end test starts with."""
+    job = seed_job(image=image, endpoint=endpoint, name=name, namespace=namespace, model_revision=model_revision, nodes=nodes, spec=spec)
+    cp.kubectl("apply", "-f", "-", input=json.dumps(job))
+    return lambda: describe(cp, namespace)
+
+
 def _merge(base: dict, extra: Mapping) -> dict:
     out = copy.deepcopy(base)
     for key, value in extra.items():
@@ -180,12 +190,59 @@ def leader(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE) -> str | None:
     return None
 
 
+def scale_operator(cp: ControlPlane, replicas: int, namespace: str = OPERATOR_NAMESPACE, timeout: float = 180) -> str:
+    """Scale the chart's Deployment and wait until ``replicas`` Pods run (none terminating) and
+    one of them holds the Lease; returns the leader's name."""
+    cp.kubectl("scale", "deployment", "-n", namespace, f"{RELEASE}-lorarl-operator", f"--replicas={replicas}")
+
+    def settled():
+        pods = operator_pods(cp, namespace)
+        ready = [p for p in pods if not p["metadata"].get("deletionTimestamp") and _ready(p)]
+        holder = leader(cp, namespace)
+        return holder if len(pods) == len(ready) == replicas and holder in {p["metadata"]["name"] for p in ready} else None
+
+    return wait_for(f"{replicas} operator replica(s), one leading", settled, timeout)
+
+
+def _ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+
+
 # ------------------------------------------------------------------------------ waiting
 
 
 def get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict | None:
     proc = cp.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
     return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def job_status(cp: ControlPlane, namespace: str, name: str) -> dict:
+    """The LoraRLJob's status ({} when it or its status does not exist)."""
+    return ((get(cp, "lorarljob", name, namespace) or {}).get("status")) or {}
+
+
+def rollout_at_least(cp: ControlPlane, namespace: str, name: str, k: int) -> dict | None:
+    """The status once it says rollout >= ``k`` (how a test observes "mid-run"); a run that ended
+    before that fails the wait at once, with KubeRay's reason, instead of running out its time."""
+    st = job_status(cp, namespace, name)
+    if st.get("phase") in ("Succeeded", "Failed") and (st.get("progress") or {}).get("rollout", -1) < k:
+        raise AssertionError(f"{namespace}/{name} ended {st['phase']} before rollout {k}: {st.get('rayJob')}")
+    return st if (st.get("progress") or {}).get("rollout", -1) >= k else None
+
+
+def pods(cp: ControlPlane, namespace: str, selector: str | None = None) -> list[dict]:
+    out = cp.kubectl("get", "pods", "-n", namespace, *(("-l", selector) if selector else ()), "-o", "json")
+    return json.loads(out.stdout)["items"]
+
+
+def wait_finished(cp: ControlPlane, namespace: str, name: str, timeout: float, explain: Callable[[], str] | None = None) -> dict:
+    """The status once the phase is Succeeded or Failed."""
+
+    def finished():
+        st = job_status(cp, namespace, name)
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    return wait_for(f"LoraRLJob {namespace}/{name} finished", finished, timeout, explain=explain)
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0, explain: Callable[[], str] | None = None) -> Any:
