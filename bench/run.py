@@ -429,9 +429,31 @@ class Bench:
         await asyncio.gather(*(one(i) for i in range(through_api)))
         if n > through_api:
             await etcd_copies(self.cp, f"/registry/lorarl.dev/lorarljobs/{ns}/", job_name(0), [job_name(i) for i in range(through_api, n)])
+            t1 = time.monotonic()
+            await self.cache_holds(client, ns, n)
+            log(f"the API server serves the {n} jobs {time.monotonic() - t1:.0f}s after the copies were put")
         self.finished[n] = ns
         log(f"{n} finished jobs in {ns} ({time.monotonic() - t0:.0f}s; {through_api} through the API server)")
         return ns, time.monotonic() - t0
+
+    async def cache_holds(self, client: Client, ns: str, n: int, timeout: float = 900) -> None:
+        """Wait until the API server serves all ``n`` jobs of ``ns``: it decodes the copies from
+        its etcd watch into its watch cache (seconds to minutes under load), and until then a
+        consistent LIST waits for the cache and answers 504 "Too large resource version". A
+        system started before that would measure the API server's catching up, not itself."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                page = await client.request("GET", f"/apis/lorarl.dev/v1alpha1/namespaces/{ns}/lorarljobs", params={"limit": "1"}, retries=0)
+                held = len(page.get("items") or []) + int((page.get("metadata") or {}).get("remainingItemCount") or 0)
+                if held >= n:
+                    return
+            except KubeError as err:
+                if err.status != 504:
+                    raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the API server did not serve the {n} jobs of {ns} in {timeout:.0f}s")
+            await asyncio.sleep(2)
 
     async def history_point(self, client: Client, n: int) -> dict[str, Any]:
         """Ours idle over ``n`` finished jobs that it handled in an earlier life."""
