@@ -444,7 +444,9 @@ class Bench:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                page = await client.request("GET", f"/apis/lorarl.dev/v1alpha1/namespaces/{ns}/lorarljobs", params={"limit": "1"}, retries=0)
+                # the operator's own first request (a page of 500): one of 1 item was answered while
+                # a page of 500 still waited for the cache
+                page = await client.request("GET", f"/apis/lorarl.dev/v1alpha1/namespaces/{ns}/lorarljobs", params={"limit": "500"}, retries=0)
                 held = len(page.get("items") or []) + int((page.get("metadata") or {}).get("remainingItemCount") or 0)
                 if held >= n:
                     return
