@@ -7,6 +7,8 @@ import threading
 
 import pytest
 from lorarl.api import types as api
+from lorarl.control.cache import compact_job
+from lorarl.controller import decode_job
 from lorarl.runtime.informer import Informer
 
 from tests.helpers import seed_doc, wait_for
@@ -72,5 +74,45 @@ def test_a_resource_version_too_old_is_a_relist(control_plane, namespace, kube):
     try:
         wait_for(lambda: ("DELETED", "removed", True) in seen, what="the deletion reported by a re-list")
         assert ("DELETED", "removed", False) not in seen and not any(name == "kept" for _, name, _ in seen)
+    finally:
+        stop.set()
+
+
+def test_a_listed_finished_job_arrives_as_its_stub_and_every_other_object_whole(control_plane, namespace, kube):
+    """The controller's decode hook on the real API server's answers: only a listed job that is
+    finished and settled, without a TTL, is cut to its stub (what ``on_job`` keeps of it); a
+    finished job with a TTL (still to be deleted), an unfinished one and every watch event come
+    whole."""
+    finished = {"phase": "Succeeded", "observedGeneration": 1}
+    for name, ttl, st in (("done", None, finished), ("done-ttl", 60, finished), ("pending", None, {"phase": "Pending", "observedGeneration": 1})):
+        doc = seed_doc()
+        doc["metadata"] = {"name": name, "namespace": namespace}
+        if ttl:
+            doc["spec"]["ttlSecondsAfterFinished"] = ttl
+        kube.apply(doc, force=True)
+        kube.patch_status(api.API_VERSION, api.KIND, namespace, name, st)
+    seen: dict[tuple[str, bool], dict] = {}
+    informer = Informer(
+        kube.client,
+        api.GROUP,
+        api.VERSION,
+        api.PLURAL,
+        namespace,
+        lambda type_, body, listed: seen.__setitem__((body["metadata"]["name"], listed), body),
+        page_size=1,
+        decode=decode_job,
+    )
+    assert informer.list() == 3
+    whole = {name: kube.get(api.API_VERSION, api.KIND, namespace, name) for name in ("done", "done-ttl", "pending")}
+    assert seen[("done", True)] == compact_job(whole["done"]) and "spec" not in seen[("done", True)]
+    assert seen[("done-ttl", True)]["spec"] == whole["done-ttl"]["spec"]
+    assert seen[("pending", True)]["spec"] == whole["pending"]["spec"]
+
+    stop = threading.Event()
+    threading.Thread(target=informer.watch, args=(stop,), daemon=True).start()
+    try:
+        kube.patch_status(api.API_VERSION, api.KIND, namespace, "done", {"progress": {"rollout": 1}})
+        wait_for(lambda: ("done", False) in seen, what="the watch event of the finished job")
+        assert seen[("done", False)]["spec"] == whole["done"]["spec"]
     finally:
         stop.set()
