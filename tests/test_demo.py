@@ -33,6 +33,7 @@ def test_demo_runs_and_cleans_up(tmp_path):
         assert gpu_hours != "None" and float(gpu_hours) > 0, progress
         kubeconfig = state / "controlplane" / "kubeconfig"
         assert f"export KUBECONFIG={kubeconfig}" in out.stdout
+        assert f"lorarl-dev demo down --state-dir {state}  # stop everything" in out.stdout  # the hint stops this demo
         # the user can kubectl against it
         kubectl = os.path.join(os.path.dirname(sys.executable), "kubectl")
         got = subprocess.run(

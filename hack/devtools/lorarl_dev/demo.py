@@ -69,6 +69,11 @@ def state_dir(base: str | None) -> pathlib.Path:
     return pathlib.Path(base) if base else controlplane.default_state_dir()
 
 
+def down_command(base: str | None) -> str:
+    """The command that stops this demo (run as printed, it stops this one, not another's)."""
+    return "lorarl-dev demo down" + (f" --state-dir {shlex.quote(base)}" if base else "")
+
+
 def _say(step: str, text: str) -> None:
     click.secho(f"[{step}] ", fg="cyan", bold=True, nl=False, err=False)
     click.echo(text)
@@ -218,7 +223,7 @@ def run(base: str | None, pace: float) -> None:
     click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs -A")
     click.echo(f"  {cp.kubectl_path} describe lorarljob {name}")
-    click.echo("  lorarl-dev demo down  # stop everything")
+    click.echo(f"  {down_command(base)}  # stop everything")
 
 
 def real_node_possible() -> list[str]:
@@ -296,7 +301,7 @@ def run_real(base: str | None) -> None:
     click.secho("Done, on real pods. The cluster and the operator keep running:", bold=True)
     click.echo(f"  export KUBECONFIG={cp.kubeconfig}")
     click.echo(f"  {cp.kubectl_path} get lorarljobs,rayjobs,pods -A")
-    click.echo("  lorarl-dev demo down  # stop everything (the node's pods, mounts and namespace too)")
+    click.echo(f"  {down_command(base)}  # stop everything (the node's pods, mounts and namespace too)")
 
 
 def down(base: str | None) -> None:
