@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 
@@ -134,3 +135,25 @@ def test_render_command_one_flag_per_line_read_back_by_a_real_shell():
         ["sh", "-c", out.replace("python3 /root/miles/train.py", "printf '%s\\n' python3 /root/miles/train.py", 1)], capture_output=True, text=True
     )
     assert printed.stdout.splitlines() == command.train_argv(job_from(load(SEED)))
+
+
+def test_the_readme_tour_runs_as_written():
+    """Every `lorarl render|validate` line of the README's five-minute tour runs (from the
+    repository root) and exits 0; the tour shows the new render options."""
+    import shlex
+
+    from tests.helpers import REPO, lorarl_cli
+
+    tour = (REPO / "README.md").read_text().split("## A five-minute tour", 1)[1].split("```", 2)[1]
+    lines = [
+        line.split("#", 1)[0].split("|", 1)[0].strip() for line in tour.splitlines() if line.startswith("lorarl render") or line.startswith("lorarl validate")
+    ]
+    assert any("--command" in line for line in lines) and any("--only" in line for line in lines), lines
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        for line in lines:
+            out = lorarl_cli(*shlex.split(line)[1:])
+            assert out.exit_code == 0, (line, out.stderr)
+    finally:
+        os.chdir(cwd)
