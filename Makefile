@@ -9,10 +9,14 @@ LOWEST_STAMP := $(LOWEST)/.installed
 
 .PHONY: setup packages controlplane lint test test-lowest test-fast demo demo-down generate bench clean
 
+# setuptools' box about editable installs of a flat layout (hack/devtools) is information, not a
+# problem: silenced by its message, so that a real warning still shows
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
 $(STAMP): pyproject.toml hack/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,hub]' -e hack/devtools
+	$(QUIET_EDITABLE) $(BIN)/pip install --quiet -e '.[test,hub]' -e hack/devtools
 	touch $@
 
 setup: $(STAMP)
@@ -21,7 +25,7 @@ $(LOWEST_STAMP): pyproject.toml hack/devtools/pyproject.toml hack/constraints-lo
 	rm -rf $(LOWEST)
 	$(PYTHON) -m venv $(LOWEST)
 	$(LOWEST)/bin/pip install --quiet --upgrade pip
-	$(LOWEST)/bin/pip install --quiet -c hack/constraints-lowest.txt -e '.[test]' -e hack/devtools
+	$(QUIET_EDITABLE) $(LOWEST)/bin/pip install --quiet -c hack/constraints-lowest.txt -e '.[test]' -e hack/devtools
 	touch $@
 
 # Real etcd / kube-apiserver / kube-controller-manager, built once from the Go module proxy

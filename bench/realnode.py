@@ -129,7 +129,7 @@ def run_one(cp: ControlPlane, job: dict[str, Any], *, by_hand: bool, timeout: fl
     cp.kubectl("create", "namespace", ns)
     if by_hand:
         rendered = subprocess.run(
-            [str(pathlib.Path(sys.executable).with_name("lorarl")), "render", "-f", "-", "-n", ns],
+            [str(pathlib.Path(sys.executable).with_name("lorarl")), "render", "-f", "-", "-n", ns, "--full"],
             input=json.dumps(job),
             capture_output=True,
             text=True,

@@ -313,3 +313,16 @@ def request_as(control_plane, token: str, method: str, path: str, body: dict, co
             return resp.status, ""
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read().decode() or "{}").get("message", "")
+
+
+def lorarl_cli(*args: str, stdin: str | None = None):
+    """The `lorarl` command line run in this process (click's runner: the real option parsing and
+    exit codes, without a new interpreter's start-up); .exit_code, .stdout, .stderr."""
+    from click.testing import CliRunner
+    from lorarl.cli import main
+
+    try:
+        runner = CliRunner(mix_stderr=False)  # click < 8.2: stderr apart only when asked
+    except TypeError:
+        runner = CliRunner()  # click >= 8.2: always apart
+    return runner.invoke(main, list(args), input=stdin, catch_exceptions=False)

@@ -1,4 +1,5 @@
-"""The ``lorarl`` command line: render, validate, crd (offline) and run (the operator).
+"""The ``lorarl`` command line: render, validate, crd (offline) and run (the operator); each
+command parses its options and hands over to the module that does the work.
 
 Development commands (the embedded control plane, the demo, docs generation) live in the
 separate ``lorarl-dev`` tool (hack/devtools), which the runtime package does not ship."""
@@ -7,35 +8,50 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any
 
 import click
-import yaml
 
 from . import __version__
 from .api import types as api
 from .control.options import DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 
 
-def _documents(stream: TextIO, source: str) -> Iterator[tuple[str, Any]]:
-    try:
-        for i, doc in enumerate(yaml.safe_load_all(stream)):
-            if doc is not None:
-                yield f"{source}#{i + 1}", doc
-    except yaml.YAMLError as err:
-        raise click.ClickException(f"{source}: not valid YAML: {err}") from err
+def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
+    """LoraRLJob documents of the files -f/-R name, read as kubectl reads them (other kinds,
+    e.g. a Secret beside a job, are skipped); a repeated key is a warning, as kubectl keeps the
+    last value."""
+    from .admission import manifests
 
-
-def _jobs(stream: TextIO, source: str) -> Iterator[tuple[str, Any]]:
-    """LoraRLJob documents of a file (other kinds, e.g. a Secret beside it, are skipped)."""
     found = False
-    for where, doc in _documents(stream, source):
-        if isinstance(doc, dict) and doc.get("kind") not in (None, api.KIND):
-            continue
-        found = True
-        yield where, doc
+    try:
+        for doc in manifests.read(list(paths), recursive, sys.stdin):
+            for warning in doc.warnings:
+                click.echo(f"{doc.where}: warning: {warning}", err=True)
+            if isinstance(doc.body, dict) and doc.body.get("kind") not in (None, api.KIND):
+                continue
+            found = True
+            yield doc.where, doc.body
+    except manifests.ManifestError as err:
+        raise click.ClickException(str(err)) from None
     if not found:
-        raise click.ClickException(f"{source}: no {api.KIND} document found")
+        raise click.ClickException(f"{', '.join(paths)}: no {api.KIND} document found")
+
+
+def _name(doc: Any) -> str:
+    metadata = doc.get("metadata") if isinstance(doc, dict) else None
+    return str(metadata.get("name", "?")) if isinstance(metadata, dict) else "?"
+
+
+FILENAME = click.option(
+    "-f",
+    "--filename",
+    "paths",
+    multiple=True,
+    required=True,
+    help="A LoraRLJob file, a directory of .json/.yaml/.yml files, or '-' for stdin (repeatable).",
+)
+RECURSIVE = click.option("-R", "--recursive", is_flag=True, help="Also read the subdirectories of a -f directory (as kubectl -R).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,48 +61,61 @@ def main() -> None:
 
 
 @main.command()
-@click.option("-f", "--filename", "file", type=click.File("r"), required=True, help="LoraRLJob YAML ('-' for stdin).")
+@FILENAME
+@RECURSIVE
 @click.option("-n", "--namespace", default=None, help="Namespace to render into when the file names none.")
-def render(file: TextIO, namespace: str | None) -> None:
-    """Print the child objects of a LoraRLJob as multi-document YAML (offline)."""
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True, help="Multi-document YAML, or one JSON List.")
+@click.option("--only", metavar="KIND|NAME", default=None, help="Print only the children of this kind (e.g. RayJob, configmap) or name.")
+@click.option("--command", "train_command", is_flag=True, help="Print the train.py command instead, one flag per line.")
+@click.option("--full", is_flag=True, help="Print binary data (the reporter zipapp) in full instead of its size and digest: the form to apply.")
+def render(paths: tuple[str, ...], recursive: bool, namespace: str | None, output: str, only: str | None, train_command: bool, full: bool) -> None:
+    """Print the child objects of a LoraRLJob (offline)."""
     from .admission.validation import validate
+    from .job import view
     from .job.render import render as render_children
-    from .job.render import to_yaml
 
     objects: list[dict] = []
+    commands: list[str] = []
     failed = False
-    for where, doc in _jobs(file, file.name):
+    for where, doc in _jobs(paths, recursive):
         if namespace and isinstance(doc, dict) and isinstance(doc.setdefault("metadata", {}), dict):
             doc["metadata"].setdefault("namespace", namespace)
         job, problems = validate(doc)
-        if problems:
+        if problems or job is None:
             failed = True
             for p in problems:
                 click.echo(f"{where}: {p}", err=True)
             continue
         objects += render_children(job)
+        commands.append(view.command_lines(job))
     if failed:
         sys.exit(1)
-    click.echo(to_yaml(objects), nl=False)
+    if train_command:
+        click.echo("\n".join(commands), nl=False)
+        return
+    chosen = view.select(objects, only)
+    if not chosen:
+        kinds = ", ".join(dict.fromkeys(o["kind"] for o in objects))
+        raise click.ClickException(f"--only {only}: no child of that kind or name (kinds: {kinds})")
+    click.echo(view.show(chosen, output, full), nl=False)
 
 
 @main.command()
-@click.option("-f", "--filename", "file", type=click.File("r"), required=True, help="LoraRLJob YAML ('-' for stdin).")
-def validate(file: TextIO) -> None:
-    """Check a LoraRLJob: schema, the CRD's CEL rules and semantic checks."""
+@FILENAME
+@RECURSIVE
+def validate(paths: tuple[str, ...], recursive: bool) -> None:
+    """Check LoraRLJobs as the API server would: schema, the CRD's CEL rules and semantic checks."""
     from .admission.validation import validate as validate_doc
 
     failed = False
-    for where, doc in _jobs(file, file.name):
+    for where, doc in _jobs(paths, recursive):
         _, problems = validate_doc(doc)
-        metadata = doc.get("metadata") if isinstance(doc, dict) else None
-        name = metadata.get("name", "?") if isinstance(metadata, dict) else "?"
         if problems:
             failed = True
             for p in problems:
-                click.echo(f"{where} ({name}): {p}", err=True)
+                click.echo(f"{where} ({_name(doc)}): {p}", err=True)
         else:
-            click.echo(f"{where} ({name}): valid")
+            click.echo(f"{where} ({_name(doc)}): valid")
     sys.exit(1 if failed else 0)
 
 

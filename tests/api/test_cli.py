@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import subprocess
 import sys
 
@@ -77,3 +80,80 @@ def test_validate_never_prints_a_traceback():
         assert "Traceback" not in out.stderr and out.stderr.strip(), out.stderr
     assert "metadata: must be of type object" in run("validate", "-f", "-", stdin=hostile[0]).stderr
     assert "spec.hardware.nodes" in run("validate", "-f", "-", stdin=hostile[1]).stderr
+
+
+# ------------------------------------------------------------------- render for a person to read
+
+
+def test_render_shows_the_zipapp_by_size_and_digest_unless_full():
+    import hashlib
+
+    from lorarl.job import artifact
+
+    from tests.helpers import lorarl_cli
+
+    pyz = artifact.reporter_zipapp()
+    short = lorarl_cli("render", "-f", str(SEED))
+    full = lorarl_cli("render", "-f", str(SEED), "--full")
+    assert short.exit_code == 0 and full.exit_code == 0, short.stderr
+    digest = hashlib.sha256(pyz).hexdigest()
+    assert f"# binaryData.reporter.pyz: {len(pyz)} bytes, sha256:{digest}" in short.stdout
+    assert len(short.stdout) < 20_000 < len(full.stdout), (len(short.stdout), len(full.stdout))
+    docs = list(yaml.safe_load_all(full.stdout))
+    assert base64.b64decode(docs[3]["binaryData"]["reporter.pyz"]) == pyz  # --full is the form to apply
+
+
+def test_render_json_and_only_one_kind_or_name():
+    from lorarl.job import render as render_module
+
+    from tests.helpers import job_from, load, lorarl_cli
+
+    children = render_module.render(job_from(load(SEED)))
+    out = lorarl_cli("render", "-f", str(SEED), "-o", "json", "--full")
+    assert json.loads(out.stdout) == {"apiVersion": "v1", "kind": "List", "items": children}
+    rayjob = lorarl_cli("render", "-f", str(SEED), "--only", "rayjob")
+    assert [d["kind"] for d in yaml.safe_load_all(rayjob.stdout)] == ["RayJob"]
+    by_name = lorarl_cli("render", "-f", str(SEED), "--only", "qwen3-4b-lora-amd-data")
+    assert [d["kind"] for d in yaml.safe_load_all(by_name.stdout)] == ["PersistentVolumeClaim"]
+    none = lorarl_cli("render", "-f", str(SEED), "--only", "Deployment")
+    assert none.exit_code == 1 and "kinds: ServiceAccount, Role" in none.stderr
+
+
+def test_render_command_one_flag_per_line_read_back_by_a_real_shell():
+    """--command prints train.py's command as the recipe writes it: one flag (with its values)
+    per line, continued with backslashes; the real sh reads it back as the exact argv."""
+    from lorarl.job import command
+
+    from tests.helpers import job_from, load, lorarl_cli
+
+    out = lorarl_cli("render", "-f", str(SEED), "--command").stdout
+    lines = out.splitlines()
+    assert lines[0] == "python3 /root/miles/train.py \\"
+    assert "   --lora-rank 64 \\" in lines and "   --eval-prompt-data aime24 /root/datasets/zhuzilin/aime-2024/main/aime-2024.jsonl \\" in lines
+    assert all(line.startswith("   --") for line in lines[1:])
+    printed = subprocess.run(
+        ["sh", "-c", out.replace("python3 /root/miles/train.py", "printf '%s\\n' python3 /root/miles/train.py", 1)], capture_output=True, text=True
+    )
+    assert printed.stdout.splitlines() == command.train_argv(job_from(load(SEED)))
+
+
+def test_the_readme_tour_runs_as_written():
+    """Every `lorarl render|validate` line of the README's five-minute tour runs (from the
+    repository root) and exits 0; the tour shows the new render options."""
+    import shlex
+
+    from tests.helpers import REPO, lorarl_cli
+
+    tour = (REPO / "README.md").read_text().split("## A five-minute tour", 1)[1].split("```", 2)[1]
+    lines = [
+        line.split("#", 1)[0].split("|", 1)[0].strip() for line in tour.splitlines() if line.startswith("lorarl render") or line.startswith("lorarl validate")
+    ]
+    assert any("--command" in line for line in lines) and any("--only" in line for line in lines), lines
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        for line in lines:
+            out = lorarl_cli(*shlex.split(line)[1:])
+            assert out.exit_code == 0, (line, out.stderr)
+    finally:
+        os.chdir(cwd)

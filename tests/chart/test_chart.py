@@ -248,7 +248,7 @@ def test_servicemonitor_render(helm):
         ({"watch": {"allNamespaces": False, "namespaces": ["Team_A"]}}, "at '/watch/namespaces/0': 'Team_A' does not match pattern"),
         ({"watch": {"allNamespaces": False, "namespaces": []}}, "at '/watch/namespaces': minItems: got 0, want 1"),
         ({"watch": {"allNamespaces": True, "namespaces": ["a"]}}, "at '/watch/namespaces': maxItems: got 1, want 0"),
-        ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "at '/replicaCount': maximum: got 2, want 1"),
+        ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "at '/leaderElection/enabled': value must be true"),
         ({"replicas": 2}, "additional properties 'replicas' not allowed"),
         ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
         ({"logFormat": "xml"}, "at '/logFormat': value must be one of 'json', 'plain', 'full'"),
@@ -310,3 +310,16 @@ def test_kubernetes_older_than_1_30_is_refused(helm):
     out = helm("template", "x", CHART, "--kube-version", "1.29.9", check=False)
     assert out.returncode != 0 and "kubeVersion: >=1.30.0-0" in out.stderr, out.stderr
     helm("template", "x", CHART, "--kube-version", "1.30.0")
+
+
+@needs_helm
+def test_notes_say_how_to_get_an_image_and_name_no_url_that_may_not_exist(helm):
+    """helm's own rendering of NOTES.txt (install --dry-run=client): with the placeholder image it
+    says that none is published and how to build one; it points at no remote file."""
+    notes = helm("install", "x", CHART, "--dry-run=client", "-n", "lorarl-system").stdout.split("NOTES:", 1)[1]
+    assert "No operator image is published" in notes and "Dockerfile" in notes and "image.repository=" in notes
+    assert "https://" not in notes and "manifests/qwen3-4b-lora-amd.yaml" in notes
+    mine = helm("install", "x", CHART, "--dry-run=client", "-n", "lorarl-system", "--set", "image.repository=registry.example/lorarl-operator").stdout
+    assert "No operator image is published" not in mine
+    readme = (CHART / "README.md").read_text()
+    assert "No operator image is published" in readme and "--set image.repository=REGISTRY/lorarl-operator" in readme

@@ -1,7 +1,7 @@
 """The init container's prepare.sh, run for real by the shell the container uses (``sh``).
 
 Only the downloader is a stand-in: ``hf`` on PATH is a stub taking ``hf download``'s arguments
-(``[--repo-type dataset] REPO [--revision R] --local-dir DIR``, as prepare.sh calls it). It
+(``[--repo-type dataset] [--revision=R] --local-dir DIR -- REPO``, as prepare.sh calls it). It
 writes one file, then waits for a gate file before writing the rest: a download in progress for
 as long as the test needs, without timing anything.
 """
@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 
 import pytest
 from lorarl.job import render
@@ -26,14 +27,20 @@ STUB = r"""#!/bin/sh
 set -eu
 dir= repo= rev=
 [ "$1" = download ] && shift
+# hf's option grammar (click): --opt VALUE or --opt=VALUE, "--" ends the options, any other
+# word starting with "-" is an option, and an unknown one is refused with exit status 2
 while [ $# -gt 0 ]; do
   case $1 in
     --local-dir) dir=$2; shift 2 ;;
     --revision) rev=$2; shift 2 ;;
+    --revision=*) rev=${1#--revision=}; shift ;;
     --repo-type) shift 2 ;;
+    --) shift; repo=$1; shift ;;
+    -*) echo "Error: No such option: $1" >&2; exit 2 ;;
     *) repo=$1; shift ;;
   esac
 done
+echo "argv $repo ${rev:-main}" >> "$STUB_LOG"
 found=$(ls -A "$dir" | tr '\n' ' ')
 echo "start $repo@${rev:-main} $dir [$found]" >> "$STUB_LOG"
 echo "$repo@${rev:-main}" > "$dir/config.json"
@@ -196,3 +203,210 @@ def test_an_image_without_flock_fails_naming_the_field(volume, tmp_path):
     assert result.returncode == 2
     assert "flock" in result.stderr and "spec.dataPrep.image" in result.stderr
     assert volume.starts(volume.path("/root/models/Qwen/Qwen3-4B/main")) == []
+
+
+# ---------------------------------------------------------------- values that look like options
+
+
+def test_a_revision_reaches_hf_as_a_value_never_as_an_option(volume):
+    """The API refuses a revision starting with '-' (a CEL rule naming the field); behind it,
+    prepare.sh passes a revision as --revision=R and the repository after "--", so even a job
+    admitted without that rule cannot make hf read one as an option."""
+    from lorarl.admission.validation import validate
+
+    _, problems = validate(with_spec(model={"name": "Qwen/Qwen3-4B", "revision": "--help"}))
+    assert [p.field for p in problems] == ["spec.model.revision"], problems
+    job = model_only(revision="v1.0-rc=1")
+    volume.run(job)
+    assert "argv Qwen/Qwen3-4B v1.0-rc=1" in volume.log.read_text()
+    job.spec.model.revision = "--help"  # past admission (an older CRD): the script still holds
+    volume.run(job)
+    assert "argv Qwen/Qwen3-4B --help" in volume.log.read_text()
+    assert (volume.path("/root/models/Qwen/Qwen3-4B/--help") / ".lorarl-complete").exists()
+
+
+# -------------------------------------------------------------------- inputs from where they live
+
+
+def test_a_path_on_the_volume_is_checked_not_downloaded_and_each_input_on_its_own(volume):
+    """A dataset on the volume (spec.rollout.promptData.path) is used where it is, while the
+    model still comes from the Hub: each input skipped on its own (dataPrep.skip skips all)."""
+    job = job_from(with_spec(rollout={"promptData": {"path": "own/prompts.jsonl"}}, eval={"enabled": False}))
+    assert "--prompt-data /root/datasets/own/prompts.jsonl" in " ".join(render.rayjob(job)["spec"]["entrypoint"].split())
+    proc, out = volume.start(job)
+    volume.gate.touch()
+    assert proc.wait(timeout=60) == 3  # not placed yet: fails naming the field, after the model
+    assert "spec.model.path or a dataset's path" in out.read_text()
+    placed = volume.path("/root/datasets/own/prompts.jsonl")
+    placed.parent.mkdir(parents=True)
+    placed.write_text('{"prompt": "1+1", "label": "2"}\n')
+    before = tree_state(placed.parent)
+    out = volume.run(job)
+    assert "is on the volume, nothing to download" in out
+    assert tree_state(placed.parent) == before
+    assert len(volume.starts(volume.path("/root/models/Qwen/Qwen3-4B/main"))) == 1  # the model came from the Hub, once
+
+
+class _Files(__import__("http.server").server.SimpleHTTPRequestHandler):
+    """Serves a directory; with a token set, only to requests bearing it."""
+
+    token: str | None = None
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        if self.token and self.headers.get("Authorization") != f"Bearer {self.token}":
+            self.send_error(401, "Unauthorized")
+            return
+        super().do_GET()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def https_server(tmp_path):
+    """An HTTPS server on 127.0.0.1 with a certificate of a CA made here (SSL_CERT_FILE trusts it)."""
+    import functools
+    import http.server
+    import ssl
+    import threading
+
+    from lorarl_dev.certs import TinyCA
+
+    ca = TinyCA()
+    crt, key = ca.serving_cert("files", ["127.0.0.1"]).write(tmp_path, "files")
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    served = tmp_path / "served"
+    served.mkdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Files, directory=str(served)))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(crt, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield served, f"https://127.0.0.1:{server.server_address[1]}", tmp_path / "ca.crt"
+    server.shutdown()
+
+
+def test_an_https_input_is_fetched_with_the_token_from_its_secret(volume, https_server):
+    served, base, ca = https_server
+    (served / "data").mkdir()
+    (served / "data" / "prompts.jsonl").write_text('{"prompt": "2+2", "label": "4"}\n')
+    _Files.token = "s3cr3t-token"
+    try:
+        job = job_from(
+            with_spec(
+                rollout={"promptData": {"uri": f"{base}/data/prompts.jsonl"}},
+                eval={"enabled": False},
+                dataPrep={"httpTokenSecretRef": {"name": "files", "key": "token"}},
+            )
+        )
+        env = render.prepare_container(job)["env"]
+        assert {"name": "LORARL_HTTP_TOKEN", "valueFrom": {"secretKeyRef": {"name": "files", "key": "token"}}} in env
+        assert "s3cr3t" not in render.to_yaml(render.render(job))  # the spec names the Secret only
+        file = render.paths.dataset_file(job.spec.rollout.prompt_data)
+        assert f"--prompt-data {file}" in " ".join(render.rayjob(job)["spec"]["entrypoint"].split())
+        volume.env["SSL_CERT_FILE"] = str(ca)
+        volume.env["LORARL_HTTP_TOKEN"] = "wrong"  # what the kubelet would put there from a wrong Secret
+        proc, out = volume.start(job)
+        volume.gate.touch()
+        assert proc.wait(timeout=60) != 0
+        assert "HTTP 401" in out.read_text() and "httpTokenSecretRef" in out.read_text() and "wrong" not in out.read_text()
+        volume.env["LORARL_HTTP_TOKEN"] = "s3cr3t-token"
+        out = volume.run(job)
+        assert volume.path(file).read_text() == '{"prompt": "2+2", "label": "4"}\n'
+        assert (volume.path(file).parent / ".lorarl-complete").exists()
+        assert "s3cr3t" not in out
+    finally:
+        _Files.token = None
+
+
+MOTO = "5.2.5"  # moto[server]: a real S3 implementation (its own venv: its botocore pins python-dateutil<3, kubernetes needs >=3)
+
+
+@pytest.fixture(scope="module")
+def moto_python():
+    """The interpreter of a venv holding moto[server] (and with it botocore), cached by version
+    under ~/.cache/lorarl/venvs (built once: pip from PyPI)."""
+    venv = pathlib.Path.home() / ".cache/lorarl/venvs" / f"moto-{MOTO}"
+    python = venv / "bin/python3"
+    if not (venv / ".installed").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"moto[server]=={MOTO}"], check=True, timeout=1800)
+        (venv / ".installed").touch()
+    return python
+
+
+@pytest.fixture
+def s3_server(moto_python, tmp_path):
+    """moto's S3 server on a loopback port, with a bucket of model files and one of data."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "moto.log").open("w")
+    server = subprocess.Popen([str(moto_python.with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "not-a-real-secret", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}
+    seed = """
+import botocore.session
+s3 = botocore.session.get_session().create_client("s3")
+s3.create_bucket(Bucket="models")
+s3.create_bucket(Bucket="data")
+s3.put_object(Bucket="models", Key="qwen/sft/config.json", Body=b"{}")
+s3.put_object(Bucket="models", Key="qwen/sft/shards/model-1.safetensors", Body=b"weights")
+s3.put_object(Bucket="models", Key="other/config.json", Body=b"not this one")
+s3.put_object(Bucket="data", Key="rl/prompts.jsonl", Body=b'{"prompt": "3+3", "label": "6"}\\n')
+"""
+    try:
+        wait_for(
+            lambda: subprocess.run([str(moto_python), "-c", seed], env={**os.environ, **env}, capture_output=True).returncode == 0,
+            timeout=60,
+            what="moto's S3 server",
+        )
+        yield endpoint, env
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_s3_inputs_are_fetched_with_credentials_from_the_secret(volume, s3_server, moto_python, tmp_path):
+    """A model directory from an s3:// prefix and a dataset from an s3:// object, through the
+    real prepare.sh and fetch.py against a real S3 implementation; the keys come from the
+    Secret (secretKeyRef), never from the spec."""
+    endpoint, creds = s3_server
+    job = job_from(
+        with_spec(
+            model={"name": "Qwen/Qwen3-4B", "uri": "s3://models/qwen/sft/"},
+            rollout={"promptData": {"uri": "s3://data/rl/prompts.jsonl"}},
+            eval={"enabled": False},
+            dataPrep={"s3": {"endpoint": endpoint, "credentialsSecretName": "s3-keys"}},
+        )
+    )
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in render.prepare_container(job)["env"]}
+    assert env["AWS_ENDPOINT_URL"] == endpoint and env["AWS_DEFAULT_REGION"] == "us-east-1"
+    assert env["AWS_SECRET_ACCESS_KEY"] == {"secretKeyRef": {"name": "s3-keys", "key": "AWS_SECRET_ACCESS_KEY"}}
+    # the kubelet's part: the Secret's values in the environment; python3 is one with botocore
+    volume.env.update(creds, PATH=f"{volume.tmp / 'bin'}:{moto_python.parent}:{os.environ['PATH']}")
+    model = volume.path(render.paths.model_dir(job))
+    volume.run(job)
+    assert sorted(str(p.relative_to(model)) for p in model.rglob("*") if p.is_file()) == [".lorarl-complete", "config.json", "shards/model-1.safetensors"]
+    prompts = volume.path(render.paths.dataset_file(job.spec.rollout.prompt_data))
+    assert prompts.read_text() == '{"prompt": "3+3", "label": "6"}\n'
+    entrypoint = " ".join(render.rayjob(job)["spec"]["entrypoint"].split())
+    assert (
+        f"--hf-checkpoint {render.paths.model_dir(job)} " in entrypoint
+        and f"--prompt-data {render.paths.dataset_file(job.spec.rollout.prompt_data)} " in entrypoint
+    )
+
+
+def test_an_s3_input_without_botocore_fails_naming_the_image_field(volume, tmp_path):
+    bare = tmp_path / "nobotocore"
+    bare.mkdir()
+    (bare / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # this venv's python: no botocore
+    (bare / "python3").chmod(0o755)
+    job = job_from(with_spec(rollout={"promptData": {"uri": "s3://data/rl/prompts.jsonl"}}, eval={"enabled": False}))
+    volume.env["PATH"] = f"{volume.tmp / 'bin'}:{bare}:{os.environ['PATH']}"
+    proc, out = volume.start(job)
+    volume.gate.touch()
+    assert proc.wait(timeout=60) != 0
+    assert "need botocore" in out.read_text() and "spec.dataPrep.image" in out.read_text()

@@ -173,7 +173,7 @@ def test_no_secret_values_anywhere():
 def test_configmap_ships_reporter_and_prepare_script():
     cm = by_kind(render.render(job_from(seed_doc())))["ConfigMap"]
     assets = pathlib.Path(render.__file__).with_name("assets")
-    assert cm["data"] == {"prepare.sh": (assets / "prepare.sh").read_text()}
+    assert cm["data"] == {name: (assets / name).read_text() for name in ("prepare.sh", "fetch.py")}
     pyz = base64.b64decode(cm["binaryData"]["reporter.pyz"])
     with zipfile.ZipFile(io.BytesIO(pyz)) as z:  # every reporter module, and only those
         sources = pathlib.Path(render.__file__).parents[1] / "reporter"

@@ -181,10 +181,15 @@ def _pod_validation_rules(schema: dict[str, Any], node: bool, name: str = "") ->
         _pod_validation_rules(schema["items"], node, name)
 
 
-def owned_flags() -> list[str]:
-    """Every train.py flag the renderer derives from the spec, over jobs that switch each optional
-    block on (W&B, an explicit architecture, eval, NVIDIA and AMD profiles): extraArgs must not
-    override them (a duplicate flag would silently fight the spec's value)."""
+def owned_flags() -> dict[str, str]:
+    """Every train.py flag the renderer derives from the spec, with what sets it: extraArgs must
+    not override them (a duplicate flag would silently fight the spec's value).
+
+    The flags are those command.py emits, over jobs that switch each optional block on (W&B, an
+    explicit architecture, eval, NVIDIA and AMD profiles). Each is named by the spec field whose
+    ``flag`` metadata is that flag (e.g. ``--lora-rank`` -> ``spec.lora.rank``), else by the
+    command block that emits it (``--swiglu`` -> ``spec.model``; the misc block's flags are the
+    recipe's own: ``the recipe``)."""
     from ..job import command
 
     base = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"}}
@@ -215,35 +220,62 @@ def owned_flags() -> list[str]:
             "lora": {"baseCpuBackup": False},
         },
     ]
-    flags: set[str] = set()
+    by_field = _flag_fields(api.LoraRLJobSpec, "spec")
+    owned: dict[str, str] = {}
     for spec in shapes:
         job = api.LoraRLJob.model_validate({**base, "spec": spec})
-        flags |= {w for _, block in command.train_blocks(job) for w in block if w.startswith("--")}
-    for model in _models(api.LoraRLJobSpec):
-        for field in model.model_fields.values():
-            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-            for name in str(extra.get("flag", "")).split("/"):
-                if name.strip().startswith("--"):
-                    flags.add(name.strip())
-    return sorted(flags)
+        for block, args in command.train_blocks(job):
+            section = _BLOCK_SECTIONS.get(block)
+            for word in args:
+                if word.startswith("--") and word not in owned:
+                    owned[word] = by_field.get(word) or (f"spec.{section}" if section else "the recipe")
+    for name, field in by_field.items():
+        owned.setdefault(name, field)
+    return dict(sorted(owned.items()))
 
 
-def _models(model: type) -> list[type]:
-    found = [model]
-    for field in model.model_fields.values():
+# command.py's blocks and the spec section each one renders (misc: the recipe's fixed flags and
+# the GPU counts, which follow spec.hardware but are not meant to be given twice)
+_BLOCK_SECTIONS = {
+    "model": "model",
+    "checkpoint": "checkpoint",
+    "lora": "lora",
+    "rollout": "rollout",
+    "eval": "eval",
+    "optimizer": "optimizer",
+    "grpo": "algorithm",
+    "wandb": "tracking.wandb",
+    "sglang": "sglang",
+}
+
+
+def _flag_fields(model: type, prefix: str) -> dict[str, str]:
+    """flag -> the field path whose ``flag`` metadata names it, over the spec's models."""
+    found: dict[str, str] = {}
+    for name, field in model.model_fields.items():
+        path = f"{prefix}.{field.alias or name}"
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        for flag_name in str(extra.get("flag", "")).split("/"):
+            if flag_name.strip().startswith("--"):
+                found.setdefault(flag_name.strip(), path)
         sub = model_in(field.annotation)
-        if sub is not None and sub not in found:
-            found += [m for m in _models(sub) if m not in found]
+        if sub is not None:
+            for flag_name, sub_path in _flag_fields(sub, path).items():
+                found.setdefault(flag_name, sub_path)
     return found
 
 
 def owned_flags_rule() -> dict[str, Any]:
-    names = "|".join(f.replace(".", "[.]") for f in owned_flags())
-    return api.cel(
-        f"self.all(a, !a.matches('^({names})(=.*)?$'))",
-        "a flag the spec sets (e.g. --lora-rank, --rollout-batch-size) is set from the spec; change the spec "
-        "field instead of overriding it in extraArgs (lorarl crd lists them in this rule)",
+    """One rule on each extraArgs item; its messageExpression names the flag and what sets it."""
+    owned = owned_flags()
+    names = "|".join(f.replace(".", "[.]") for f in owned)
+    table = ", ".join(f"'{flag}': '{field}'" for flag, field in owned.items())
+    rule = api.cel(
+        f"!self.matches('^({names})(=.*)?$')",
+        "a flag the spec sets (e.g. --lora-rank, set by spec.lora.rank) must be changed in the spec, not overridden in extraArgs",
     )
+    rule["messageExpression"] = f"self.split('=')[0] + ' is set by ' + {{{table}}}[self.split('=')[0]] + ': change that instead of overriding it in extraArgs'"
+    return rule
 
 
 def spec_schema() -> dict[str, Any]:
@@ -251,7 +283,7 @@ def spec_schema() -> dict[str, Any]:
     defs = raw.pop("$defs", {})
     schema = _resolve(raw, defs)
     _default_nested_objects(schema, api.LoraRLJobSpec)
-    schema["properties"]["extraArgs"]["x-kubernetes-validations"].insert(1, owned_flags_rule())
+    schema["properties"]["extraArgs"]["items"]["x-kubernetes-validations"].insert(1, owned_flags_rule())
     return schema
 
 

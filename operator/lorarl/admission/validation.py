@@ -105,10 +105,32 @@ _Validator = jsonschema.validators.extend(
 @functools.cache
 def _structure_validator() -> jsonschema.protocols.Validator:
     root = copy.deepcopy(_crd_schema())
-    root["properties"]["metadata"] = {"type": "object"}
+    root["properties"]["metadata"] = object_meta_schema()
     root["properties"].pop("status")  # the status subresource ignores status on create/update
     root["properties"]["status"] = {}
     return _Validator(_strict(root))
+
+
+_META_TYPES = {
+    "str": {"type": "string"},
+    "datetime": {"type": "string"},
+    "int": {"type": "integer"},
+    "Dict[str, str]": {"type": "object", "additionalProperties": {"type": "string"}},
+    "List[str]": {"type": "array", "items": {"type": "string"}},
+}
+
+
+def object_meta_schema() -> dict[str, Any]:
+    """metadata as the API server decodes it (strictly: an unknown field such as metadata.foo is
+    refused, "strict decoding error: unknown field"): the fields and types of core ObjectMeta, as
+    the kubernetes client's V1ObjectMeta lists them (generated from the Kubernetes OpenAPI)."""
+    from kubernetes.client.models.v1_object_meta import V1ObjectMeta
+
+    properties = {
+        wire: _META_TYPES.get(V1ObjectMeta.openapi_types[attr], {"type": "array", "items": {"type": "object"}})
+        for attr, wire in V1ObjectMeta.attribute_map.items()
+    }
+    return {"type": "object", "properties": properties}
 
 
 def _json_path(path: Any) -> str:
@@ -234,7 +256,14 @@ def _cel_is_greater_than(value: Quantity, other: Quantity) -> celpy.celtypes.Boo
     return celpy.celtypes.BoolType(value.sign > 0)
 
 
+def _cel_split(text: Any, separator: Any) -> celpy.celtypes.ListType:
+    """``<string>.split(<string>)`` of cel-go's strings extension (in the CRD environment since
+    Kubernetes 1.27: k8s.io/apiserver pkg/cel/environment/base.go, ext.Strings)."""
+    return celpy.celtypes.ListType([celpy.celtypes.StringType(part) for part in str(text).split(str(separator))])
+
+
 CEL_FUNCTIONS = {
+    "split": _cel_split,
     "matches": _cel_matches,
     "indexOf": _cel_index_of,
     "isQuantity": _cel_is_quantity,
@@ -278,8 +307,18 @@ def cel_problems(job: api.LoraRLJob) -> list[Problem]:
         result = _program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
         if isinstance(result, Exception) or not bool(result):
             field = (path + rule.get("fieldPath", "")).lstrip(".") or "metadata.name"
-            problems.append(Problem(field, rule["message"]))
+            problems.append(Problem(field, _rule_message(rule, value)))
     return problems
+
+
+def _rule_message(rule: dict[str, Any], value: Any) -> str:
+    """A failed rule's message: its messageExpression when that evaluates to a string (the API
+    server falls back to ``message`` otherwise)."""
+    if "messageExpression" in rule:
+        text = _program(rule["messageExpression"]).evaluate({"self": celpy.json_to_cel(value)})
+        if isinstance(text, str) and not isinstance(text, Exception):
+            return str(text)
+    return rule["message"]
 
 
 def name_problems(metadata: dict[str, Any]) -> list[Problem]:

@@ -38,6 +38,29 @@ DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 SHELL_SAFE = r"^[A-Za-z0-9_@%+=:,./-]+$"
 SHELL_SAFE_HELP = "letters, digits and _@%+=:,./-"
 HF_REPO_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
+HF_REPO_ID_HELP = (
+    "must be a Hugging Face repository id <org>/<name> (e.g. zhuzilin/dapo-math-17k): two parts joined by one '/', "
+    "each starting with a letter or digit, then letters, digits, '.', '_' or '-'"
+)
+# Inputs from elsewhere: an https:// file or an s3:// object (a prefix ending in '/' for a
+# model directory); every character shell-safe, since the downloaded path reaches the command.
+INPUT_URI = r"^(https://[A-Za-z0-9.-]+(:[0-9]{1,5})?|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/[A-Za-z0-9_@%+=:,./-]*$"
+INPUT_URI_HELP = "must be an https://host/path or s3://bucket/key URI of letters, digits and _@%+=:,./- (no query string)"
+
+
+def repo_id_rule() -> dict[str, str]:
+    """The repository id syntax as a rule, so that a refusal says in words what is allowed (a
+    pattern's refusal shows only the regular expression)."""
+    return {"rule": f"self.matches('{HF_REPO_ID}')", "message": HF_REPO_ID_HELP + _ELSEWHERE}
+
+
+URI_RULE = {"rule": f"self.matches('{INPUT_URI}')", "message": INPUT_URI_HELP}
+
+
+_ELSEWHERE = "; for a file already on the job's volume set path, for an s3:// or https:// source set uri"
+# A path on the job's volume, relative to the input's directory there (/root/models or
+# /root/datasets): no absolute path, no '.' or '..' segment, shell-safe.
+VOLUME_PATH = r"^[A-Za-z0-9_@%+=:,][A-Za-z0-9_@%+=:,./-]*$"
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A resource quantity is checked with the API server's own parser: the Kubernetes CEL quantity
@@ -70,6 +93,16 @@ IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
 REPO_FILE = r"^[A-Za-z0-9_@%+=:,.-][A-Za-z0-9_@%+=:,./-]*$"
 
 ModuleName = Annotated[str, StringConstraints(pattern=IDENTIFIER, max_length=64)]
+# A value that reaches a command line as an option's value (hf download --revision R) must not
+# look like an option itself: "--help" would be parsed as one (click, which the hf CLI is built
+# on, and argparse both read a leading "-" as an option).
+NOT_OPTION_RULE = {"rule": "!self.startsWith('-')", "message": "must not start with '-': it would be read as a command-line option"}
+
+
+def REVISION_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like the constants beside it)
+    schema["x-kubernetes-validations"] = [dict(NOT_OPTION_RULE)]
+
+
 CommandWord = Annotated[str, StringConstraints(pattern=SHELL_SAFE, min_length=1, max_length=256)]
 
 
@@ -93,6 +126,12 @@ NOT_TOKEN_SHAPED: dict[str, Any] = {
         }
     ]
 }
+
+
+def EXTRA_ARG_ITEM_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like the constants beside it)
+    # on the Optional field pydantic's schema is anyOf [array, null]: crdgen merges "items" into the array
+    schema.setdefault("items", {})["x-kubernetes-validations"] = [dict(r) for r in EXTRA_ARG_ITEM_RULES]
+    schema["x-kubernetes-validations"] = [dict(r) for r in EXTRA_ARGS_RULES]
 
 
 def flag(name: str) -> dict[str, Any]:
@@ -180,6 +219,23 @@ class Architecture(ApiModel):
 QWEN3_DENSE_NAME = r"^Qwen/Qwen3-(0\.6B|1\.7B|4B|8B|14B|32B)(-[A-Za-z0-9._-]+)?$"
 
 
+# a path segment "." or ".." would leave the input's directory
+NO_DOT_SEGMENT_RULE = {"rule": "!self.matches('(^|/)[.][.]?(/|$)')", "message": "must stay inside its directory: no '.' or '..' path segment"}
+MODEL_SOURCE_RULES = [
+    cel("!(has(self.path) && has(self.uri))", "give model.path (on the volume) or model.uri (downloaded), not both", field_path=".uri"),
+    cel(
+        "!has(self.uri) || (self.uri.startsWith('s3://') && self.uri.endsWith('/'))",
+        "a model is a directory: model.uri must be an s3:// prefix ending in '/'",
+        field_path=".uri",
+    ),
+    cel(
+        "!has(self.revision) || (!has(self.path) && !has(self.uri))",
+        "model.revision is a Hub revision: it goes with neither path nor uri",
+        field_path=".revision",
+    ),
+]
+
+
 class ModelSpec(ApiModel):
     """The base model, a Hugging Face repository loaded directly through Megatron-Bridge."""
 
@@ -190,7 +246,8 @@ class ModelSpec(ApiModel):
                     "has(self.architecture) || self.name.matches('" + QWEN3_DENSE_NAME.replace("\\", "\\\\") + "')",
                     "spec.model.architecture is required for models outside the Qwen3 dense family "
                     "(Qwen/Qwen3-0.6B, -1.7B, -4B, -8B, -14B, -32B): give architecture.preset or its explicit shape",
-                )
+                ),
+                *MODEL_SOURCE_RULES,
             ]
         }
     )
@@ -199,13 +256,32 @@ class ModelSpec(ApiModel):
         ...,
         min_length=3,
         max_length=96,
-        pattern=HF_REPO_ID,
         description="Hugging Face repository id of the base model, e.g. Qwen/Qwen3-4B. Downloaded by the init "
-        "container to /root/models/<org>/<name>/<revision, default main>: one directory per repository and revision.",
-        json_schema_extra=flag("--hf-checkpoint"),
+        "container to /root/models/<org>/<name>/<revision, default main>: one directory per repository and revision "
+        "(unless path or uri says where the weights are).",
+        json_schema_extra={"flag": "--hf-checkpoint", "x-kubernetes-validations": [repo_id_rule()]},
+    )
+    path: str | None = Field(
+        None,
+        max_length=256,
+        pattern=VOLUME_PATH,
+        description="The model directory already on the job's volume, relative to /root/models (e.g. own/qwen3-4b-sft): "
+        "nothing is downloaded for it. name still names the architecture.",
+        json_schema_extra={"x-kubernetes-validations": [NO_DOT_SEGMENT_RULE]},
+    )
+    uri: str | None = Field(
+        None,
+        max_length=512,
+        description="Download the model directory from an s3:// prefix ending in '/' (every object under it; "
+        "credentials: dataPrep.s3) instead of the Hub. name still names the architecture.",
+        json_schema_extra={"x-kubernetes-validations": [URI_RULE]},
     )
     revision: str | None = Field(
-        None, max_length=64, pattern=SHELL_SAFE, description="Git revision (branch, tag or commit) to download; default: the repository's default branch."
+        None,
+        max_length=64,
+        pattern=SHELL_SAFE,
+        description="Git revision (branch, tag or commit) to download; default: the repository's default branch.",
+        json_schema_extra=REVISION_SCHEMA,
     )
     architecture: Architecture | None = Field(None, description="Megatron architecture; inferred for the Qwen3 dense family from the name.")
 
@@ -387,19 +463,48 @@ NO_PARENT_DIR_RULE = cel(
 )
 
 
+DATASET_SOURCE_RULES = [
+    cel(
+        "[has(self.repo), has(self.path), has(self.uri)].filter(x, x).size() == 1",
+        "give exactly one of repo (a Hugging Face dataset), path (a file on the job's volume) or uri (an https:// or s3:// file)",
+    ),
+    cel(
+        "has(self.repo) || (!has(self.file) && !has(self.revision))",
+        "file and revision belong to a Hub repo: with path or uri, leave them out",
+        field_path=".repo",
+    ),
+    cel("!has(self.uri) || !self.uri.endsWith('/')", "a dataset is one JSONL file: uri must name a file, not a prefix ending in '/'", field_path=".uri"),
+]
+DATASET_PATH_HELP = "A JSONL file already on the job's volume, relative to /root/datasets (e.g. own/prompts.jsonl): nothing is downloaded for it."
+DATASET_URI_HELP = (
+    "Download the JSONL file from an https:// URL (token: dataPrep.httpTokenSecretRef) or an s3:// object (credentials: dataPrep.s3) instead of the Hub."
+)
+
+
 class DatasetRef(ApiModel):
-    """A JSONL file in a Hugging Face dataset repository, downloaded to /root/datasets/<org>/<name>/<revision, default main>/."""
+    """A JSONL file: in a Hugging Face dataset repository (downloaded to /root/datasets/<org>/<name>/<revision,
+    default main>/), on the job's volume (path), or at an https:// or s3:// URI (uri)."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE, *DATASET_SOURCE_RULES]})
 
-    repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id, e.g. zhuzilin/dapo-math-17k.")
+    repo: str | None = Field(
+        None,
+        min_length=3,
+        max_length=96,
+        description="Dataset repository id, e.g. zhuzilin/dapo-math-17k.",
+        json_schema_extra={"x-kubernetes-validations": [repo_id_rule()]},
+    )
+    path: str | None = Field(
+        None, max_length=256, pattern=VOLUME_PATH, description=DATASET_PATH_HELP, json_schema_extra={"x-kubernetes-validations": [NO_DOT_SEGMENT_RULE]}
+    )
+    uri: str | None = Field(None, max_length=512, description=DATASET_URI_HELP, json_schema_extra={"x-kubernetes-validations": [URI_RULE]})
     file: str | None = Field(
         None,
         max_length=128,
         pattern=REPO_FILE,
         description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.",
     )
-    revision: str | None = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
+    revision: str | None = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.", json_schema_extra=REVISION_SCHEMA)
 
 
 class RolloutSpec(ApiModel):
@@ -443,21 +548,27 @@ class RolloutSpec(ApiModel):
 
 
 class EvalDataset(ApiModel):
-    """A named evaluation set."""
+    """A named evaluation set (from a Hub repo, a path on the job's volume or a URI, as promptData)."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE, *DATASET_SOURCE_RULES]})
 
     name: str = Field(
         ..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).", json_schema_extra=NOT_TOKEN_SHAPED
     )
-    repo: str = Field(..., min_length=3, max_length=96, pattern=HF_REPO_ID, description="Dataset repository id.")
+    repo: str | None = Field(
+        None, min_length=3, max_length=96, description="Dataset repository id.", json_schema_extra={"x-kubernetes-validations": [repo_id_rule()]}
+    )
+    path: str | None = Field(
+        None, max_length=256, pattern=VOLUME_PATH, description=DATASET_PATH_HELP, json_schema_extra={"x-kubernetes-validations": [NO_DOT_SEGMENT_RULE]}
+    )
+    uri: str | None = Field(None, max_length=512, description=DATASET_URI_HELP, json_schema_extra={"x-kubernetes-validations": [URI_RULE]})
     file: str | None = Field(
         None,
         max_length=128,
         pattern=REPO_FILE,
         description="File inside the repository (a relative path without '.' or '..' segments); default: <repo name>.jsonl.",
     )
-    revision: str | None = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.")
+    revision: str | None = Field(None, max_length=64, pattern=SHELL_SAFE, description="Git revision to download.", json_schema_extra=REVISION_SCHEMA)
 
 
 class EvalSpec(ApiModel):
@@ -649,6 +760,25 @@ class TrackingSpec(ApiModel):
     wandb: WandbSpec | None = Field(None, description="Log to Weights & Biases; omitted: W&B off.")
 
 
+class S3Spec(ApiModel):
+    """An S3 or S3-compatible store (MinIO, Ceph RGW, ...) for s3:// inputs. The keys reach the
+    init container from the Secret as AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, never in the spec."""
+
+    endpoint: str | None = Field(
+        None,
+        max_length=253,
+        pattern=r"^https?://[A-Za-z0-9.:/_-]+$",
+        description="Endpoint of an S3-compatible store (AWS_ENDPOINT_URL), e.g. https://minio.data:9000; default: AWS S3.",
+    )
+    region: str = Field("us-east-1", max_length=32, pattern=r"^[a-z0-9-]+$", description="Region to sign requests for (AWS_DEFAULT_REGION).")
+    credentials_secret_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=K8S_NAME,
+        description="Secret in the job's namespace with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; default: none (a public bucket, or the pod's own identity).",
+    )
+
+
 class DataPrepSpec(ApiModel):
     """The init container that downloads the model and datasets (idempotent and resumable)."""
 
@@ -665,7 +795,11 @@ class DataPrepSpec(ApiModel):
         pattern=IMAGE,
         description="Image of the init container; it must provide hf (huggingface_hub) and flock (util-linux). Default: the training image.",
     )
-    skip: bool = Field(False, description="Inputs are already on the volume: run no download.")
+    skip: bool = Field(False, description="Inputs are already on the volume: run no download (to skip one input, give its path instead).")
+    s3: S3Spec | None = Field(None, description="Where and as whom s3:// inputs are read.")
+    http_token_secret_ref: SecretKeyRef | None = Field(
+        None, description="Secret key holding a bearer token sent with https:// inputs (Authorization: Bearer); default: none."
+    )
 
 
 # ------------------------------------------------------------------------------ run and health
@@ -855,17 +989,22 @@ def _parallel_size(flag_name: str) -> str:
 
 _MODEL_PARALLEL = "(!has(self.extraArgs) ? 1 : " + " * ".join(_parallel_size(f) for f in MODEL_PARALLEL_FLAGS) + ")"
 
-EXTRA_ARGS_RULES = [
+# Rules on each item, so that a refusal names the element (spec.extraArgs[3]), as the API server
+# reports a rule of an `items` schema; lorarl.admission.crdgen adds the spec-owned flags rule.
+EXTRA_ARG_ITEM_RULES = [
     cel(
-        f"self.all(a, !a.matches('{CREDENTIAL_FLAG}') || a.matches('{NOT_A_CREDENTIAL_FLAG}'))",
+        f"!self.matches('{CREDENTIAL_FLAG}') || self.matches('{NOT_A_CREDENTIAL_FLAG}')",
         "a credential-like flag (key, token, secret, password, auth, bearer... anywhere in its name) would put a secret on the command line; "
         "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef",
     ),
     cel(
-        f"self.all(a, !a.matches('{ACCESS_KEY_SHAPED_VALUE}'))",
-        "an item looks like an access token (hf_, ghp_, sk-, a JWT, 40 hex digits, ...): a secret on the command line is "
+        f"!self.matches('{ACCESS_KEY_SHAPED_VALUE}')",
+        "the item looks like an access token (hf_, ghp_, sk-, a JWT, 40 hex digits, ...): a secret on the command line is "
         "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
     ),
+]
+
+EXTRA_ARGS_RULES = [
     *[
         cel(
             f"self.indexOf('{f}') < 0 || (self.indexOf('{f}') + 1 < size(self) && self[self.indexOf('{f}') + 1].matches('{_SIZE_VALUE}'))",
@@ -928,7 +1067,7 @@ class LoraRLJobSpec(ApiModel):
         description="Extra train.py arguments appended after the recipe's, one token per item "
         f'(e.g. ["--tensor-model-parallel-size", "2"]); each item may hold only {SHELL_SAFE_HELP}. '
         "Credential flags and flags the spec sets are refused.",
-        json_schema_extra={"x-kubernetes-validations": EXTRA_ARGS_RULES},
+        json_schema_extra=EXTRA_ARG_ITEM_SCHEMA,
     )
 
 

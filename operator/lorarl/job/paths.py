@@ -46,21 +46,47 @@ def input_dir(root: str, repo: str, revision: str | None) -> str:
     return posixpath.join(root, org, name, segment)
 
 
+def uri_dir(root: str, uri: str) -> str:
+    """Where a downloaded URI lives: ``<root>/<scheme>/<host or bucket>/<the rest, one segment>``
+    (percent-encoded as a revision is, so distinct URIs never share a directory)."""
+    scheme, rest = uri.split("://", 1)
+    host, _, path = rest.partition("/")
+    return input_dir(root, f"{scheme}/{host}", path)
+
+
 def model_dir(job: LoraRLJob) -> str:
-    return input_dir(MODELS_DIR, job.spec.model.name, job.spec.model.revision)
+    model = job.spec.model
+    if model.path:
+        return posixpath.join(MODELS_DIR, model.path)
+    if model.uri:
+        return uri_dir(MODELS_DIR, model.uri)
+    return input_dir(MODELS_DIR, model.name, model.revision)
 
 
 def dataset_dir(ref: DatasetRef | EvalDataset) -> str:
+    """The directory a dataset is downloaded into (for a path on the volume: the file's own)."""
+    if ref.path:
+        return posixpath.dirname(posixpath.join(DATASETS_DIR, ref.path))
+    if ref.uri:
+        return uri_dir(DATASETS_DIR, ref.uri)
+    assert ref.repo is not None  # the API requires one of repo, path and uri
     return input_dir(DATASETS_DIR, ref.repo, ref.revision)
 
 
 def dataset_file(ref: DatasetRef | EvalDataset) -> str:
     """The file's path in the dataset's directory (see input_dir); the API refuses absolute
-    paths and '..', and this re-checks that the path stays inside the repository's directory."""
+    paths and '..', and this re-checks that the path stays inside the datasets directory."""
     directory = dataset_dir(ref)
-    path = posixpath.join(directory, ref.file or f"{repo_basename(ref.repo)}.jsonl")
-    if not posixpath.normpath(path).startswith(directory + "/"):
-        raise UnsafeTokenError(f"dataset file {ref.file!r} of {ref.repo} leaves {directory}")
+    if ref.path:
+        name = posixpath.basename(ref.path)
+    elif ref.uri:
+        name = posixpath.basename(ref.uri)
+    else:
+        assert ref.repo is not None
+        name = ref.file or f"{repo_basename(ref.repo)}.jsonl"
+    path = posixpath.join(directory, name)
+    if not posixpath.normpath(path).startswith(directory + "/") or not directory.startswith(DATASETS_DIR + "/"):
+        raise UnsafeTokenError(f"dataset file {path!r} leaves {directory}")
     return path
 
 

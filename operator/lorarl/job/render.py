@@ -172,7 +172,7 @@ def configmap(job: LoraRLJob) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(job, configmap_name(job), "reporter"),
-        "data": {"prepare.sh": asset("prepare.sh")},
+        "data": {"prepare.sh": asset("prepare.sh"), "fetch.py": asset("fetch.py")},
         # the reporter modules as one zipapp (lorarl.job.artifact), mounted as /opt/lorarl/reporter.pyz
         "binaryData": {paths.REPORTER_FILE: base64.b64encode(artifact.reporter_zipapp()).decode("ascii")},
     }
@@ -294,25 +294,37 @@ def image(job: LoraRLJob) -> str:
 
 
 def downloads(job: LoraRLJob) -> list[str]:
-    """prepare.sh arguments: (kind, repo, local dir, revision) per download, in recipe order."""
-    items = [("model", job.spec.model.name, paths.model_dir(job), job.spec.model.revision or "")]
-    prompt = job.spec.rollout.prompt_data
-    items.append(("dataset", prompt.repo, paths.dataset_dir(prompt), prompt.revision or ""))
-    if job.spec.eval.enabled:
-        for ds in job.spec.eval.datasets:
-            items.append(("dataset", ds.repo, paths.dataset_dir(ds), ds.revision or ""))
+    """prepare.sh arguments: (kind, source, local dir, revision) per input, in recipe order. kind
+    is model or dataset (from the Hub), uri (an https:// or s3:// download) or path (already on
+    the volume: only checked)."""
+    model = job.spec.model
+    if model.path:
+        items = [("path", paths.model_dir(job), paths.model_dir(job), "")]
+    elif model.uri:
+        items = [("uri", model.uri, paths.model_dir(job), "")]
+    else:
+        items = [("model", model.name, paths.model_dir(job), model.revision or "")]
+    datasets = [job.spec.rollout.prompt_data, *(job.spec.eval.datasets if job.spec.eval.enabled else [])]
+    for ds in datasets:
+        if ds.path:
+            items.append(("path", paths.dataset_file(ds), paths.dataset_file(ds), ""))
+        elif ds.uri:
+            items.append(("uri", ds.uri, paths.dataset_dir(ds), ""))
+        else:
+            items.append(("dataset", ds.repo or "", paths.dataset_dir(ds), ds.revision or ""))
     seen: set[tuple[str, str]] = set()
     args: list[str] = []
-    for kind, repo, path, rev in items:
-        if (repo, path) in seen:  # two eval sets from one repository download once
+    for kind, source, path, rev in items:
+        if (source, path) in seen:  # two eval sets from one repository download once
             continue
-        seen.add((repo, path))
-        args += [kind, repo, path, rev]
+        seen.add((source, path))
+        args += [kind, source, path, rev]
     return args
 
 
-def prepare_container(job: LoraRLJob) -> dict[str, Any]:
-    """Downloads model and datasets onto the job volume; skips what is complete, resumes the rest."""
+def prepare_env(job: LoraRLJob) -> list[dict[str, Any]]:
+    """The prepare container's environment: Hub settings, and for URI inputs the S3 store and
+    the credentials, every secret from its Secret (secretKeyRef), never a value in the spec."""
     prep = job.spec.data_prep
     env: list[dict[str, Any]] = [
         {"name": "HF_HUB_ENABLE_HF_TRANSFER", "value": "0"},
@@ -322,6 +334,22 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
         env.append({"name": "HF_ENDPOINT", "value": prep.endpoint})
     if prep.hf_token_secret_ref:
         env.append(secret_env("HF_TOKEN", prep.hf_token_secret_ref))
+    if prep.http_token_secret_ref:
+        env.append(secret_env("LORARL_HTTP_TOKEN", prep.http_token_secret_ref))
+    if prep.s3:
+        if prep.s3.endpoint:
+            env.append({"name": "AWS_ENDPOINT_URL", "value": prep.s3.endpoint})
+        env.append({"name": "AWS_DEFAULT_REGION", "value": prep.s3.region})
+        if prep.s3.credentials_secret_name:
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                env.append({"name": key, "valueFrom": {"secretKeyRef": {"name": prep.s3.credentials_secret_name, "key": key}}})
+    return env
+
+
+def prepare_container(job: LoraRLJob) -> dict[str, Any]:
+    """Downloads model and datasets onto the job volume; skips what is complete, resumes the rest."""
+    prep = job.spec.data_prep
+    env = prepare_env(job)
     return {
         "name": "prepare",
         "image": prep.image or image(job),

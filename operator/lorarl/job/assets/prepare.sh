@@ -1,6 +1,10 @@
 #!/bin/sh
 # lorarl prepare: download the model and datasets of a LoraRLJob onto the job volume.
-# Arguments come in fours: KIND (model|dataset) REPO DIR REVISION ("" = main, as for hf).
+# Arguments come in fours: KIND SOURCE DIR REVISION, KIND being
+#   model|dataset  SOURCE a Hub repository, REVISION "" = main (as for hf);
+#   uri            SOURCE an https:// or s3:// URI, fetched by fetch.py beside this script;
+#   path           SOURCE = DIR, already on the volume (spec.*.path): only checked, never written.
+# Every value reaches hf as --revision=R or after "--", never where it could parse as an option.
 #
 # DIR is unique per (repository, revision) (lorarl.command.input_dir), and may live on a volume
 # that other jobs share and read while this runs. So a DIR is never written in place:
@@ -32,7 +36,16 @@ mkdir -p "${LORARL_RUN_DIR:-/root/shared_data}"
 while [ $# -gt 0 ]; do
   kind=$1 repo=$2 dir=$3 rev=$4
   shift 4
+  if [ "$kind" = path ]; then
+    if [ ! -e "$dir" ]; then
+      echo "prepare.sh: $dir is not on the job volume (spec.model.path or a dataset's path names it): place it there first" >&2
+      exit 3
+    fi
+    echo "prepare: $dir is on the volume, nothing to download"
+    continue
+  fi
   want="$repo@${rev:-main}"
+  [ "$kind" = uri ] && want=$repo
   partial="$dir@partial"
   mkdir -p "$(dirname "$dir")"
   # fd 9 holds the lock until it is closed below (or this process and its children die)
@@ -49,17 +62,19 @@ while [ $# -gt 0 ]; do
   else
     mkdir -p "$partial"
     echo "prepare: downloading $kind $want into $partial"
-    if [ "$kind" = dataset ]; then
+    if [ "$kind" = uri ]; then
+      python3 "$(dirname "$0")/fetch.py" "$repo" "$partial"
+    elif [ "$kind" = dataset ]; then
       if [ -n "$rev" ]; then
-        "$HF" download --repo-type dataset "$repo" --revision "$rev" --local-dir "$partial"
+        "$HF" download --repo-type dataset --revision="$rev" --local-dir "$partial" -- "$repo"
       else
-        "$HF" download --repo-type dataset "$repo" --local-dir "$partial"
+        "$HF" download --repo-type dataset --local-dir "$partial" -- "$repo"
       fi
     else
       if [ -n "$rev" ]; then
-        "$HF" download "$repo" --revision "$rev" --local-dir "$partial"
+        "$HF" download --revision="$rev" --local-dir "$partial" -- "$repo"
       else
-        "$HF" download "$repo" --local-dir "$partial"
+        "$HF" download --local-dir "$partial" -- "$repo"
       fi
     fi
     printf '%s\n' "$want" > "$partial/.lorarl-complete"
