@@ -171,7 +171,7 @@ class Controller:
         if jobs.put(body):  # our own write's echo: no reconcile follows, so a finished job is compacted here
             self.caches.settle(key, reconcile.settled_finished)
             return
-        observed = (body.get("status") or {}).get("observedGeneration")
+        observed = (body.get("status") or {}).get(status.OBSERVED_GENERATION)
         self.queue.add(key, "change" if listed or observed != body["metadata"].get("generation") else "job-event")
 
     def on_rayjob(self, type_: str, body: dict[str, Any], listed: bool) -> None:
@@ -302,7 +302,7 @@ class Controller:
 
     def _finished(self, key: tuple[str, str]) -> bool:
         body = self.caches.jobs.get(key)
-        return body is not None and (body.get("status") or {}).get("phase") in status.TERMINAL
+        return body is not None and (body.get("status") or {}).get(status.PHASE) in status.TERMINAL
 
     def _resync_loop(self) -> None:
         """Queue every unfinished cached job each ``resync_seconds`` (a backstop: it reads the
@@ -311,12 +311,12 @@ class Controller:
             counts = {phase: 0 for phase in status.PHASES}
             for body in self.caches.jobs.values():
                 meta, job_status = body["metadata"], body.get("status") or {}
-                phase = job_status.get("phase")
+                phase = job_status.get(status.PHASE)
                 if phase in counts:
                     counts[phase] += 1
                 # finished jobs cost nothing; a generation not yet observed is on its change path
                 # (queued by its event, or backing off): the resync leaves both alone
-                if phase not in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation"):
+                if phase not in status.TERMINAL and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation"):
                     self.queue.add((meta["namespace"], meta["name"]), "resync", respect_backoff=True)
             for phase, count in counts.items():
                 metrics.JOBS.labels(phase).set(count)

@@ -32,6 +32,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+from . import status
+
 Key = tuple[str, str]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 V = TypeVar("V")
@@ -112,7 +114,7 @@ def compact_job(body: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
         "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "generation", "resourceVersion", "deletionTimestamp") if k in meta},
-        "status": {k: job_status[k] for k in ("phase", "observedGeneration") if k in job_status},
+        "status": {k: job_status[k] for k in (status.PHASE, status.OBSERVED_GENERATION) if k in job_status},
     }
 
 

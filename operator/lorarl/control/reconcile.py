@@ -112,9 +112,9 @@ def startup_deadline(job: api.LoraRLJob, rayjob: dict[str, Any] | None) -> datet
 def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> datetime.datetime | None:
     """When a finished job with ``ttlSecondsAfterFinished`` is to be deleted (None: never)."""
     ttl = job.spec.ttl_seconds_after_finished
-    if ttl is None or job_status.get("phase") not in status.TERMINAL:
+    if ttl is None or job_status.get(status.PHASE) not in status.TERMINAL:
         return None
-    finished = parse_time(job_status.get("completionTime"))
+    finished = parse_time(job_status.get(status.COMPLETION_TIME))
     return None if finished is None else finished + datetime.timedelta(seconds=ttl)
 
 
@@ -122,7 +122,11 @@ def settled_finished(body: dict[str, Any]) -> bool:
     """A finished job whose every generation was seen: nothing is left for the operator but a
     TTL (which it schedules) and events (which bring the whole object back)."""
     meta, job_status = body.get("metadata") or {}, body.get("status") or {}
-    return job_status.get("phase") in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation") and not meta.get("deletionTimestamp")
+    return (
+        job_status.get(status.PHASE) in status.TERMINAL
+        and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation")
+        and not meta.get("deletionTimestamp")
+    )
 
 
 def next_check(job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: dict[str, Any], now: datetime.datetime) -> float | None:
@@ -135,8 +139,8 @@ def next_check(job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: di
     if (
         deadline is not None
         and deadline > now
-        and new_status.get("phase") in (status.PENDING, status.PREPARING)
-        and status.condition(new_status, "Stalled", "reason") != "StartupTimeout"
+        and new_status.get(status.PHASE) in (status.PENDING, status.PREPARING)
+        and status.condition(new_status, status.STALLED, "reason") != "StartupTimeout"
     ):
         due.append(deadline)
     expiry = ttl_expiry(job, new_status)
@@ -237,12 +241,12 @@ class Reconciler:
         elif not finished and (
             apply_children
             or rayjob is None
-            or generation != previous.get("observedGeneration")
+            or generation != previous.get(status.OBSERVED_GENERATION)
             or suspend_drifted(job, rayjob, verdict)
-            or status.condition(previous, "Stalled", "reason") == status.APPLY_FAILED  # retry until it goes through
+            or status.condition(previous, status.STALLED, "reason") == status.APPLY_FAILED  # retry until it goes through
             or ((rayjob.get("metadata") or {}).get("annotations") or {}).get(CHILDREN_DIGEST) != digest  # rendered differently now
         ):
-            if rayjob is None and (previous.get("rayJob") or {}).get("name"):
+            if rayjob is None and (previous.get(status.RAY_JOB) or {}).get("name"):
                 notes.append(
                     status.Event(
                         "Warning",
@@ -303,7 +307,7 @@ class Reconciler:
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
         return Outcome(
             body=body,
-            phase=new_status["phase"],
+            phase=new_status[status.PHASE],
             events=events,
             applied=applied,
             status_written=written,
@@ -320,7 +324,7 @@ class Reconciler:
         except ApiError as err:
             if err.status != 409:  # 409: the precondition failed, another job of that name
                 raise
-        return Outcome(body=body, phase=previous.get("phase"), deleted=True)
+        return Outcome(body=body, phase=previous.get(status.PHASE), deleted=True)
 
     def _hand_over_suspend(self, rayjob: dict[str, Any]) -> None:
         """A queued RayJob whose spec.suspend the operator's manager owns (made by an older
@@ -368,14 +372,14 @@ class Reconciler:
         )
         new_status, events = status.compute(previous, None, facts)
         written = self._write_status(meta["namespace"], meta["name"], previous, new_status)
-        return Outcome(body=body, phase=new_status["phase"], events=events, status_written=written)
+        return Outcome(body=body, phase=new_status[status.PHASE], events=events, status_written=written)
 
     def _write_status(self, namespace: str, name: str, previous: dict[str, Any], new: dict[str, Any]) -> bool:
         if not status.changed(previous, new):
             return False
         # rayJob keys that vanished must be removed explicitly in a merge patch
-        if "rayJob" in new and previous.get("rayJob"):
-            new = {**new, "rayJob": {**{k: None for k in previous["rayJob"]}, **new["rayJob"]}}
+        if status.RAY_JOB in new and previous.get(status.RAY_JOB):
+            new = {**new, status.RAY_JOB: {**{k: None for k in previous[status.RAY_JOB]}, **new[status.RAY_JOB]}}
         if self.caches is not None:  # so that the watch event of this write is known as ours
             cached = self.caches.jobs.get((namespace, name))
             if cached is not None:
