@@ -219,15 +219,15 @@ class Reconciler:
 
         verdict = health.evaluate(job.spec.health, previous, frozenset(d.name for d in job.spec.eval.datasets))
         rayjob = self._read(render.RAYJOB_API_VERSION, "RayJob", namespace, render.rayjob_name(job))
-        finished = previous.get("phase") in status.TERMINAL
-        rendered: list[list[dict[str, Any]]] = []
+        finished = previous.get(status.PHASE) in status.TERMINAL
+        rendered: list[render.Children] = []
 
-        def children() -> list[dict[str, Any]]:
+        def children() -> render.Children:
             if not rendered:
-                rendered.append(render.render(job))
+                rendered.append(render.children(job))
             return rendered[0]
 
-        digest = None if finished else self._memo("digests", body, lambda: children_digest(children()))
+        digest = None if finished else self._memo("digests", body, lambda: children_digest(children().in_apply_order()))
         notes: list[status.Event] = []
         stopped = False
         applied = 0
@@ -255,25 +255,24 @@ class Reconciler:
                         + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else ""),
                     )
                 )
-            to_apply = [dict(child) for child in children()]  # the memoised render stays untouched
-            at = next(i for i, child in enumerate(to_apply) if child["kind"] == "RayJob" and child["metadata"]["name"] == render.rayjob_name(job))
-            to_apply[at], rayjob_manager = queueing.rayjob_apply(to_apply[at], job, rayjob, verdict)
-            to_apply[at]["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # a deep copy
+            rendered_children = children()
+            rayjob_child, rayjob_manager = queueing.rayjob_apply(rendered_children.rayjob, job, rayjob, verdict)
+            rayjob_child["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # rayjob_apply copied it: the memoised render stays untouched
             if queueing.queued(job) and queueing.owns_suspend(rayjob):
                 self._hand_over_suspend(rayjob)
             if self.caches is not None:  # so that the watch event of this apply is known as ours
                 rj_meta = (rayjob or {}).get("metadata") or {}
                 # a queued RayJob's suspend is Kueue's after creation: the live value stays
-                suspend = to_apply[at]["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
+                suspend = rayjob_child["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
                 after = {
                     "metadata": {**rj_meta, "annotations": {CHILDREN_DIGEST: digest}},
                     "spec": {"suspend": suspend},
                     "status": (rayjob or {}).get("status"),
                 }
                 self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), rayjob_fingerprint(after))
-            for child in to_apply:
+            for child in [*rendered_children.before_rayjob, rayjob_child]:  # the RayJob mounts what comes before it
                 try:
-                    is_rayjob = child["kind"] == "RayJob"  # the one answer read (below)
+                    is_rayjob = child is rayjob_child  # the one answer read (below)
                     result = self.kube.apply(child, field_manager=rayjob_manager if is_rayjob else kube_field_manager, answer=is_rayjob)
                 except ApiError as err:
                     if not err.needs_fix:

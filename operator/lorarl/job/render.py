@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import functools
 import importlib.resources
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -486,15 +487,30 @@ def rayjob(job: LoraRLJob) -> dict[str, Any]:
     }
 
 
-def render(job: LoraRLJob) -> list[dict[str, Any]]:
-    """All children of ``job`` in apply order."""
-    children = [] if job.spec.scheduling.service_account_name else [service_account(job)]
-    children += [reporter_role(job), reporter_role_binding(job), configmap(job)]
+@dataclass(frozen=True)
+class Children:
+    """The children of a job: the RayJob by name, and what it needs applied before it (it
+    mounts the ConfigMap and the PVC and runs as the ServiceAccount)."""
+
+    before_rayjob: tuple[dict[str, Any], ...]
+    rayjob: dict[str, Any]
+
+    def in_apply_order(self) -> list[dict[str, Any]]:
+        return [*self.before_rayjob, self.rayjob]
+
+
+def children(job: LoraRLJob) -> Children:
+    before = [] if job.spec.scheduling.service_account_name else [service_account(job)]
+    before += [reporter_role(job), reporter_role_binding(job), configmap(job)]
     pvc = persistent_volume_claim(job)
     if pvc is not None:
-        children.append(pvc)
-    children.append(rayjob(job))
-    return children
+        before.append(pvc)
+    return Children(tuple(before), rayjob(job))
+
+
+def render(job: LoraRLJob) -> list[dict[str, Any]]:
+    """All children of ``job`` in apply order."""
+    return children(job).in_apply_order()
 
 
 class _BlockDumper(yaml.SafeDumper):
