@@ -45,4 +45,8 @@ def evaluate(health: HealthSpec, status: dict[str, Any], eval_names: frozenset[s
                     "EvalScoreTooLow",
                     f"eval/{score[K.EVAL_NAME]} {score[K.EVAL_LATEST]:.4g} at rollout {score[K.EVAL_LATEST_ROLLOUT]} < minimum {health.min_eval_score:g}",
                 )
-    return Verdict("True", "WithinThresholds", f"mean train/train_rollout_logprob_abs_diff {diff:.5g} < {health.max_logprob_abs_diff:g}")
+    # the value itself is in status.metrics: a message quoting it would change with every reporter
+    # update and make the operator write again (a second line per update in `kubectl get -w`)
+    return Verdict(
+        "True", "WithinThresholds", f"mean train/train_rollout_logprob_abs_diff < {health.max_logprob_abs_diff:g} (status.metrics.{K.LOGPROB_DIFF_MEAN})"
+    )
