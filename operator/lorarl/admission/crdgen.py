@@ -330,10 +330,10 @@ def name_rules() -> list[dict[str, Any]]:
     ]
 
 
-# `kubectl get lorarljobs`: what runs, why it is where it is (Ready's reason: Training, Queued,
-# Unschedulable, ImagePullBackOff ... docs/troubleshooting.md), how far, the reward. `-o wide`
-# (priority 1) adds whether a human must act (Stalled), eval, ETA, percent, GPU-hours, training
-# health, placement and the child RayJob.
+# `kubectl get lorarljobs` fits 80 columns with a realistic name: what runs, why it is where it
+# is (Ready's reason: Training, Queued, Unschedulable, ImagePullBackOff ... docs/troubleshooting.md),
+# how far, the reward. `-o wide` (priority 1) adds whether a human must act (Stalled), the total,
+# percent, ETA, eval, GPU-hours, training health, placement and the child RayJob.
 TRAINING_HEALTHY = '.status.conditions[?(@.type=="TrainingHealthy")].status'
 READY_REASON = '.status.conditions[?(@.type=="Ready")].reason'
 STALLED = '.status.conditions[?(@.type=="Stalled")].status'
@@ -342,7 +342,7 @@ PRINTER_COLUMNS = [
     {"name": "Reason", "type": "string", "jsonPath": READY_REASON, "description": "Why the job is where it is (the Ready condition's reason)."},
     {"name": "Stalled", "type": "string", "jsonPath": STALLED, "priority": 1, "description": "True: it cannot go on until someone fixes what Reason names."},
     {"name": "Rollout", "type": "integer", "jsonPath": ".status.progress.rollout", "description": "Rollouts completed."},
-    {"name": "Total", "type": "integer", "jsonPath": ".status.progress.total", "description": "Rollouts planned."},
+    {"name": "Total", "type": "integer", "jsonPath": ".status.progress.total", "priority": 1, "description": "Rollouts planned."},
     {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rawReward", "description": "Latest raw reward."},
     {"name": "Percent", "type": "integer", "jsonPath": ".status.progress.percent", "priority": 1, "description": "Rollouts completed, in percent."},
     {"name": "ETA-Seconds", "type": "integer", "jsonPath": ".status.progress.etaSeconds", "priority": 1, "description": "Estimated seconds to finish."},

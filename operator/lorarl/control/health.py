@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -50,3 +51,40 @@ def evaluate(health: HealthSpec, status: dict[str, Any], eval_names: frozenset[s
     return Verdict(
         "True", "WithinThresholds", f"mean train/train_rollout_logprob_abs_diff < {health.max_logprob_abs_diff:g} (status.metrics.{K.LOGPROB_DIFF_MEAN})"
     )
+
+
+MIN_PROGRESS_TIMEOUT, UNKNOWN_PACE_TIMEOUT, PACE_FACTOR = 1800, 3600, 10
+NO_PROGRESS = "NoProgress"
+
+
+def progress_timeout(health: HealthSpec, status: dict[str, Any]) -> int:
+    """spec.health.progressTimeoutSeconds, else 10x the pace the reporter observed (its ETA over
+    the rollouts left), at least 30 minutes; an hour before the pace is known."""
+    if health.progress_timeout_seconds is not None:
+        return health.progress_timeout_seconds
+    progress = status.get(K.PROGRESS) or {}
+    left = (progress.get(K.TOTAL) or 0) - (progress.get(K.ROLLOUT) or 0)
+    eta = progress.get(K.ETA_SECONDS)
+    if not eta or left <= 0:
+        return UNKNOWN_PACE_TIMEOUT
+    return max(MIN_PROGRESS_TIMEOUT, int(PACE_FACTOR * eta / left))
+
+
+def no_progress(
+    health: HealthSpec, status: dict[str, Any], last_update: datetime.datetime | None, attempt_start: datetime.datetime | None, now: datetime.datetime
+) -> tuple[str | None, datetime.datetime | None]:
+    """(the NoProgress message, or None; when to judge again). Measured from the reporter's last
+    update or the current attempt's start (KubeRay's startTime: a retry starts the clock again),
+    whichever is later; only the caller knows the job is Running."""
+    since = max((t for t in (last_update, attempt_start) if t is not None), default=None)
+    if since is None:
+        return None, None
+    limit = progress_timeout(health, status)
+    due = since + datetime.timedelta(seconds=limit)
+    if now < due:
+        return None, due
+    quiet = int((now - since).total_seconds())
+    return (
+        f"no progress reported for {quiet}s while Running (limit {limit}s, spec.health.progressTimeoutSeconds): "
+        "the trainer may hang; lorarl logs shows its last lines"
+    ), None

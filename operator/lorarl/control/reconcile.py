@@ -30,9 +30,10 @@ from typing import Any
 from ..api import types as api
 from ..api.problems import InvalidJob
 from ..job import render
+from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
-from . import health, queueing, status
+from . import health, pods, queueing, status
 from .cache import CHILDREN_DIGEST, Caches, job_fingerprint, merge_patch, rayjob_fingerprint, whole_job
 from .stored import parse_stored
 
@@ -129,10 +130,13 @@ def settled_finished(body: dict[str, Any]) -> bool:
     )
 
 
-def next_check(job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: dict[str, Any], now: datetime.datetime) -> float | None:
+def next_check(
+    job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: dict[str, Any], now: datetime.datetime, progress_due: datetime.datetime | None = None
+) -> float | None:
     """Seconds until a decision changes with time alone (None: only an event can change it):
-    the startup deadline of a job not yet running, the TTL of a finished one."""
-    due = []
+    the startup deadline of a job not yet running, the progress deadline of a running one, the
+    TTL of a finished one."""
+    due = [progress_due] if progress_due is not None and new_status.get(status.PHASE) == status.RUNNING else []
     deadline = startup_deadline(job, rayjob)
     # a startup deadline already past was judged by this reconcile (a queued job past it stays
     # not-stalled until Kueue admits it: an event, not a time, changes that)
@@ -286,6 +290,11 @@ class Reconciler:
                     if self.caches is not None:
                         self.caches.rayjobs.note_own_write(result)
 
+        quiet, progress_due = None, None
+        if previous.get(status.PHASE) == status.RUNNING and not finished and not stopped:
+            last_update = parse_time((previous.get(K.PROGRESS) or {}).get(K.LAST_UPDATE_TIME))
+            attempt_start = parse_time(((rayjob or {}).get("status") or {}).get("startTime"))
+            quiet, progress_due = health.no_progress(job.spec.health, previous, last_update, attempt_start, now)
         admission = None
         if queueing.queued(job) and not finished and not stopped:
             admission = self._follow_kueue(job, rayjob, queueing.suspend_reason(job, verdict))
@@ -301,6 +310,8 @@ class Reconciler:
             notes=notes,
             health_suspended=queueing.suspend_reason(job, verdict) == queueing.HEALTH_SUSPENDED,
             admission=admission,
+            no_progress=quiet,
+            pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(self.caches.pods_of(namespace, job.metadata.name)),
         )
         new_status, events = status.compute(previous, rayjob, facts)
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
@@ -311,7 +322,7 @@ class Reconciler:
             applied=applied,
             status_written=written,
             apply_failed=apply_failed,
-            requeue_after=next_check(job, rayjob, {**previous, **new_status}, now),
+            requeue_after=next_check(job, rayjob, {**previous, **new_status}, now, progress_due),
         )
 
     def _expire(self, body: dict[str, Any], previous: dict[str, Any]) -> Outcome:

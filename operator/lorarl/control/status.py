@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
-from .health import Verdict
+from . import pods
+from .health import NO_PROGRESS, Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
 
 PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
@@ -26,7 +27,6 @@ PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
 )
 PHASES = (PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
 TERMINAL = (SUCCEEDED, FAILED)
-APPLY_FAILED = "ApplyFailed"
 # The status fields the operator owns: the wire names (aliases) of api.types.LoraRLJobStatus;
 # the reporter's are lorarl/reporter/statuskeys.py (tests/operator/test_status_keys.py checks both)
 PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME = (
@@ -41,6 +41,7 @@ OWNED_FIELDS = (PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COM
 # condition types (Succeeded, Failed and Suspended are named as the phases)
 READY, RECONCILING, STALLED, TRAINING_HEALTHY, ADMITTED = "Ready", "Reconciling", "Stalled", "TrainingHealthy", "Admitted"
 CONDITION_TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, FAILED, SUSPENDED, TRAINING_HEALTHY, ADMITTED)
+APPLY_FAILED = "ApplyFailed"
 PREEMPTED, WORKLOAD_DEACTIVATED = "Preempted", "WorkloadDeactivated"
 MAX_APPLY_MESSAGE = 1024  # an Event's message limit (kube.post_event); conditions keep the same text
 # KubeRay's message can carry the job's own text (on AppFailed, the tail of the driver's log):
@@ -59,6 +60,7 @@ class Observation:
     reason: str
     message: str
     queued: bool = False  # suspended by Kueue, waiting for admission
+    stuck: bool = False  # a pod cannot start until someone fixes something (pods.Trouble.stuck)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class Facts:
     notes: list[Event] = field(default_factory=list)  # events the caller wants emitted
     health_suspended: bool = False  # stopOnUnhealthy: Suspend is holding the run
     admission: Admission | None = None  # what Kueue says (queued jobs only)
+    pod_trouble: pods.Trouble | None = None  # why the Ray cluster's pods do not start (pods.diagnose)
+    no_progress: str | None = None  # message when a Running job's reporter has gone quiet (health.no_progress)
 
 
 def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
@@ -263,6 +267,11 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
     if obs.reason == WORKLOAD_DEACTIVATED:
         # Kueue will not admit it again until someone re-activates the Workload
         return Summary(False, False, True, obs.reason, obs.message)
+    if obs.stuck and not facts.user_suspended:
+        # a pod that cannot start as it is (its image, a Secret, its inputs, its memory)
+        return Summary(False, False, True, obs.reason, obs.message)
+    if facts.no_progress and phase == RUNNING:
+        return Summary(False, False, True, NO_PROGRESS, facts.no_progress)
     if facts.startup_timed_out and phase in (PENDING, PREPARING) and not obs.queued:
         return Summary(False, False, True, "StartupTimeout", f"not running after the startup timeout: {obs.message}")
     if facts.user_suspended and phase != SUSPENDED:
@@ -282,6 +291,11 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     obs = observe(rayjob, facts.user_suspended, facts.queue_name, facts.admission)
     if obs.phase == SUSPENDED and facts.health_suspended and not facts.user_suspended:
         obs = Observation(SUSPENDED, HEALTH_SUSPENDED, f"suspended by spec.health.stopOnUnhealthy: {facts.verdict.message}")
+
+    trouble = facts.pod_trouble
+    if trouble is not None and obs.phase in (PENDING, PREPARING) and not obs.queued:
+        # the pods say more than KubeRay's Initializing: name the pod, the container, the cause
+        obs = Observation(obs.phase, trouble.reason, trouble.message, stuck=trouble.stuck)
 
     if facts.stopped_unhealthy:
         obs = Observation(FAILED, "StoppedUnhealthy", f"stopped because training was unhealthy: {facts.verdict.message}")
@@ -366,6 +380,8 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
             events.append(Event("Warning", APPLY_FAILED, summary.message[:1024]))
     elif stalled_now and phase != FAILED and not summary.from_health:
         events.append(Event("Warning", summary.reason, summary.message[:1024]))
+    elif obs.reason in pods.REASONS and not summary.stalled and condition(previous, RECONCILING, "reason") != obs.reason:
+        events.append(Event("Warning", obs.reason, obs.message[:1024]))  # waiting on a pod (a full cluster, a volume)
     return out, events
 
 

@@ -37,6 +37,7 @@ API_ACCESS_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # reporter/ku
 API_ACCESS_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life; the reporter re-reads it
 DEFAULT_STORAGE_SIZE = "200Gi"
 WORKER_GROUP = "gpu-workers"
+PREPARE_CONTAINER = "prepare"
 # Subdirectories of the job volume mounted at the paths the recipe uses.
 DATA_MOUNTS = (("models", paths.MODELS_DIR), ("datasets", paths.DATASETS_DIR), ("shared_data", paths.SHARED_DIR))
 
@@ -324,7 +325,7 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
     if prep.hf_token_secret_ref:
         env.append(secret_env("HF_TOKEN", prep.hf_token_secret_ref))
     return {
-        "name": "prepare",
+        "name": PREPARE_CONTAINER,
         "image": prep.image or image(job),
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
         "command": ["sh", f"{paths.REPORTER_DIR}/prepare.sh"],
@@ -332,6 +333,9 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
         "env": env,
         "volumeMounts": [m for m in ray_volume_mounts() if m["name"] != SHM_VOLUME],
         "securityContext": container_security_context(),
+        # prepare.sh writes a one-line message naming the input it could not fetch; a failure
+        # it did not foresee leaves the log's tail there instead (core/v1 types.go)
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
