@@ -28,6 +28,28 @@ pytestmark = pytest.mark.node
 BUSYBOX = images.BUSYBOX_IMAGE
 RECORDED = pathlib.Path(__file__).resolve().parents[1] / "operator" / "recorded_pods"
 FAILING_HF = "#!/bin/sh\necho 'huggingface_hub.errors.EntryNotFoundError: 404 Client Error' >&2\nexit 1\n"
+# busybox has no flock applet: a stand-in so that prepare.sh gets as far as the download (the
+# case without it is "no-flock"); the lock itself is irrelevant to a single preparer
+FLOCK_STANDIN = "#!/bin/sh\nexit 0\n"
+
+
+def prepare_container(path: str) -> dict:
+    """The real prepare.sh from a ConfigMap, with PATH=path (where `hf`, and maybe `flock`, are)."""
+    return {
+        "name": render.PREPARE_CONTAINER,
+        "image": BUSYBOX,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "/cfg/prepare.sh", "model", "Qwen/Qwen3-4B", "/tmp/models/Qwen/Qwen3-4B/main", ""],
+        "env": [{"name": "PATH", "value": path}],
+        "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}, {"name": "tools", "mountPath": "/tools"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+CFG_VOLUMES = (
+    {"name": "cfg", "configMap": {"name": "prepare", "defaultMode": 0o755}},
+    {"name": "tools", "configMap": {"name": "tools", "defaultMode": 0o755}},
+)
 
 
 @pytest.fixture
@@ -75,24 +97,14 @@ CASES = {
         ("pod oom container ray-head", "OOMKilled"),
     ),
     "download-fails": (
-        pod(
-            "download-fails",
-            container("true"),
-            init=(
-                {
-                    "name": render.PREPARE_CONTAINER,
-                    "image": BUSYBOX,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "/cfg/prepare.sh", "model", "Qwen/Qwen3-4B", "/tmp/models/Qwen/Qwen3-4B/main", ""],
-                    "env": [{"name": "PATH", "value": "/cfg:/bin"}],
-                    "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}],
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                },
-            ),
-            volumes=({"name": "cfg", "configMap": {"name": "prepare", "defaultMode": 0o755}},),
-        ),
+        pod("download-fails", container("true"), init=(prepare_container("/cfg:/tools:/bin"),), volumes=CFG_VOLUMES),
         pods.INPUT_DOWNLOAD_FAILED,
         ("pod download-fails init container prepare exited 4", "could not download model Qwen/Qwen3-4B@main"),
+    ),
+    "no-flock": (
+        pod("no-flock", container("true"), init=(prepare_container("/cfg:/bin"),), volumes=CFG_VOLUMES),
+        pods.INIT_FAILED,
+        ("pod no-flock init container prepare exited 2", "flock (util-linux) is missing", "spec.dataPrep.image"),
     ),
     "crash-loop": (
         pod("crash-loop", container("echo trainer died >&2; exit 3"), restart="Always"),
@@ -114,13 +126,14 @@ CASES = {
 def test_each_real_pod_failure_is_named_with_its_pod_container_and_cause(real_node_cluster, ns):
     cp = real_node_cluster
     prepare = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "prepare"}, "data": {"prepare.sh": render.asset("prepare.sh"), "hf": FAILING_HF}}
+    tools = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tools"}, "data": {"flock": FLOCK_STANDIN}}
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": "no-class"},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "does-not-exist", "resources": {"requests": {"storage": "1Mi"}}},
     }
-    objs = [prepare, claim, *(case[0] for case in CASES.values())]
+    objs = [prepare, tools, claim, *(case[0] for case in CASES.values())]
     cp.kubectl("apply", "-n", ns, "-f", "-", input="\n".join(json.dumps(o) for o in objs))
 
     seen: dict[str, pods.Trouble | None] = {}

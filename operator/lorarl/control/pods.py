@@ -87,6 +87,11 @@ def _one_line(text: str | None) -> str:
     return lines[-1] if lines else ""
 
 
+def _restarts(cs: dict[str, Any]) -> str:
+    n = cs.get("restartCount", 0) or 0
+    return f"{n} restart{'' if n == 1 else 's'}"
+
+
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
@@ -114,21 +119,20 @@ def _pod_trouble(pod: dict[str, Any]) -> list[tuple[int, Trouble]]:
             elif reason in _CONFIG_REASONS:
                 found.append((0, Trouble(CONFIG_ERROR, f"{where}: {message or reason}", True)))
             elif ended.get("reason") == "OOMKilled":
-                found.append(
-                    (1, Trouble(OOM_KILLED, f"{where} was killed for exceeding its memory limit (OOMKilled, {cs.get('restartCount', 0)} restarts)", True))
-                )
+                found.append((1, Trouble(OOM_KILLED, f"{where} was killed for exceeding its memory limit (OOMKilled, {_restarts(cs)})", True)))
             elif kind == "init container" and ended.get("exitCode") not in (None, 0):
                 code, said = ended["exitCode"], _one_line(ended.get("message"))
                 why = INPUT_DOWNLOAD_FAILED if cs.get("name") == PREPARE_CONTAINER and code == PREPARE_FETCH_EXIT else INIT_FAILED
-                found.append((1, Trouble(why, f"{where} exited {code}" + (f": {said}" if said else "") + f" ({cs.get('restartCount', 0)} restarts)", True)))
-            elif reason == "CrashLoopBackOff":
+                found.append((1, Trouble(why, f"{where} exited {code}" + (f": {said}" if said else "") + f" ({_restarts(cs)})", True)))
+            elif reason == "CrashLoopBackOff" or (kind == "container" and cs.get("restartCount", 0) and ended.get("exitCode") not in (None, 0)):
+                # the kubelet's back-off, or caught between two restarts (terminated, or just started again)
                 code, said = ended.get("exitCode"), _one_line(ended.get("message"))
                 found.append(
                     (
                         1,
                         Trouble(
                             CRASH_LOOP,
-                            f"{where} keeps exiting (exit code {code}" + (f": {said}" if said else "") + f"; {cs.get('restartCount', 0)} restarts)",
+                            f"{where} keeps exiting (exit code {code}" + (f": {said}" if said else "") + f"; {_restarts(cs)})",
                             True,
                         ),
                     )
