@@ -1,5 +1,6 @@
-"""The ``lorarl`` command line: render, validate, crd (offline) and run (the operator); each
-command parses its options and hands over to the module that does the work.
+"""The ``lorarl`` command line: render, validate, crd (offline), run (the operator), and logs,
+status, wait (following one job: ``follow.py``); each command parses its options and hands over
+to the module that does the work.
 
 Development commands (the embedded control plane, the demo, docs generation) live in the
 separate ``lorarl-dev`` tool (hack/devtools), which the runtime package does not ship."""
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from . import __version__, follow
 from .api import types as api
 from .control.options import DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 
@@ -213,6 +214,11 @@ def run(
         kube=kube,
         election=election,
     )
+
+
+# following one job (logs, status, wait): their own module
+for _command in (follow.logs, follow.status, follow.wait):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -157,11 +157,15 @@ class Controller:
             Informer(kube.client, RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL, ns, self.on_rayjob, label_selector=render.JOB_LABEL, stopping=self.stopping)
             for ns in where
         ]
+        # the pods of the jobs' Ray clusters, for why one does not start (control/pods.py): listed
+        # in their own threads after start-up (no reconcile waits for them), and optional
+        self.pod_informers = [Informer(kube.client, "", "v1", "pods", ns, self.on_pod, label_selector=render.JOB_LABEL, stopping=self.stopping) for ns in where]
         self.threads: list[threading.Thread] = []
         caches = self.caches  # the cache gauges are read when scraped
         metrics.CACHED.labels("LoraRLJob", "whole").set_function(lambda: len(caches.jobs) - caches.jobs.compact_count())
         metrics.CACHED.labels("LoraRLJob", "compact").set_function(caches.jobs.compact_count)
         metrics.CACHED.labels("RayJob", "whole").set_function(lambda: len(caches.rayjobs))
+        metrics.CACHED.labels("Pod", "whole").set_function(lambda: len(caches.pods))
 
     # -- kopf: the process around the controller ---------------------------------------------
 
@@ -190,6 +194,9 @@ class Controller:
         self.synced.set()
         self.threads = [
             threading.Thread(target=i.watch, args=(self.stopping,), name=f"lorarl-watch-{i.plural}-{i.namespace or 'all'}", daemon=True) for i in self.informers
+        ]
+        self.threads += [
+            threading.Thread(target=self._follow_pods, args=(i,), name=f"lorarl-watch-pods-{i.namespace or 'all'}", daemon=True) for i in self.pod_informers
         ]
         self.threads += [threading.Thread(target=self._work, name=f"lorarl-worker-{n}", daemon=True) for n in range(self.options.workers)]
         self.threads.append(threading.Thread(target=self._resync_loop, name="lorarl-resync", daemon=True))
@@ -227,7 +234,7 @@ class Controller:
         if jobs.put(body):  # our own write's echo: no reconcile follows, so a finished job is compacted here
             self.caches.settle(key, reconcile.settled_finished)
             return
-        observed = (body.get("status") or {}).get("observedGeneration")
+        observed = (body.get("status") or {}).get(status.OBSERVED_GENERATION)
         self.queue.add(key, "change" if listed or observed != body["metadata"].get("generation") else "job-event")
 
     def on_rayjob(self, type_: str, body: dict[str, Any], listed: bool) -> None:
@@ -249,6 +256,38 @@ class Controller:
         if listed and type_ != "DELETED" and self.caches.jobs.read((key[0], owner))[1] is False:
             return  # a finished job's RayJob: nothing to do for it
         self.queue.add((key[0], owner), "rayjob-event")
+
+    def _follow_pods(self, informer: Informer) -> None:
+        """List, then watch, the jobs' pods; without the chart's pods RBAC (an older chart) the
+        operator runs on without them, saying so once."""
+        while not self.stopping.is_set():
+            began = time.monotonic()
+            try:
+                count = informer.list()
+            except Exception as err:  # noqa: BLE001 - retried; a 403 ends it
+                if getattr(err, "status", None) == 403:
+                    log.warning("no access to pods (%s): job status will not name pod-level causes (docs/troubleshooting.md)", informer.describe)
+                    return
+                log.warning("listing %s failed, retrying in 5s: %s", informer.describe, err)
+                self.stopping.wait(5)
+                continue
+            log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
+            informer.watch(self.stopping)
+            return
+
+    def on_pod(self, type_: str, body: dict[str, Any], listed: bool) -> None:
+        """A pod of a job's Ray cluster changed: its job looks again (when it is not finished)."""
+        key = key_of(body)
+        if not watched(self.options.namespaces, key[0]):
+            return
+        if type_ == "DELETED":
+            self.caches.pods.delete(body)
+        else:
+            self.caches.pods.put(body)
+        owner = ((body.get("metadata") or {}).get("labels") or {}).get(render.JOB_LABEL)
+        job, whole = self.caches.jobs.read((key[0], owner)) if owner else (None, False)
+        if job is not None and whole:  # a compact job is finished: nothing to report
+            self.queue.add((key[0], owner), "pod-event")
 
     # -- reconciles ------------------------------------------------------------------------------
 
@@ -358,7 +397,7 @@ class Controller:
 
     def _finished(self, key: tuple[str, str]) -> bool:
         body = self.caches.jobs.get(key)
-        return body is not None and (body.get("status") or {}).get("phase") in status.TERMINAL
+        return body is not None and (body.get("status") or {}).get(status.PHASE) in status.TERMINAL
 
     def _resync_loop(self) -> None:
         """Queue every unfinished cached job each ``resync_seconds`` (a backstop: it reads the
@@ -367,12 +406,12 @@ class Controller:
             counts = {phase: 0 for phase in status.PHASES}
             for body in self.caches.jobs.values():
                 meta, job_status = body["metadata"], body.get("status") or {}
-                phase = job_status.get("phase")
+                phase = job_status.get(status.PHASE)
                 if phase in counts:
                     counts[phase] += 1
                 # finished jobs cost nothing; a generation not yet observed is on its change path
                 # (queued by its event, or backing off): the resync leaves both alone
-                if phase not in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation"):
+                if phase not in status.TERMINAL and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation"):
                     self.queue.add((meta["namespace"], meta["name"]), "resync", respect_backoff=True)
             for phase, count in counts.items():
                 metrics.JOBS.labels(phase).set(count)

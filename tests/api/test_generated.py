@@ -82,7 +82,7 @@ def test_structural_schema_basics():
     assert names["shortNames"] == ["lrl"] and names["categories"] == ["all", "lorarl"]
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns[0] == "Phase" and columns[-1] == "Age"
-    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == ["Phase", "Rollout", "Total", "Reward", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == ["Phase", "Reason", "Rollout", "Reward", "Age"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["required"] == ["model", "hardware"]
     # nested objects default to the recipe's values, so the API server fills them in

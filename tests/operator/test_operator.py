@@ -50,7 +50,8 @@ def test_seed_example_is_reconciled_into_children(control_plane, namespace, kube
     assert ("Normal", "Pending") in events(kube, namespace)
     # kubectl shows the printer columns
     out = control_plane.kubectl("get", "lorarljobs", "-n", namespace).stdout
-    assert out.split("\n")[0].split() == ["NAME", "PHASE", "ROLLOUT", "TOTAL", "REWARD", "AGE"]
+    assert out.split("\n")[0].split() == ["NAME", "PHASE", "REASON", "ROLLOUT", "REWARD", "AGE"]
+    assert "RayJobCreated" in out  # the REASON column: Ready's reason
     assert "Pending" in out
     wide = control_plane.kubectl("get", "lorarljobs", "-n", namespace, "-o", "wide").stdout
     assert "MI355X" in wide and "Qwen/Qwen3-4B" in wide

@@ -410,3 +410,20 @@ def test_an_s3_input_without_botocore_fails_naming_the_image_field(volume, tmp_p
     volume.gate.touch()
     assert proc.wait(timeout=60) != 0
     assert "need botocore" in out.read_text() and "spec.dataPrep.image" in out.read_text()
+
+
+def test_a_failed_download_leaves_a_one_line_termination_message_naming_the_input(volume, tmp_path):
+    """The kubelet copies the termination message into the pod's status (terminationMessagePath):
+    the operator reports it without log access (lorarl.control.pods)."""
+    (tmp_path / "bin" / "hf").write_text("#!/bin/sh\necho 'hf: 404 Client Error: Entry Not Found' >&2\nexit 1\n")
+    termination_log = tmp_path / "termination-log"
+    result = subprocess.run(
+        [SHELL, str(SCRIPT), *volume.args(model_only())],
+        env={**volume.env, "LORARL_TERMINATION_LOG": str(termination_log)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 4, result.stderr
+    assert termination_log.read_text() == "could not download model Qwen/Qwen3-4B@main (hf download exited 1; its output is in the log of container prepare)\n"
+    assert "404 Client Error" in result.stderr  # hf's own words stay in the log
+    assert not volume.path("/root/models/Qwen/Qwen3-4B/main").exists()

@@ -167,6 +167,10 @@ def _pod_validation_rules(schema: dict[str, Any], node: bool, name: str = "") ->
         else:
             props["key"].update(pattern=api.QUALIFIED_NAME, maxLength=api.MAX_QUALIFIED_NAME)
         schema.setdefault("x-kubernetes-validations", []).append(dict(_VALUES_RULE))
+    if "nodeSelectorTerms" in props:
+        # validateNodeSelector: "must have at least one node selector term" (an empty list makes
+        # every Ray pod invalid: KubeRay's pod creation gets a 422 and the job waits forever)
+        props["nodeSelectorTerms"]["minItems"] = 1
     if "weight" in props:
         props["weight"].update(minimum=1, maximum=100)
     if "topologyKey" in props:
@@ -358,14 +362,24 @@ def name_rules() -> list[dict[str, Any]]:
     ]
 
 
-# `kubectl get lorarljobs` fits 80 columns with a realistic name: what runs, how far, the reward.
-# `-o wide` (priority 1) adds training health, placement and the child RayJob.
+# `kubectl get lorarljobs` fits 80 columns with a realistic name: what runs, why it is where it
+# is (Ready's reason: Training, Queued, Unschedulable, ImagePullBackOff ... docs/troubleshooting.md),
+# how far, the reward. `-o wide` (priority 1) adds whether a human must act (Stalled), the total,
+# percent, ETA, eval, GPU-hours, training health, placement and the child RayJob.
 TRAINING_HEALTHY = '.status.conditions[?(@.type=="TrainingHealthy")].status'
+READY_REASON = '.status.conditions[?(@.type=="Ready")].reason'
+STALLED = '.status.conditions[?(@.type=="Stalled")].status'
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Lifecycle phase."},
+    {"name": "Reason", "type": "string", "jsonPath": READY_REASON, "description": "Why the job is where it is (the Ready condition's reason)."},
+    {"name": "Stalled", "type": "string", "jsonPath": STALLED, "priority": 1, "description": "True: it cannot go on until someone fixes what Reason names."},
     {"name": "Rollout", "type": "integer", "jsonPath": ".status.progress.rollout", "description": "Rollouts completed."},
-    {"name": "Total", "type": "integer", "jsonPath": ".status.progress.total", "description": "Rollouts planned."},
+    {"name": "Total", "type": "integer", "jsonPath": ".status.progress.total", "priority": 1, "description": "Rollouts planned."},
     {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rawReward", "description": "Latest raw reward."},
+    {"name": "Percent", "type": "integer", "jsonPath": ".status.progress.percent", "priority": 1, "description": "Rollouts completed, in percent."},
+    {"name": "ETA-Seconds", "type": "integer", "jsonPath": ".status.progress.etaSeconds", "priority": 1, "description": "Estimated seconds to finish."},
+    {"name": "Eval", "type": "number", "jsonPath": ".status.eval[0].latest", "priority": 1, "description": "Latest score of the first eval set."},
+    {"name": "GPU-Hours", "type": "number", "jsonPath": ".status.progress.gpuHours", "priority": 1, "description": "GPU-hours used so far."},
     {"name": "Healthy", "type": "string", "jsonPath": TRAINING_HEALTHY, "priority": 1, "description": "TrainingHealthy condition."},
     {
         "name": "Logprob-Diff",

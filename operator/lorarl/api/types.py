@@ -882,6 +882,13 @@ class HealthSpec(ApiModel):
     stop_on_unhealthy: Literal["Never", "Suspend", "Stop"] = Field(
         "Never", description="What to do when TrainingHealthy turns False: keep running, suspend the RayJob, or stop it (the job fails)."
     )
+    progress_timeout_seconds: int | None = Field(
+        None,
+        ge=60,
+        le=604800,
+        description="Seconds without a progress update from the in-job reporter while Running before the job is Stalled (reason NoProgress). "
+        "Default: 10 times the observed time per rollout, at least 1800 (3600 before the pace is known).",
+    )
 
 
 # ---------------------------------------------------------------------------------------- spec

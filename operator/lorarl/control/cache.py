@@ -32,6 +32,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+from . import pods, status
+
 Key = tuple[str, str]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 V = TypeVar("V")
@@ -112,7 +114,7 @@ def compact_job(body: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
         "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "generation", "resourceVersion", "deletionTimestamp") if k in meta},
-        "status": {k: job_status[k] for k in ("phase", "observedGeneration") if k in job_status},
+        "status": {k: job_status[k] for k in (status.PHASE, status.OBSERVED_GENERATION) if k in job_status},
     }
 
 
@@ -310,8 +312,13 @@ class Caches:
     def __init__(self) -> None:
         self.jobs = Store(trim_job, job_fingerprint)
         self.rayjobs = Store(trim_rayjob, rayjob_fingerprint)
+        self.pods = Store(pods.trim_pod, lambda body: None)  # never written by us: no echoes
         self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~15 KiB each
         self.digests = Memo()  # (uid, generation) -> digest of the rendered children
+
+    def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """The cached pods of a job's Ray cluster (labelled lorarl.dev/job by render)."""
+        return [p for p in self.pods.values() if p["metadata"].get("namespace") == namespace and (p["metadata"].get("labels") or {}).get(pods.JOB_LABEL) == job]
 
     def settle(self, key: Key, finished: Callable[[dict[str, Any]], bool]) -> bool:
         """Keep a job compact that ``finished`` says has nothing left to do, and drop its

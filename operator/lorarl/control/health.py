@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..api.types import HealthSpec
+from ..reporter import statuskeys as K
 
 Status = Literal["True", "False", "Unknown"]
 
@@ -21,8 +23,8 @@ def evaluate(health: HealthSpec, status: dict[str, Any], eval_names: frozenset[s
     """Judge the run from what the in-job reporter wrote (status.metrics and status.eval). Only
     eval entries named as the spec names its datasets (``eval_names``) are judged, so the
     verdict's message carries a name from the spec, never text the job made up."""
-    metrics = status.get("metrics") or {}
-    diff = metrics.get("trainRolloutLogprobAbsDiffMean")
+    metrics = status.get(K.METRICS) or {}
+    diff = metrics.get(K.LOGPROB_DIFF_MEAN)
     if diff is None:
         return Verdict("Unknown", "AwaitingMetrics", "no training step reported yet")
     if diff >= health.max_logprob_abs_diff:
@@ -33,15 +35,56 @@ def evaluate(health: HealthSpec, status: dict[str, Any], eval_names: frozenset[s
             "training and rollout engines disagree (check backends, precision, LoRA sync)",
         )
     if health.min_eval_score is not None:
-        started = (status.get("progress") or {}).get("rollout", 0) > 0
-        for score in status.get("eval") or []:
-            if eval_names is not None and score.get("name") not in eval_names:
+        started = (status.get(K.PROGRESS) or {}).get(K.ROLLOUT, 0) > 0
+        for score in status.get(K.EVAL) or []:
+            if eval_names is not None and score.get(K.EVAL_NAME) not in eval_names:
                 continue
             # the eval before training says nothing about the training: judge later ones only
-            if started and score.get("latestRollout", 0) > 0 and score["latest"] < health.min_eval_score:
+            if started and score.get(K.EVAL_LATEST_ROLLOUT, 0) > 0 and score[K.EVAL_LATEST] < health.min_eval_score:
                 return Verdict(
                     "False",
                     "EvalScoreTooLow",
-                    f"eval/{score['name']} {score['latest']:.4g} at rollout {score['latestRollout']} < minimum {health.min_eval_score:g}",
+                    f"eval/{score[K.EVAL_NAME]} {score[K.EVAL_LATEST]:.4g} at rollout {score[K.EVAL_LATEST_ROLLOUT]} < minimum {health.min_eval_score:g}",
                 )
-    return Verdict("True", "WithinThresholds", f"mean train/train_rollout_logprob_abs_diff {diff:.5g} < {health.max_logprob_abs_diff:g}")
+    # the value itself is in status.metrics: a message quoting it would change with every reporter
+    # update and make the operator write again (a second line per update in `kubectl get -w`)
+    return Verdict(
+        "True", "WithinThresholds", f"mean train/train_rollout_logprob_abs_diff < {health.max_logprob_abs_diff:g} (status.metrics.{K.LOGPROB_DIFF_MEAN})"
+    )
+
+
+MIN_PROGRESS_TIMEOUT, UNKNOWN_PACE_TIMEOUT, PACE_FACTOR = 1800, 3600, 10
+NO_PROGRESS = "NoProgress"
+
+
+def progress_timeout(health: HealthSpec, status: dict[str, Any]) -> int:
+    """spec.health.progressTimeoutSeconds, else 10x the pace the reporter observed (its ETA over
+    the rollouts left), at least 30 minutes; an hour before the pace is known."""
+    if health.progress_timeout_seconds is not None:
+        return health.progress_timeout_seconds
+    progress = status.get(K.PROGRESS) or {}
+    left = (progress.get(K.TOTAL) or 0) - (progress.get(K.ROLLOUT) or 0)
+    eta = progress.get(K.ETA_SECONDS)
+    if not eta or left <= 0:
+        return UNKNOWN_PACE_TIMEOUT
+    return max(MIN_PROGRESS_TIMEOUT, int(PACE_FACTOR * eta / left))
+
+
+def no_progress(
+    health: HealthSpec, status: dict[str, Any], last_update: datetime.datetime | None, attempt_start: datetime.datetime | None, now: datetime.datetime
+) -> tuple[str | None, datetime.datetime | None]:
+    """(the NoProgress message, or None; when to judge again). Measured from the reporter's last
+    update or the current attempt's start (KubeRay's startTime: a retry starts the clock again),
+    whichever is later; only the caller knows the job is Running."""
+    since = max((t for t in (last_update, attempt_start) if t is not None), default=None)
+    if since is None:
+        return None, None
+    limit = progress_timeout(health, status)
+    due = since + datetime.timedelta(seconds=limit)
+    if now < due:
+        return None, due
+    quiet = int((now - since).total_seconds())
+    return (
+        f"no progress reported for {quiet}s while Running (limit {limit}s, spec.health.progressTimeoutSeconds): "
+        "the trainer may hang; lorarl logs shows its last lines"
+    ), None

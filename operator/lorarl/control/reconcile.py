@@ -30,9 +30,10 @@ from typing import Any
 from ..api import types as api
 from ..api.problems import InvalidJob
 from ..job import render
+from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
-from . import health, queueing, status
+from . import health, pods, queueing, status
 from .cache import CHILDREN_DIGEST, Caches, job_fingerprint, merge_patch, rayjob_fingerprint, whole_job
 from .stored import parse_stored
 
@@ -112,9 +113,9 @@ def startup_deadline(job: api.LoraRLJob, rayjob: dict[str, Any] | None) -> datet
 def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> datetime.datetime | None:
     """When a finished job with ``ttlSecondsAfterFinished`` is to be deleted (None: never)."""
     ttl = job.spec.ttl_seconds_after_finished
-    if ttl is None or job_status.get("phase") not in status.TERMINAL:
+    if ttl is None or job_status.get(status.PHASE) not in status.TERMINAL:
         return None
-    finished = parse_time(job_status.get("completionTime"))
+    finished = parse_time(job_status.get(status.COMPLETION_TIME))
     return None if finished is None else finished + datetime.timedelta(seconds=ttl)
 
 
@@ -122,21 +123,28 @@ def settled_finished(body: dict[str, Any]) -> bool:
     """A finished job whose every generation was seen: nothing is left for the operator but a
     TTL (which it schedules) and events (which bring the whole object back)."""
     meta, job_status = body.get("metadata") or {}, body.get("status") or {}
-    return job_status.get("phase") in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation") and not meta.get("deletionTimestamp")
+    return (
+        job_status.get(status.PHASE) in status.TERMINAL
+        and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation")
+        and not meta.get("deletionTimestamp")
+    )
 
 
-def next_check(job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: dict[str, Any], now: datetime.datetime) -> float | None:
+def next_check(
+    job: api.LoraRLJob, rayjob: dict[str, Any] | None, new_status: dict[str, Any], now: datetime.datetime, progress_due: datetime.datetime | None = None
+) -> float | None:
     """Seconds until a decision changes with time alone (None: only an event can change it):
-    the startup deadline of a job not yet running, the TTL of a finished one."""
-    due = []
+    the startup deadline of a job not yet running, the progress deadline of a running one, the
+    TTL of a finished one."""
+    due = [progress_due] if progress_due is not None and new_status.get(status.PHASE) == status.RUNNING else []
     deadline = startup_deadline(job, rayjob)
     # a startup deadline already past was judged by this reconcile (a queued job past it stays
     # not-stalled until Kueue admits it: an event, not a time, changes that)
     if (
         deadline is not None
         and deadline > now
-        and new_status.get("phase") in (status.PENDING, status.PREPARING)
-        and status.condition(new_status, "Stalled", "reason") != "StartupTimeout"
+        and new_status.get(status.PHASE) in (status.PENDING, status.PREPARING)
+        and status.condition(new_status, status.STALLED, "reason") != "StartupTimeout"
     ):
         due.append(deadline)
     expiry = ttl_expiry(job, new_status)
@@ -215,15 +223,15 @@ class Reconciler:
 
         verdict = health.evaluate(job.spec.health, previous, frozenset(d.name for d in job.spec.eval.datasets))
         rayjob = self._read(render.RAYJOB_API_VERSION, "RayJob", namespace, render.rayjob_name(job))
-        finished = previous.get("phase") in status.TERMINAL
-        rendered: list[list[dict[str, Any]]] = []
+        finished = previous.get(status.PHASE) in status.TERMINAL
+        rendered: list[render.Children] = []
 
-        def children() -> list[dict[str, Any]]:
+        def children() -> render.Children:
             if not rendered:
-                rendered.append(render.render(job))
+                rendered.append(render.children(job))
             return rendered[0]
 
-        digest = None if finished else self._memo("digests", body, lambda: children_digest(children()))
+        digest = None if finished else self._memo("digests", body, lambda: children_digest(children().in_apply_order()))
         notes: list[status.Event] = []
         stopped = False
         applied = 0
@@ -237,12 +245,12 @@ class Reconciler:
         elif not finished and (
             apply_children
             or rayjob is None
-            or generation != previous.get("observedGeneration")
+            or generation != previous.get(status.OBSERVED_GENERATION)
             or suspend_drifted(job, rayjob, verdict)
-            or status.condition(previous, "Stalled", "reason") == status.APPLY_FAILED  # retry until it goes through
+            or status.condition(previous, status.STALLED, "reason") == status.APPLY_FAILED  # retry until it goes through
             or ((rayjob.get("metadata") or {}).get("annotations") or {}).get(CHILDREN_DIGEST) != digest  # rendered differently now
         ):
-            if rayjob is None and (previous.get("rayJob") or {}).get("name"):
+            if rayjob is None and (previous.get(status.RAY_JOB) or {}).get("name"):
                 notes.append(
                     status.Event(
                         "Warning",
@@ -251,25 +259,24 @@ class Reconciler:
                         + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else ""),
                     )
                 )
-            to_apply = [dict(child) for child in children()]  # the memoised render stays untouched
-            at = next(i for i, child in enumerate(to_apply) if child["kind"] == "RayJob" and child["metadata"]["name"] == render.rayjob_name(job))
-            to_apply[at], rayjob_manager = queueing.rayjob_apply(to_apply[at], job, rayjob, verdict)
-            to_apply[at]["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # a deep copy
+            rendered_children = children()
+            rayjob_child, rayjob_manager = queueing.rayjob_apply(rendered_children.rayjob, job, rayjob, verdict)
+            rayjob_child["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # rayjob_apply copied it: the memoised render stays untouched
             if queueing.queued(job) and queueing.owns_suspend(rayjob):
                 self._hand_over_suspend(rayjob)
             if self.caches is not None:  # so that the watch event of this apply is known as ours
                 rj_meta = (rayjob or {}).get("metadata") or {}
                 # a queued RayJob's suspend is Kueue's after creation: the live value stays
-                suspend = to_apply[at]["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
+                suspend = rayjob_child["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
                 after = {
                     "metadata": {**rj_meta, "annotations": {CHILDREN_DIGEST: digest}},
                     "spec": {"suspend": suspend},
                     "status": (rayjob or {}).get("status"),
                 }
                 self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), rayjob_fingerprint(after))
-            for child in to_apply:
+            for child in [*rendered_children.before_rayjob, rayjob_child]:  # the RayJob mounts what comes before it
                 try:
-                    is_rayjob = child["kind"] == "RayJob"  # the one answer read (below)
+                    is_rayjob = child is rayjob_child  # the one answer read (below)
                     result = self.kube.apply(child, field_manager=rayjob_manager if is_rayjob else kube_field_manager, answer=is_rayjob)
                 except ApiError as err:
                     if not err.needs_fix:
@@ -283,6 +290,11 @@ class Reconciler:
                     if self.caches is not None:
                         self.caches.rayjobs.note_own_write(result)
 
+        quiet, progress_due = None, None
+        if previous.get(status.PHASE) == status.RUNNING and not finished and not stopped:
+            last_update = parse_time((previous.get(K.PROGRESS) or {}).get(K.LAST_UPDATE_TIME))
+            attempt_start = parse_time(((rayjob or {}).get("status") or {}).get("startTime"))
+            quiet, progress_due = health.no_progress(job.spec.health, previous, last_update, attempt_start, now)
         admission = None
         if queueing.queued(job) and not finished and not stopped:
             admission = self._follow_kueue(job, rayjob, queueing.suspend_reason(job, verdict))
@@ -298,17 +310,19 @@ class Reconciler:
             notes=notes,
             health_suspended=queueing.suspend_reason(job, verdict) == queueing.HEALTH_SUSPENDED,
             admission=admission,
+            no_progress=quiet,
+            pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(self.caches.pods_of(namespace, job.metadata.name)),
         )
         new_status, events = status.compute(previous, rayjob, facts)
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
         return Outcome(
             body=body,
-            phase=new_status["phase"],
+            phase=new_status[status.PHASE],
             events=events,
             applied=applied,
             status_written=written,
             apply_failed=apply_failed,
-            requeue_after=next_check(job, rayjob, {**previous, **new_status}, now),
+            requeue_after=next_check(job, rayjob, {**previous, **new_status}, now, progress_due),
         )
 
     def _expire(self, body: dict[str, Any], previous: dict[str, Any]) -> Outcome:
@@ -320,7 +334,7 @@ class Reconciler:
         except ApiError as err:
             if err.status != 409:  # 409: the precondition failed, another job of that name
                 raise
-        return Outcome(body=body, phase=previous.get("phase"), deleted=True)
+        return Outcome(body=body, phase=previous.get(status.PHASE), deleted=True)
 
     def _hand_over_suspend(self, rayjob: dict[str, Any]) -> None:
         """A queued RayJob whose spec.suspend the operator's manager owns (made by an older
@@ -368,14 +382,14 @@ class Reconciler:
         )
         new_status, events = status.compute(previous, None, facts)
         written = self._write_status(meta["namespace"], meta["name"], previous, new_status)
-        return Outcome(body=body, phase=new_status["phase"], events=events, status_written=written)
+        return Outcome(body=body, phase=new_status[status.PHASE], events=events, status_written=written)
 
     def _write_status(self, namespace: str, name: str, previous: dict[str, Any], new: dict[str, Any]) -> bool:
         if not status.changed(previous, new):
             return False
         # rayJob keys that vanished must be removed explicitly in a merge patch
-        if "rayJob" in new and previous.get("rayJob"):
-            new = {**new, "rayJob": {**{k: None for k in previous["rayJob"]}, **new["rayJob"]}}
+        if status.RAY_JOB in new and previous.get(status.RAY_JOB):
+            new = {**new, status.RAY_JOB: {**{k: None for k in previous[status.RAY_JOB]}, **new[status.RAY_JOB]}}
         if self.caches is not None:  # so that the watch event of this write is known as ours
             cached = self.caches.jobs.get((namespace, name))
             if cached is not None:

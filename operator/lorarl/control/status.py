@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
-from .health import Verdict
+from . import pods
+from .health import NO_PROGRESS, Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
 
 PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
@@ -26,6 +27,20 @@ PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
 )
 PHASES = (PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
 TERMINAL = (SUCCEEDED, FAILED)
+# The status fields the operator owns: the wire names (aliases) of api.types.LoraRLJobStatus;
+# the reporter's are lorarl/reporter/statuskeys.py (tests/operator/test_status_keys.py checks both)
+PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME = (
+    "phase",
+    "observedGeneration",
+    "conditions",
+    "rayJob",
+    "startTime",
+    "completionTime",
+)
+OWNED_FIELDS = (PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME)
+# condition types (Succeeded, Failed and Suspended are named as the phases)
+READY, RECONCILING, STALLED, TRAINING_HEALTHY, ADMITTED = "Ready", "Reconciling", "Stalled", "TrainingHealthy", "Admitted"
+CONDITION_TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, FAILED, SUSPENDED, TRAINING_HEALTHY, ADMITTED)
 APPLY_FAILED = "ApplyFailed"
 PREEMPTED, WORKLOAD_DEACTIVATED = "Preempted", "WorkloadDeactivated"
 MAX_APPLY_MESSAGE = 1024  # an Event's message limit (kube.post_event); conditions keep the same text
@@ -45,6 +60,7 @@ class Observation:
     reason: str
     message: str
     queued: bool = False  # suspended by Kueue, waiting for admission
+    stuck: bool = False  # a pod cannot start until someone fixes something (pods.Trouble.stuck)
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,8 @@ class Facts:
     notes: list[Event] = field(default_factory=list)  # events the caller wants emitted
     health_suspended: bool = False  # stopOnUnhealthy: Suspend is holding the run
     admission: Admission | None = None  # what Kueue says (queued jobs only)
+    pod_trouble: pods.Trouble | None = None  # why the Ray cluster's pods do not start (pods.diagnose)
+    no_progress: str | None = None  # message when a Running job's reporter has gone quiet (health.no_progress)
 
 
 def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
@@ -249,6 +267,11 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
     if obs.reason == WORKLOAD_DEACTIVATED:
         # Kueue will not admit it again until someone re-activates the Workload
         return Summary(False, False, True, obs.reason, obs.message)
+    if obs.stuck and not facts.user_suspended:
+        # a pod that cannot start as it is (its image, a Secret, its inputs, its memory)
+        return Summary(False, False, True, obs.reason, obs.message)
+    if facts.no_progress and phase == RUNNING:
+        return Summary(False, False, True, NO_PROGRESS, facts.no_progress)
     if facts.startup_timed_out and phase in (PENDING, PREPARING) and not obs.queued:
         return Summary(False, False, True, "StartupTimeout", f"not running after the startup timeout: {obs.message}")
     if facts.user_suspended and phase != SUSPENDED:
@@ -264,10 +287,15 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
 
 def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Facts) -> tuple[dict[str, Any], list[Event]]:
     """The operator's status fields and the Events for this observation."""
-    prev_phase = previous.get("phase")
+    prev_phase = previous.get(PHASE)
     obs = observe(rayjob, facts.user_suspended, facts.queue_name, facts.admission)
     if obs.phase == SUSPENDED and facts.health_suspended and not facts.user_suspended:
         obs = Observation(SUSPENDED, HEALTH_SUSPENDED, f"suspended by spec.health.stopOnUnhealthy: {facts.verdict.message}")
+
+    trouble = facts.pod_trouble
+    if trouble is not None and obs.phase in (PENDING, PREPARING) and not obs.queued:
+        # the pods say more than KubeRay's Initializing: name the pod, the container, the cause
+        obs = Observation(obs.phase, trouble.reason, trouble.message, stuck=trouble.stuck)
 
     if facts.stopped_unhealthy:
         obs = Observation(FAILED, "StoppedUnhealthy", f"stopped because training was unhealthy: {facts.verdict.message}")
@@ -275,21 +303,21 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         # a finished run stays finished (its RayJob may be cleaned up or recreated by hand)
         obs = Observation(
             prev_phase,
-            condition(previous, "Succeeded" if prev_phase == SUCCEEDED else "Failed", "reason") or prev_phase,
-            condition(previous, "Ready", "message") or "",
+            condition(previous, SUCCEEDED if prev_phase == SUCCEEDED else FAILED, "reason") or prev_phase,
+            condition(previous, READY, "message") or "",
         )
 
     phase = obs.phase
     summary = summarize(obs, facts)
-    prev_conditions = previous.get("conditions") or []
+    prev_conditions = previous.get(CONDITIONS) or []
     healthy = facts.verdict
     suspended = phase == SUSPENDED or obs.queued
     g, now = facts.generation, facts.now
     conditions = [
-        setcondition(prev_conditions, "Ready", _bool(summary.ready), summary.reason, summary.message, now, g),
+        setcondition(prev_conditions, READY, _bool(summary.ready), summary.reason, summary.message, now, g),
         setcondition(
             prev_conditions,
-            "Reconciling",
+            RECONCILING,
             _bool(summary.in_progress),
             summary.reason if summary.in_progress else phase,
             summary.message if summary.in_progress else "",
@@ -298,7 +326,7 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         ),
         setcondition(
             prev_conditions,
-            "Stalled",
+            STALLED,
             _bool(summary.stalled),
             summary.reason if summary.stalled else "NoError",
             summary.message if summary.stalled else "",
@@ -307,7 +335,7 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         ),
         setcondition(
             prev_conditions,
-            "Succeeded",
+            SUCCEEDED,
             _bool(phase == SUCCEEDED),
             obs.reason if phase in TERMINAL else phase,
             obs.message if phase in TERMINAL else "",
@@ -315,43 +343,45 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
             g,
         ),
         setcondition(
-            prev_conditions, "Failed", _bool(phase == FAILED), obs.reason if phase == FAILED else "NotFailed", obs.message if phase == FAILED else "", now, g
+            prev_conditions, FAILED, _bool(phase == FAILED), obs.reason if phase == FAILED else "NotFailed", obs.message if phase == FAILED else "", now, g
         ),
-        setcondition(prev_conditions, "Suspended", _bool(suspended), obs.reason if suspended else "NotSuspended", obs.message if suspended else "", now, g),
-        setcondition(prev_conditions, "TrainingHealthy", healthy.status, healthy.reason, healthy.message, now, g),
+        setcondition(prev_conditions, SUSPENDED, _bool(suspended), obs.reason if suspended else "NotSuspended", obs.message if suspended else "", now, g),
+        setcondition(prev_conditions, TRAINING_HEALTHY, healthy.status, healthy.reason, healthy.message, now, g),
     ]
     if facts.queue_name and facts.admission is not None:
         conditions.append(admitted_condition(prev_conditions, facts.queue_name, facts.admission, obs, now, g))
 
     out: dict[str, Any] = {
-        "phase": phase,
-        "observedGeneration": g,
-        "conditions": conditions,
+        PHASE: phase,
+        OBSERVED_GENERATION: g,
+        CONDITIONS: conditions,
     }
     mirror = rayjob_mirror(rayjob)
     if mirror is not None:
-        out["rayJob"] = mirror
-    start = previous.get("startTime") or (now if phase == RUNNING else None)
+        out[RAY_JOB] = mirror
+    start = previous.get(START_TIME) or (now if phase == RUNNING else None)
     if start:
-        out["startTime"] = start
+        out[START_TIME] = start
     if phase in TERMINAL:
         end = ((rayjob or {}).get("status") or {}).get("endTime")
-        out["completionTime"] = previous.get("completionTime") or end or now
+        out[COMPLETION_TIME] = previous.get(COMPLETION_TIME) or end or now
 
     events = list(facts.notes)
     events += admission_events(prev_conditions, conditions)
     if phase != prev_phase:
         kind = "Warning" if phase == FAILED else "Normal"
         events.append(Event(kind, phase, f"{prev_phase or 'New'} -> {phase}: {obs.reason}: {obs.message}"[:1024]))
-    if healthy.status == "False" and condition(previous, "TrainingHealthy", "status") != "False":
+    if healthy.status == "False" and condition(previous, TRAINING_HEALTHY, "status") != "False":
         events.append(Event("Warning", healthy.reason, healthy.message))
-    stalled_now = summary.stalled and condition(previous, "Stalled", "status") != "True"
+    stalled_now = summary.stalled and condition(previous, STALLED, "status") != "True"
     if summary.reason == APPLY_FAILED:
         # once per distinct refusal (new, or another child/field): the retries post nothing
-        if stalled_now or (condition(previous, "Stalled", "reason"), condition(previous, "Stalled", "message")) != (APPLY_FAILED, summary.message[:32768]):
+        if stalled_now or (condition(previous, STALLED, "reason"), condition(previous, STALLED, "message")) != (APPLY_FAILED, summary.message[:32768]):
             events.append(Event("Warning", APPLY_FAILED, summary.message[:1024]))
     elif stalled_now and phase != FAILED and not summary.from_health:
         events.append(Event("Warning", summary.reason, summary.message[:1024]))
+    elif obs.reason in pods.REASONS and not summary.stalled and condition(previous, RECONCILING, "reason") != obs.reason:
+        events.append(Event("Warning", obs.reason, obs.message[:1024]))  # waiting on a pod (a full cluster, a volume)
     return out, events
 
 
@@ -362,7 +392,7 @@ def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Adm
     if adm.workload is None:
         return setcondition(
             previous,
-            "Admitted",
+            ADMITTED,
             "False",
             "WorkloadNotCreated",
             f"waiting for Kueue to create the Workload of the RayJob (LocalQueue {queue_name})",
@@ -372,21 +402,21 @@ def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Adm
     # an evicted Workload keeps Admitted=True until its job has stopped: the eviction is the news
     if adm.deactivated_by is not None:
         return setcondition(
-            previous, "Admitted", "False", adm.deactivated_by, f"the operator deactivated Workload {adm.workload} ({adm.deactivated_by})", now, generation
+            previous, ADMITTED, "False", adm.deactivated_by, f"the operator deactivated Workload {adm.workload} ({adm.deactivated_by})", now, generation
         )
     if obs.queued:
-        return setcondition(previous, "Admitted", "False", obs.reason, obs.message, now, generation)
+        return setcondition(previous, ADMITTED, "False", obs.reason, obs.message, now, generation)
     if adm.admitted and adm.evicted_reason is None:
         return setcondition(
-            previous, "Admitted", "True", "Admitted", f"Kueue admitted Workload {adm.workload} in ClusterQueue {adm.cluster_queue}", now, generation
+            previous, ADMITTED, "True", "Admitted", f"Kueue admitted Workload {adm.workload} in ClusterQueue {adm.cluster_queue}", now, generation
         )
     if adm.evicted_reason is not None:
         return setcondition(
-            previous, "Admitted", "False", adm.evicted_reason, f"Kueue is evicting Workload {adm.workload}: {adm.evicted_message}", now, generation
+            previous, ADMITTED, "False", adm.evicted_reason, f"Kueue is evicting Workload {adm.workload}: {adm.evicted_message}", now, generation
         )
     return setcondition(
         previous,
-        "Admitted",
+        ADMITTED,
         "False",
         "Queued",
         f"Workload {adm.workload} is not admitted yet" + (f": {adm.pending_message}" if adm.pending_message else ""),
@@ -397,8 +427,8 @@ def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Adm
 
 def admission_events(previous: list[dict[str, Any]], conditions: list[dict[str, Any]]) -> list[Event]:
     """One Event when Kueue admits the job, one Warning when it is preempted."""
-    new = next((c for c in conditions if c["type"] == "Admitted"), None)
-    old = next((c for c in previous if c.get("type") == "Admitted"), None)
+    new = next((c for c in conditions if c["type"] == ADMITTED), None)
+    old = next((c for c in previous if c.get("type") == ADMITTED), None)
     if new is None or (old is not None and (old.get("status"), old.get("reason")) == (new["status"], new["reason"])):
         return []
     if new["status"] == "True":
@@ -424,7 +454,7 @@ def apply_backoff(retry: int) -> float:
 
 def condition(status: dict[str, Any], type_: str, key: str) -> str | None:
     """A field of one condition in a stored status, or None."""
-    for cond in status.get("conditions") or []:
+    for cond in status.get(CONDITIONS) or []:
         if cond.get("type") == type_:
             return cond.get(key)
     return None

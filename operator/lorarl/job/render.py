@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import functools
 import importlib.resources
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -36,6 +37,7 @@ API_ACCESS_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # reporter/ku
 API_ACCESS_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life; the reporter re-reads it
 DEFAULT_STORAGE_SIZE = "200Gi"
 WORKER_GROUP = "gpu-workers"
+PREPARE_CONTAINER = "prepare"
 # Subdirectories of the job volume mounted at the paths the recipe uses.
 DATA_MOUNTS = (("models", paths.MODELS_DIR), ("datasets", paths.DATASETS_DIR), ("shared_data", paths.SHARED_DIR))
 
@@ -351,7 +353,7 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
     prep = job.spec.data_prep
     env = prepare_env(job)
     return {
-        "name": "prepare",
+        "name": PREPARE_CONTAINER,
         "image": prep.image or image(job),
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
         "command": ["sh", f"{paths.REPORTER_DIR}/prepare.sh"],
@@ -359,6 +361,9 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
         "env": env,
         "volumeMounts": [m for m in ray_volume_mounts() if m["name"] != SHM_VOLUME],
         "securityContext": container_security_context(),
+        # prepare.sh writes a one-line message naming the input it could not fetch; a failure
+        # it did not foresee leaves the log's tail there instead (core/v1 types.go)
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
@@ -514,15 +519,30 @@ def rayjob(job: LoraRLJob) -> dict[str, Any]:
     }
 
 
-def render(job: LoraRLJob) -> list[dict[str, Any]]:
-    """All children of ``job`` in apply order."""
-    children = [] if job.spec.scheduling.service_account_name else [service_account(job)]
-    children += [reporter_role(job), reporter_role_binding(job), configmap(job)]
+@dataclass(frozen=True)
+class Children:
+    """The children of a job: the RayJob by name, and what it needs applied before it (it
+    mounts the ConfigMap and the PVC and runs as the ServiceAccount)."""
+
+    before_rayjob: tuple[dict[str, Any], ...]
+    rayjob: dict[str, Any]
+
+    def in_apply_order(self) -> list[dict[str, Any]]:
+        return [*self.before_rayjob, self.rayjob]
+
+
+def children(job: LoraRLJob) -> Children:
+    before = [] if job.spec.scheduling.service_account_name else [service_account(job)]
+    before += [reporter_role(job), reporter_role_binding(job), configmap(job)]
     pvc = persistent_volume_claim(job)
     if pvc is not None:
-        children.append(pvc)
-    children.append(rayjob(job))
-    return children
+        before.append(pvc)
+    return Children(tuple(before), rayjob(job))
+
+
+def render(job: LoraRLJob) -> list[dict[str, Any]]:
+    """All children of ``job`` in apply order."""
+    return children(job).in_apply_order()
 
 
 class _BlockDumper(yaml.SafeDumper):

@@ -18,17 +18,18 @@ import urllib.parse
 import urllib.request
 from typing import NamedTuple
 
+from . import statuskeys as K
 from .notes import warn
 
 GROUP, VERSION, PLURAL = "lorarl.dev", "v1alpha1", "lorarljobs"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 REQUEST_TIMEOUT = 5.0  # seconds per HTTP request
-OWNED_FIELDS = ("progress", "metrics", "eval", "checkpoints", "tracking")
+OWNED_FIELDS = K.OWNED_FIELDS
 # leaves that are sent as null when unknown, so a value left by an earlier attempt is deleted
 NULLABLE = {
-    "progress": ("etaSeconds",),
-    "metrics": ("step", "rawReward", "trainRolloutLogprobAbsDiff", "trainRolloutLogprobAbsDiffMean", "kl", "loss", "responseLengthMean", "truncatedRatio"),
-    "checkpoints": ("saving",),
+    K.PROGRESS: (K.ETA_SECONDS,),
+    K.METRICS: (K.STEP, K.RAW_REWARD, K.LOGPROB_DIFF, K.LOGPROB_DIFF_MEAN, K.KL, K.LOSS, K.RESPONSE_LENGTH_MEAN, K.TRUNCATED_RATIO),
+    K.CHECKPOINTS: (K.SAVING,),
 }
 
 

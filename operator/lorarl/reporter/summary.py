@@ -31,17 +31,18 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from . import attempts, checkpoints
+from . import statuskeys as K
 from .logparse import Event, eval_scores
 from .rounding import significant
 
 # status key -> source metric key ('latest value' metrics)
 METRIC_SOURCES = (
-    ("rawReward", "rollout/raw_reward"),
-    ("trainRolloutLogprobAbsDiff", "train/train_rollout_logprob_abs_diff"),
-    ("kl", "train/ppo_kl"),
-    ("loss", "train/loss"),
-    ("responseLengthMean", "rollout/response_len/mean"),
-    ("truncatedRatio", "rollout/truncated_ratio"),
+    (K.RAW_REWARD, "rollout/raw_reward"),
+    (K.LOGPROB_DIFF, "train/train_rollout_logprob_abs_diff"),
+    (K.KL, "train/ppo_kl"),
+    (K.LOSS, "train/loss"),
+    (K.RESPONSE_LENGTH_MEAN, "rollout/response_len/mean"),
+    (K.TRUNCATED_RATIO, "rollout/truncated_ratio"),
 )
 DIFF_KEY = "train/train_rollout_logprob_abs_diff"
 
@@ -211,12 +212,12 @@ class Summary:
                 continue
             entry = self._evals.get(name)
             if entry is None:
-                self._evals[name] = {"name": name, "latest": score, "latestRollout": rollout, "best": score, "bestRollout": rollout}
+                self._evals[name] = {K.EVAL_NAME: name, K.EVAL_LATEST: score, K.EVAL_LATEST_ROLLOUT: rollout, K.EVAL_BEST: score, K.EVAL_BEST_ROLLOUT: rollout}
                 continue
-            if rollout >= entry["latestRollout"]:
-                entry["latest"], entry["latestRollout"] = score, rollout
-            if score > entry["best"] or (score == entry["best"] and rollout < entry["bestRollout"]):
-                entry["best"], entry["bestRollout"] = score, rollout
+            if rollout >= entry[K.EVAL_LATEST_ROLLOUT]:
+                entry[K.EVAL_LATEST], entry[K.EVAL_LATEST_ROLLOUT] = score, rollout
+            if score > entry[K.EVAL_BEST] or (score == entry[K.EVAL_BEST] and rollout < entry[K.EVAL_BEST_ROLLOUT]):
+                entry[K.EVAL_BEST], entry[K.EVAL_BEST_ROLLOUT] = score, rollout
 
     def _refresh(self) -> bool:
         core = self._compute()
@@ -246,9 +247,9 @@ class Summary:
         out = {}
         if verdict.complete:
             latest = verdict.complete[-1]
-            out = {"latestIteration": latest.rollout, "latestPath": latest.adapter, "count": len({s.rollout for s in verdict.complete})}
+            out = {K.LATEST_ITERATION: latest.rollout, K.LATEST_PATH: latest.adapter, K.COUNT: len({s.rollout for s in verdict.complete})}
         if verdict.saving is not None:
-            out["saving"] = verdict.saving.rollout
+            out[K.SAVING] = verdict.saving.rollout
         return out or None
 
     @property
@@ -257,41 +258,43 @@ class Summary:
         return self._first_id_seen
 
     def done(self) -> int:
-        return self._core["progress"]["rollout"]
+        return self._core[K.PROGRESS][K.ROLLOUT]
 
     def _compute(self) -> dict:
         ckpt = self._checkpoints()
         done = max(self._finished + 1, self.offset)
-        if ckpt and "latestIteration" in ckpt:
-            done = max(done, ckpt["latestIteration"] + 1)
+        if ckpt and K.LATEST_ITERATION in ckpt:
+            done = max(done, ckpt[K.LATEST_ITERATION] + 1)
         if self.total > 0:
             done = min(done, self.total)
         progress = {
-            "rollout": done,
-            "total": self.total,
-            "percent": min(100, done * 100 // self.total) if self.total > 0 else 0,
-            "attempts": self.attempt,
-            "trainedRollouts": self._earlier_trained + max(0, done - self.offset),
+            K.ROLLOUT: done,
+            K.TOTAL: self.total,
+            K.PERCENT: min(100, done * 100 // self.total) if self.total > 0 else 0,
+            K.ATTEMPTS: self.attempt,
+            K.TRAINED_ROLLOUTS: self._earlier_trained + max(0, done - self.offset),
         }
         eta = self._eta(done)
         if eta is not None:
-            progress["etaSeconds"] = eta
+            progress[K.ETA_SECONDS] = eta
         metrics = {}
         if self._step is not None:
-            metrics["step"] = self._step
+            metrics[K.STEP] = self._step
         for field, _ in METRIC_SOURCES:
             value = self._metrics.get(field)
             if _finite(value):
                 metrics[field] = significant(float(value))
         if self._diffs:
-            metrics["trainRolloutLogprobAbsDiffMean"] = significant(math.fsum(self._diffs.values()) / len(self._diffs))
-        status = {"progress": progress, "metrics": metrics}
+            metrics[K.LOGPROB_DIFF_MEAN] = significant(math.fsum(self._diffs.values()) / len(self._diffs))
+        status = {K.PROGRESS: progress, K.METRICS: metrics}
         if self._evals:
-            status["eval"] = [{**e, "latest": significant(e["latest"]), "best": significant(e["best"])} for _, e in sorted(self._evals.items())]
+            status[K.EVAL] = [
+                {**e, K.EVAL_LATEST: significant(e[K.EVAL_LATEST]), K.EVAL_BEST: significant(e[K.EVAL_BEST])} for _, e in sorted(self._evals.items())
+            ]
         if ckpt:
-            status["checkpoints"] = ckpt
+            status[K.CHECKPOINTS] = ckpt
         if self.wandb_url:
-            status["tracking"] = {"wandbRunURL": self.wandb_url}
+            status[K.TRACKING] = {K.WANDB_RUN_URL: self.wandb_url}
         return status
 
     def _eta(self, done: int) -> int | None:
@@ -310,9 +313,9 @@ class Summary:
     def status(self) -> dict:
         """The owned status fields, without unknown or non-finite values."""
         status = copy.deepcopy(self._core)
-        status["progress"]["lastUpdateTime"] = rfc3339(self._updated)
+        status[K.PROGRESS][K.LAST_UPDATE_TIME] = rfc3339(self._updated)
         if self.gpus:
-            status["progress"]["gpuHours"] = self.gpu_hours()
+            status[K.PROGRESS][K.GPU_HOURS] = self.gpu_hours()
         return status
 
 

@@ -135,11 +135,16 @@ class Informer:
 
     @property
     def describe(self) -> str:
-        return f"{self.plural}.{self.group} in {self.namespace or 'all namespaces'}"
+        return f"{self.plural}{'.' + self.group if self.group else ''} in {self.namespace or 'all namespaces'}"
 
     def _request(self, **query: Any) -> Any:
         if self._selector:
             query["label_selector"] = self._selector
+        if self.group == "" and self.plural == "pods":  # the core group: /api/v1, not /apis/<group>/<version>
+            core = kubernetes.client.CoreV1Api(self._api.api_client)
+            if self.namespace:
+                return honouring_retry_after(lambda: core.list_namespaced_pod(self.namespace, _preload_content=False, **query), self._stopping)
+            return honouring_retry_after(lambda: core.list_pod_for_all_namespaces(_preload_content=False, **query), self._stopping)
         if self.namespace:
             return honouring_retry_after(
                 lambda: self._api.list_namespaced_custom_object(self.group, self.version, self.namespace, self.plural, _preload_content=False, **query),

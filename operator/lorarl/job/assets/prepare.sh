@@ -19,13 +19,24 @@
 # HF_TOKEN and HF_ENDPOINT are read from the environment by huggingface_hub; never echoed.
 set -eu
 
+# fail CODE MESSAGE: one line on stderr and in the termination message, which the kubelet puts
+# into the pod's status (terminationMessagePath, default /dev/termination-log): the operator
+# reports it without reading any log
+TERMINATION_LOG=${LORARL_TERMINATION_LOG:-/dev/termination-log}
+fail() {
+  echo "prepare.sh: $2" >&2
+  printf '%s\n' "$2" > "$TERMINATION_LOG" 2>/dev/null || true
+  exit "$1"
+}
+fetch_failed() {
+  fail 4 "could not download $1 (hf download exited $2; its output is in the log of container prepare)"
+}
+
 if [ $(( $# % 4 )) -ne 0 ]; then
-  echo "prepare.sh: expected KIND REPO DIR REVISION quadruples, got $# arguments" >&2
-  exit 2
+  fail 2 "expected KIND REPO DIR REVISION quadruples, got $# arguments"
 fi
 if ! command -v flock >/dev/null 2>&1; then
-  echo "prepare.sh: flock (util-linux) is missing from the prepare image; spec.dataPrep.image must provide it" >&2
-  exit 2
+  fail 2 "flock (util-linux) is missing from the prepare image; spec.dataPrep.image must provide it"
 fi
 
 HF=hf
@@ -57,24 +68,23 @@ while [ $# -gt 0 ]; do
   if [ -f "$dir/.lorarl-complete" ]; then
     echo "prepare: $kind $want already complete in $dir, skipping"
   elif [ -e "$dir" ]; then
-    echo "prepare.sh: $dir exists but is not a complete download (no .lorarl-complete); it is left as it is: remove it, or set spec.dataPrep.skip if it holds the inputs" >&2
-    exit 3
+    fail 3 "$dir exists but is not a complete download (no .lorarl-complete); it is left as it is: remove it, or set spec.dataPrep.skip if it holds the inputs"
   else
     mkdir -p "$partial"
     echo "prepare: downloading $kind $want into $partial"
     if [ "$kind" = uri ]; then
-      python3 "$(dirname "$0")/fetch.py" "$repo" "$partial"
+      python3 "$(dirname "$0")/fetch.py" "$repo" "$partial" || fetch_failed "$kind $want" $?
     elif [ "$kind" = dataset ]; then
       if [ -n "$rev" ]; then
-        "$HF" download --repo-type dataset --revision="$rev" --local-dir "$partial" -- "$repo"
+        "$HF" download --repo-type dataset --revision="$rev" --local-dir "$partial" -- "$repo" || fetch_failed "$kind $want" $?
       else
-        "$HF" download --repo-type dataset --local-dir "$partial" -- "$repo"
+        "$HF" download --repo-type dataset --local-dir "$partial" -- "$repo" || fetch_failed "$kind $want" $?
       fi
     else
       if [ -n "$rev" ]; then
-        "$HF" download --revision="$rev" --local-dir "$partial" -- "$repo"
+        "$HF" download --revision="$rev" --local-dir "$partial" -- "$repo" || fetch_failed "$kind $want" $?
       else
-        "$HF" download --local-dir "$partial" -- "$repo"
+        "$HF" download --local-dir "$partial" -- "$repo" || fetch_failed "$kind $want" $?
       fi
     fi
     printf '%s\n' "$want" > "$partial/.lorarl-complete"

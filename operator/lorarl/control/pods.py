@@ -1,0 +1,156 @@
+"""Pure: the pods of a job's Ray cluster -> why it does not start (a reason and one line).
+
+The operator watches the pods labelled ``lorarl.dev/job`` (render puts the label on the head
+and worker templates, KubeRay copies it to the pods) and keeps only what this module reads
+(``trim_pod``). ``diagnose`` names the first trouble it finds, worst first, in the words of the
+component that saw it: the scheduler's PodScheduled message, the kubelet's waiting reason and
+message, a terminated container's exit code and termination message (prepare.sh writes one
+naming the input it could not fetch). Reasons and remedies: docs/troubleshooting.md.
+
+The kubelet's reasons are those of kubelet/images/types.go (ErrImagePull, ImagePullBackOff,
+InvalidImageName, ErrImageNeverPull), kubelet/kuberuntime/kuberuntime_container.go
+(CreateContainerConfigError, CreateContainerError) and pkg/kubelet/container/sync_result.go
+(CrashLoopBackOff); OOMKilled is the runtime's terminated reason (containerd's CRI).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..job.render import JOB_LABEL, PREPARE_CONTAINER
+
+# reasons in the LoraRLJob status (docs/troubleshooting.md has a section per reason)
+IMAGE_PULL = "ImagePullBackOff"
+CONFIG_ERROR = "CreateContainerConfigError"
+INIT_FAILED = "InitContainerFailed"
+INPUT_DOWNLOAD_FAILED = "InputDownloadFailed"
+OOM_KILLED = "OOMKilled"
+CRASH_LOOP = "CrashLoopBackOff"
+UNSCHEDULABLE = "Unschedulable"
+VOLUME_NOT_BOUND = "VolumeNotBound"
+REASONS = (IMAGE_PULL, CONFIG_ERROR, INIT_FAILED, INPUT_DOWNLOAD_FAILED, OOM_KILLED, CRASH_LOOP, UNSCHEDULABLE, VOLUME_NOT_BOUND)
+
+_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+_CONFIG_REASONS = ("CreateContainerConfigError", "CreateContainerError")
+PREPARE_FETCH_EXIT = 4  # prepare.sh's exit code for a download that failed
+MAX_MESSAGE = 1024  # an Event's message limit
+
+
+@dataclass(frozen=True)
+class Trouble:
+    reason: str
+    message: str
+    stuck: bool  # a human must fix it (False: it may resolve itself, e.g. a scale-up)
+
+
+def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``diagnose`` reads of a pod (``cached`` unused: the signature of cache.Store's trim)."""
+    meta = body.get("metadata") or {}
+    st = body.get("status") or {}
+
+    def container(cs: dict[str, Any]) -> dict[str, Any]:
+        out = {"name": cs.get("name"), "image": cs.get("image"), "restartCount": cs.get("restartCount", 0)}
+        for key in ("state", "lastState"):
+            state = cs.get(key) or {}
+            for which in ("waiting", "terminated"):
+                if which in state:
+                    part = state[which] or {}
+                    out[key] = {which: {k: part[k] for k in ("reason", "message", "exitCode") if k in part}}
+        return out
+
+    return {
+        "metadata": {
+            **{k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta},
+            "labels": {JOB_LABEL: (meta.get("labels") or {}).get(JOB_LABEL)},
+        },
+        "spec": {
+            "images": {
+                c.get("name"): c.get("image")
+                for c in ((body.get("spec") or {}).get("initContainers") or []) + ((body.get("spec") or {}).get("containers") or [])
+            }
+        },
+        "status": {
+            "phase": st.get("phase"),
+            "conditions": [
+                {k: c[k] for k in ("type", "status", "reason", "message") if k in c} for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"
+            ],
+            "initContainerStatuses": [container(c) for c in st.get("initContainerStatuses") or []],
+            "containerStatuses": [container(c) for c in st.get("containerStatuses") or []],
+        },
+    }
+
+
+def _one_line(text: str | None) -> str:
+    """The last non-empty line (a FallbackToLogsOnError message is a log's tail)."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _restarts(cs: dict[str, Any]) -> str:
+    n = cs.get("restartCount", 0) or 0
+    return f"{n} restart{'' if n == 1 else 's'}"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def _terminated(cs: dict[str, Any]) -> dict[str, Any] | None:
+    """The container's current termination, else its last one (a restart is waiting)."""
+    return ((cs.get("state") or {}).get("terminated")) or ((cs.get("lastState") or {}).get("terminated"))
+
+
+def _pod_trouble(pod: dict[str, Any]) -> list[tuple[int, Trouble]]:
+    """(rank, trouble) of one pod; a lower rank is worse (a broken spec before a full cluster)."""
+    name = pod["metadata"].get("name", "?")
+    st = pod.get("status") or {}
+    images = (pod.get("spec") or {}).get("images") or {}
+    found: list[tuple[int, Trouble]] = []
+    for kind, statuses in (("init container", st.get("initContainerStatuses") or []), ("container", st.get("containerStatuses") or [])):
+        for cs in statuses:
+            where = f"pod {name} {kind} {cs.get('name')}"
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason, message = waiting.get("reason"), _one_line(waiting.get("message"))
+            ended = _terminated(cs) or {}
+            if reason in _PULL_REASONS:
+                image = images.get(cs.get("name")) or cs.get("image") or "?"
+                found.append((0, Trouble(IMAGE_PULL, f"{where}: cannot pull image {image} ({reason}): {message}", True)))
+            elif reason in _CONFIG_REASONS:
+                found.append((0, Trouble(CONFIG_ERROR, f"{where}: {message or reason}", True)))
+            elif ended.get("reason") == "OOMKilled":
+                found.append((1, Trouble(OOM_KILLED, f"{where} was killed for exceeding its memory limit (OOMKilled, {_restarts(cs)})", True)))
+            elif kind == "init container" and ended.get("exitCode") not in (None, 0):
+                code, said = ended["exitCode"], _one_line(ended.get("message"))
+                why = INPUT_DOWNLOAD_FAILED if cs.get("name") == PREPARE_CONTAINER and code == PREPARE_FETCH_EXIT else INIT_FAILED
+                found.append((1, Trouble(why, f"{where} exited {code}" + (f": {said}" if said else "") + f" ({_restarts(cs)})", True)))
+            elif reason == "CrashLoopBackOff" or (kind == "container" and cs.get("restartCount", 0) and ended.get("exitCode") not in (None, 0)):
+                # the kubelet's back-off, or caught between two restarts (terminated, or just started again)
+                code, said = ended.get("exitCode"), _one_line(ended.get("message"))
+                found.append(
+                    (
+                        1,
+                        Trouble(
+                            CRASH_LOOP,
+                            f"{where} keeps exiting (exit code {code}" + (f": {said}" if said else "") + f"; {_restarts(cs)})",
+                            True,
+                        ),
+                    )
+                )
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            said = cond.get("message") or "the scheduler found no node"
+            if "unbound" in said and "PersistentVolumeClaim" in said:
+                found.append((2, Trouble(VOLUME_NOT_BOUND, f"pod {name} waits for its PersistentVolumeClaim to bind: {said}", False)))
+            else:
+                found.append((3, Trouble(UNSCHEDULABLE, f"pod {name} cannot be scheduled: {said}", False)))
+    return found
+
+
+def diagnose(pods: list[dict[str, Any]]) -> Trouble | None:
+    """The worst trouble among the pods (ties: the pod that sorts first by name), or None."""
+    found = [(rank, pod["metadata"].get("name", ""), trouble) for pod in pods for rank, trouble in _pod_trouble(pod)]
+    if not found:
+        return None
+    _, _, trouble = min(found, key=lambda item: (item[0], item[1]))
+    return Trouble(trouble.reason, _cut(trouble.message), trouble.stuck)

@@ -1,0 +1,26 @@
+"""The status keys the in-job reporter writes, and the operator's health check reads.
+
+Plain constants (this package runs in the job image: stdlib only); they are the wire names
+(aliases) of ``lorarl.api.types.LoraRLJobStatus`` and its parts, the one source of the schema
+(tests/operator/test_status_keys.py fails when one is not).
+"""
+
+# the reporter's top-level fields (disjoint from the operator's: docs/architecture.md)
+PROGRESS, METRICS, EVAL, CHECKPOINTS, TRACKING = "progress", "metrics", "eval", "checkpoints", "tracking"
+OWNED_FIELDS = (PROGRESS, METRICS, EVAL, CHECKPOINTS, TRACKING)
+
+# status.progress
+ROLLOUT, TOTAL, PERCENT, ATTEMPTS, TRAINED_ROLLOUTS = "rollout", "total", "percent", "attempts", "trainedRollouts"
+ETA_SECONDS, LAST_UPDATE_TIME, GPU_HOURS = "etaSeconds", "lastUpdateTime", "gpuHours"
+
+# status.metrics
+STEP, RAW_REWARD, LOSS, KL = "step", "rawReward", "loss", "kl"
+LOGPROB_DIFF, LOGPROB_DIFF_MEAN = "trainRolloutLogprobAbsDiff", "trainRolloutLogprobAbsDiffMean"
+RESPONSE_LENGTH_MEAN, TRUNCATED_RATIO = "responseLengthMean", "truncatedRatio"
+
+# status.eval[]
+EVAL_NAME, EVAL_LATEST, EVAL_LATEST_ROLLOUT, EVAL_BEST, EVAL_BEST_ROLLOUT = "name", "latest", "latestRollout", "best", "bestRollout"
+
+# status.checkpoints, status.tracking
+LATEST_ITERATION, LATEST_PATH, COUNT, SAVING = "latestIteration", "latestPath", "count", "saving"
+WANDB_RUN_URL = "wandbRunURL"
