@@ -14,7 +14,7 @@ import yaml
 
 from . import __version__
 from .api import types as api
-from .control.options import DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
+from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 
 
 def _documents(stream: TextIO, source: str) -> Iterator[tuple[str, Any]]:
@@ -115,6 +115,13 @@ def crd() -> None:
     type=float,
     help="Period of the resync: every unfinished job is reconciled from the cache (nothing is written unless something changed).",
 )
+@click.option(
+    "--finished-metrics-seconds",
+    default=DEFAULT_FINISHED_METRICS_SECONDS,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds a finished job's per-job series stay on /metrics after its completionTime (docs/observability.md).",
+)
 @click.option("--workers", default=DEFAULT_WORKERS, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
@@ -130,6 +137,7 @@ def run(
     liveness: str,
     metrics_port: int,
     resync_seconds: float,
+    finished_metrics_seconds: float,
     workers: int,
     log_format: str,
     verbose: bool,
@@ -174,7 +182,12 @@ def run(
         kube = Api.from_environment(connections=controller.api_connections(workers))
     except kubernetes.config.ConfigException as err:
         raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
-    options = Options(namespaces=() if all_namespaces else tuple(namespaces), workers=workers, resync_seconds=resync_seconds)
+    options = Options(
+        namespaces=() if all_namespaces else tuple(namespaces),
+        workers=workers,
+        resync_seconds=resync_seconds,
+        finished_metrics_seconds=finished_metrics_seconds,
+    )
     runner.run(
         register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),
         namespaces=list(options.namespaces),

@@ -40,7 +40,7 @@ from typing import Any
 import kopf
 
 from .api import types as api
-from .control import reconcile, status
+from .control import jobmetrics, reconcile, status
 from .control.cache import Caches, compact_job, key_of
 from .control.options import Options
 from .control.reconcile import Reconciler, timed
@@ -106,6 +106,9 @@ class Controller:
         metrics.CACHED.labels("LoraRLJob", "whole").set_function(lambda: len(caches.jobs) - caches.jobs.compact_count())
         metrics.CACHED.labels("LoraRLJob", "compact").set_function(caches.jobs.compact_count)
         metrics.CACHED.labels("RayJob", "whole").set_function(lambda: len(caches.rayjobs))
+        # per-job series, computed from the cache when scraped: present from the first listing
+        per_job = jobmetrics.JobMetrics(started=time.time(), finished_seconds=options.finished_metrics_seconds)
+        metrics.JOB_METRICS.bind(lambda: per_job.samples(caches.jobs.values(), time.time()), jobmetrics.HELP, jobmetrics.COUNTERS)
 
     # -- kopf: the process around the controller ---------------------------------------------
 
@@ -306,17 +309,12 @@ class Controller:
 
     def _resync_loop(self) -> None:
         """Queue every unfinished cached job each ``resync_seconds`` (a backstop: it reads the
-        cache and writes only what changed), and count jobs by phase. Finished jobs cost nothing."""
+        cache and writes only what changed). Finished jobs cost nothing."""
         while not self.stopping.wait(self.options.resync_seconds):
-            counts = {phase: 0 for phase in status.PHASES}
             for body in self.caches.jobs.values():
                 meta, job_status = body["metadata"], body.get("status") or {}
                 phase = job_status.get("phase")
-                if phase in counts:
-                    counts[phase] += 1
                 # finished jobs cost nothing; a generation not yet observed is on its change path
                 # (queued by its event, or backing off): the resync leaves both alone
                 if phase not in status.TERMINAL and job_status.get("observedGeneration") == meta.get("generation"):
                     self.queue.add((meta["namespace"], meta["name"]), "resync", respect_backoff=True)
-            for phase, count in counts.items():
-                metrics.JOBS.labels(phase).set(count)
