@@ -37,7 +37,7 @@ lint: setup
 # The Debian packages the real node and the image builds need (hack/node/packages.sh: only those
 # missing). As root they are installed; otherwise the tests that need them skip, saying why.
 packages:
-	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh; \
+	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh && bash hack/observability/packages.sh; \
 	else echo "make packages: not root; the real-node and image tests will be skipped"; fi
 
 # the lint and the lowest-versions run first, so that the full suite's summary is the last line CI reads
