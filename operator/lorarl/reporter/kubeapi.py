@@ -23,7 +23,7 @@ from .notes import warn
 GROUP, VERSION, PLURAL = "lorarl.dev", "v1alpha1", "lorarljobs"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 REQUEST_TIMEOUT = 5.0  # seconds per HTTP request
-OWNED_FIELDS = ("progress", "metrics", "eval", "checkpoints", "tracking")
+OWNED_FIELDS = ("progress", "metrics", "eval", "checkpoints", "tracking", "history")
 # leaves that are sent as null when unknown, so a value left by an earlier attempt is deleted
 NULLABLE = {
     "progress": ("etaSeconds",),

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from . import attempts, checkpoints
+from .history import Curve
 from .logparse import Event, eval_scores
 from .rounding import significant
 
@@ -90,6 +91,10 @@ class Summary:
         self._metrics: dict = {}
         self._diffs: dict = {}  # global step -> finite train_rollout_logprob_abs_diff
         self._evals: dict = {}
+        # status.history: decimated curves over rollouts (reward, logprob diff, each eval set)
+        self._reward_curve = Curve()
+        self._diff_curve = Curve()
+        self._eval_curves: dict = {}
         self._logged_saves: dict = {}  # local iteration -> path (this attempt's 'Saving LoRA' lines)
         self._megatron_saves: dict = {}  # local iteration -> path (Megatron's 'successfully saved')
         self._log_done_local = -1  # highest local iteration the log proves finished
@@ -112,6 +117,8 @@ class Summary:
                     self._fold_eval(int(rollout), {f"eval/{k}": v for k, v in scores.items() if _finite(v)}, keep=False)
             for step, value in _pairs(record.get("diffs")):
                 if step < limit * self.steps_per_rollout and _finite(value):
+                    if int(step) not in self._diffs:
+                        self._diff_curve.add(int(step) // self.steps_per_rollout, significant(float(value)))
                     self._diffs.setdefault(int(step), float(value))
             later_offsets.append(int(record.get("offset") or 0))
 
@@ -151,6 +158,9 @@ class Summary:
             for field, source in METRIC_SOURCES:
                 if source in event.values:
                     self._metrics[field] = event.values[source]
+            reward = event.values.get("rollout/raw_reward")
+            if kind in ("perf", "rollout") and _finite(reward):
+                self._reward_curve.add(event.id + self._id_offset, significant(float(reward)))
             if kind in ("perf", "rollout"):
                 self._log_done_local = max(self._log_done_local, event.id - 1)
             rollout = event.id + self._id_offset
@@ -163,6 +173,7 @@ class Summary:
                 diff = event.values.get(DIFF_KEY)
                 if _finite(diff):
                     self._diffs[step] = diff
+                    self._diff_curve.add(step // self.steps_per_rollout, significant(float(diff)))
                 self._finish(self._training if self._training is not None else event.id // self.steps_per_rollout + self._id_offset)
             elif kind == "perf" and not any(k.startswith("rollout/") for k in event.values):
                 self._finish(rollout)
@@ -209,6 +220,7 @@ class Summary:
         for name, score in scores.items():
             if not _finite(score):
                 continue
+            self._eval_curves.setdefault(name, Curve()).add(rollout, significant(float(score)))
             entry = self._evals.get(name)
             if entry is None:
                 self._evals[name] = {"name": name, "latest": score, "latestRollout": rollout, "best": score, "bestRollout": rollout}
@@ -292,7 +304,21 @@ class Summary:
             status["checkpoints"] = ckpt
         if self.wandb_url:
             status["tracking"] = {"wandbRunURL": self.wandb_url}
+        history = self._history()
+        if history:
+            status["history"] = history
         return status
+
+    def _history(self) -> dict:
+        out: dict = {}
+        if self._reward_curve:
+            out["reward"] = self._reward_curve.points()
+        if self._diff_curve:
+            out["logprobAbsDiff"] = self._diff_curve.points()
+        evals = [{"name": n, "points": c.points()} for n, c in sorted(self._eval_curves.items()) if c]
+        if evals:
+            out["eval"] = evals
+        return out
 
     def _eta(self, done: int) -> int | None:
         if self.total > 0 and done >= self.total:
