@@ -76,6 +76,7 @@ generate: setup
 	bash hack/gen-install-manifests.sh
 	$(BIN)/lorarl-dev docs -o docs/api.md
 	$(BIN)/lorarl-dev known-fields -o operator/lorarl/control/known_fields.json
+	$(BIN)/python hack/observability/dashboard.py > charts/lorarl-operator/files/dashboard.json
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .pytest_cache .hypothesis

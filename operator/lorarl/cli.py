@@ -12,7 +12,7 @@ from typing import Any, TextIO
 import click
 import yaml
 
-from . import __version__
+from . import __version__, curves
 from .api import types as api
 from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 
@@ -108,6 +108,7 @@ def crd() -> None:
     help="Liveness endpoint; /readyz on the same port is the readiness endpoint ('' disables both).",
 )
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True, help="Address the metrics endpoint listens on (127.0.0.1: this host only).")
 @click.option(
     "--resync-seconds",
     default=DEFAULT_RESYNC_SECONDS,
@@ -136,6 +137,7 @@ def run(
     all_namespaces: bool,
     liveness: str,
     metrics_port: int,
+    metrics_address: str,
     resync_seconds: float,
     finished_metrics_seconds: float,
     workers: int,
@@ -194,10 +196,13 @@ def run(
         clusterwide=all_namespaces,
         liveness=liveness or None,
         metrics_port=metrics_port or None,
+        metrics_address=metrics_address,
         kube=kube,
         election=election,
     )
 
+
+main.add_command(curves.plot), main.add_command(curves.watch)  # lorarl plot / watch (curves.py)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
