@@ -6,13 +6,15 @@ The expected labels and annotations are written out here, not derived from files
 
 from __future__ import annotations
 
+import copy
+import json
 import shutil
 import subprocess
 
 import pytest
 import yaml
 
-from tests.chart.helm import pick
+from tests.chart.helm import pick, servicemonitor_crd_path
 
 pytestmark = pytest.mark.controlplane  # the helm binary comes from hack/controlplane/build.sh
 PROMTOOL = shutil.which("promtool")
@@ -347,3 +349,21 @@ def helm_chart():
     from tests.chart.helm import CHART
 
     return CHART
+
+
+def test_the_rule_and_the_dashboard_pass_the_api_server(control_plane, namespace, helm):
+    """The PrometheusRule against prometheus-operator's own CRD (its Go module, like the
+    ServiceMonitor's in tests/chart) and the dashboard ConfigMap, by server-side dry runs."""
+    crd = servicemonitor_crd_path().parent / "monitoring.coreos.com_prometheusrules.yaml"
+    control_plane.install_crds([crd])
+    docs = helm.render(namespace=namespace, release=namespace, values={"prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}})
+    (dashboard,) = [d for d in docs if d["kind"] == "ConfigMap" and "lorarl-jobs.json" in (d.get("data") or {})]
+    objects = [pick(docs, "PrometheusRule"), dashboard]
+    json.loads(objects[1]["data"]["lorarl-jobs.json"])  # the JSON survives the template
+    assert objects[1]["metadata"]["labels"]["grafana_dashboard"] == "1"
+    out = control_plane.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(objects))
+    assert out.stdout.count("serverside-applied (server dry run)") == 2, out.stdout
+    broken = copy.deepcopy(objects[0])
+    broken["spec"]["groups"][0]["rules"][0]["for"] = "soon"  # the CRD's duration pattern is really checked
+    bad = control_plane.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=yaml.safe_dump(broken), check=False)
+    assert bad.returncode != 0 and "for" in bad.stderr, bad.stderr
