@@ -41,7 +41,7 @@ lint: setup
 # The Debian packages the real node and the image builds need (hack/node/packages.sh: only those
 # missing). As root they are installed; otherwise the tests that need them skip, saying why.
 packages:
-	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh; \
+	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh && bash hack/observability/packages.sh; \
 	else echo "make packages: not root; the real-node and image tests will be skipped"; fi
 
 # the lint and the lowest-versions run first, so that the full suite's summary is the last line CI reads
@@ -80,6 +80,7 @@ generate: setup
 	bash hack/gen-install-manifests.sh
 	$(BIN)/lorarl-dev docs -o docs/api.md
 	$(BIN)/lorarl-dev known-fields -o operator/lorarl/control/known_fields.json
+	$(BIN)/python hack/observability/dashboard.py > charts/lorarl-operator/files/dashboard.json
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .pytest_cache .hypothesis

@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from . import __version__, follow
+from . import __version__, curves, follow
 from .api import types as api
-from .control.options import DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
+from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 
 
 def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
@@ -138,12 +138,20 @@ def crd() -> None:
     help="Liveness endpoint; /readyz on the same port is the readiness endpoint ('' disables both).",
 )
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True, help="Address the metrics endpoint listens on (127.0.0.1: this host only).")
 @click.option(
     "--resync-seconds",
     default=DEFAULT_RESYNC_SECONDS,
     show_default=True,
     type=float,
     help="Period of the resync: every unfinished job is reconciled from the cache (nothing is written unless something changed).",
+)
+@click.option(
+    "--finished-metrics-seconds",
+    default=DEFAULT_FINISHED_METRICS_SECONDS,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds a finished job's per-job series stay on /metrics after its completionTime (docs/observability.md).",
 )
 @click.option("--workers", default=DEFAULT_WORKERS, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
@@ -159,7 +167,9 @@ def run(
     all_namespaces: bool,
     liveness: str,
     metrics_port: int,
+    metrics_address: str,
     resync_seconds: float,
+    finished_metrics_seconds: float,
     workers: int,
     log_format: str,
     verbose: bool,
@@ -204,13 +214,19 @@ def run(
         kube = Api.from_environment(connections=controller.api_connections(workers))
     except kubernetes.config.ConfigException as err:
         raise click.ClickException(f"no Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {err}") from None
-    options = Options(namespaces=() if all_namespaces else tuple(namespaces), workers=workers, resync_seconds=resync_seconds)
+    options = Options(
+        namespaces=() if all_namespaces else tuple(namespaces),
+        workers=workers,
+        resync_seconds=resync_seconds,
+        finished_metrics_seconds=finished_metrics_seconds,
+    )
     runner.run(
         register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),
         namespaces=list(options.namespaces),
         clusterwide=all_namespaces,
         liveness=liveness or None,
         metrics_port=metrics_port or None,
+        metrics_address=metrics_address,
         kube=kube,
         election=election,
     )
@@ -220,6 +236,7 @@ def run(
 for _command in (follow.logs, follow.status, follow.wait):
     main.add_command(_command)
 
+main.add_command(curves.plot), main.add_command(curves.watch)  # lorarl plot / watch (curves.py)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

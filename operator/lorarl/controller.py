@@ -41,7 +41,7 @@ import kopf
 import msgspec
 
 from .api import types as api
-from .control import reconcile, status
+from .control import jobmetrics, reconcile, status
 from .control.cache import Caches, compact_job, key_of
 from .control.options import Options
 from .control.reconcile import Reconciler, timed
@@ -92,6 +92,7 @@ class _PeekMeta(msgspec.Struct):
     generation: int | None = None
     resourceVersion: str | None = None
     deletionTimestamp: str | None = None
+    creationTimestamp: str | None = None
 
 
 class _PeekSpec(msgspec.Struct):
@@ -101,6 +102,9 @@ class _PeekSpec(msgspec.Struct):
 class _PeekStatus(msgspec.Struct):
     phase: str | None = None
     observedGeneration: int | None = None
+    completionTime: str | None = None
+    progress: dict[str, Any] | None = None
+    conditions: list[dict[str, Any]] | None = None
 
 
 class _JobPeek(msgspec.Struct):
@@ -134,7 +138,7 @@ def decode_job(raw: msgspec.Raw, listed: bool) -> dict[str, Any]:
             "status": {k: v for k, v in msgspec.structs.asdict(peek.status).items() if v is not None} if peek.status else {},
         }
         if peek.spec.ttlSecondsAfterFinished is None and reconcile.settled_finished(stub):
-            return stub
+            return compact_job(stub)  # the same form as a job compacted later (jobmetrics reads it)
     return decode_whole(raw)
 
 
@@ -166,6 +170,9 @@ class Controller:
         metrics.CACHED.labels("LoraRLJob", "compact").set_function(caches.jobs.compact_count)
         metrics.CACHED.labels("RayJob", "whole").set_function(lambda: len(caches.rayjobs))
         metrics.CACHED.labels("Pod", "whole").set_function(lambda: len(caches.pods))
+        # per-job series, computed from the cache when scraped: present from the first listing
+        per_job = jobmetrics.JobMetrics(started=time.time(), finished_seconds=options.finished_metrics_seconds)
+        metrics.JOB_METRICS.bind(lambda: per_job.samples(caches.jobs.values(), time.time()), jobmetrics.HELP, jobmetrics.COUNTERS)
 
     # -- kopf: the process around the controller ---------------------------------------------
 
@@ -401,17 +408,12 @@ class Controller:
 
     def _resync_loop(self) -> None:
         """Queue every unfinished cached job each ``resync_seconds`` (a backstop: it reads the
-        cache and writes only what changed), and count jobs by phase. Finished jobs cost nothing."""
+        cache and writes only what changed). Finished jobs cost nothing."""
         while not self.stopping.wait(self.options.resync_seconds):
-            counts = {phase: 0 for phase in status.PHASES}
             for body in self.caches.jobs.values():
                 meta, job_status = body["metadata"], body.get("status") or {}
                 phase = job_status.get(status.PHASE)
-                if phase in counts:
-                    counts[phase] += 1
                 # finished jobs cost nothing; a generation not yet observed is on its change path
                 # (queued by its event, or backing off): the resync leaves both alone
                 if phase not in status.TERMINAL and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation"):
                     self.queue.add((meta["namespace"], meta["name"]), "resync", respect_backoff=True)
-            for phase, count in counts.items():
-                metrics.JOBS.labels(phase).set(count)

@@ -231,7 +231,7 @@ def test_servicemonitor_render(helm):
     # it selects the metrics Service by its labels and port name
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["lorarl-system"]}
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "15s"}]
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "scheme": "http", "honorLabels": True, "interval": "15s"}]
     assert service["spec"]["ports"][0]["name"] == "metrics"
     out = helm("template", "x", CHART, "--set", "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false", check=False)
     assert out.returncode != 0 and "metrics.serviceMonitor.enabled needs metrics.service.enabled" in out.stderr

@@ -165,7 +165,7 @@ def test_settle_keeps_only_finished_observed_jobs_compact_and_drops_their_memos(
         "apiVersion": "lorarl.dev/v1alpha1",
         "kind": "LoraRLJob",
         "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "generation": 1, "resourceVersion": "2"},
-        "status": {"phase": "Succeeded", "observedGeneration": 1},
+        "status": {"phase": "Succeeded", "observedGeneration": 1, "conditions": [{"type": "Ready"}]},  # Ready's reason: for jobmetrics
     }
     caches.parsed.get(("u1", 1), lambda: "parsed again")  # the reconcile of the stand-in read and parsed the job
     assert caches.settle(key, finished) is False and len(caches.parsed) == 0  # already compact; its memo dropped again

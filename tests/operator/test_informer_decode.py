@@ -26,8 +26,18 @@ def decoded(doc: dict, listed: bool = True) -> dict:
 
 
 def test_only_a_listed_settled_finished_job_without_ttl_is_a_stub():
-    done = stored({"phase": "Failed", "observedGeneration": 1, "conditions": [{"type": "Ready", "status": "False"}]})
+    done = stored(
+        {
+            "phase": "Failed",
+            "observedGeneration": 1,
+            "completionTime": "2026-12-01T00:00:00Z",  # the finished job's metrics window ends from it
+            "progress": {"rollout": 3, "total": 10, "gpuHours": 0.5},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "AppFailed", "message": "m"}, {"type": "Stalled", "status": "False"}],
+        }
+    )
+    done["metadata"]["creationTimestamp"] = "2026-11-30T00:00:00Z"
     assert decoded(done) == compact_job(done)
+    assert decoded(done)["status"]["completionTime"] == "2026-12-01T00:00:00Z"
     for whole in (
         stored({"phase": "Succeeded", "observedGeneration": 1}, ttlSecondsAfterFinished=30),  # its deletion is still to be scheduled
         stored({"phase": "Succeeded", "observedGeneration": 0}),  # a generation not yet observed

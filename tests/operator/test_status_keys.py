@@ -24,6 +24,8 @@ def test_every_reporter_key_names_a_field_of_its_part():
         "eval": api.EvalScore,
         "checkpoints": api.CheckpointStatus,
         "tracking": api.TrackingStatus,
+        "history": api.History,
+        "history.eval": api.EvalCurve,
     }
     known = set().union(*(wire_names(m) for m in parts.values())) | set(parts)
     constants = {k: v for k, v in vars(statuskeys).items() if k.isupper() and isinstance(v, str)}

@@ -112,7 +112,33 @@ def expected_final_status(
         status["progress"]["etaSeconds"] = 0
     if saves:
         status["checkpoints"] = {"latestIteration": max(saves), "count": len(set(saves))}
+    steps_per_rollout = max(1, len(log.loss) // max(1, len(log.raw_reward)))
+    diffs_by_rollout = {}
+    for step in sorted(log.diff):
+        if math.isfinite(log.diff[step]):
+            diffs_by_rollout[(step + offset * steps_per_rollout) // steps_per_rollout] = r4(log.diff[step])
+    history = {"reward": decimated({r + offset: r4(v) for r, v in log.raw_reward.items()}), "logprobAbsDiff": decimated(diffs_by_rollout)}
+    curves = {}
+    for rollout, scores in log.evals:
+        for name, score in scores.items():
+            curves.setdefault(name, {})[rollout + offset] = r4(score)
+    if curves:
+        history["eval"] = [{"name": n, "points": decimated(curves[n])} for n in sorted(curves)]
+    status["history"] = history
     return status
+
+
+def decimated(points: dict, limit: int = 100) -> list:
+    """What status.history keeps of a curve: the points on the coarsest power-of-two grid of
+    rollouts holding at most ``limit`` of them, and the newest point (docs/observability.md)."""
+    stride = 1
+    while sum(1 for r in points if r % stride == 0) > limit:
+        stride *= 2
+    kept = [[r, points[r]] for r in sorted(points) if r % stride == 0]
+    newest = max(points, default=None)
+    if newest is not None and (not kept or kept[-1][0] != newest):
+        kept.append([newest, points[newest]])
+    return kept
 
 
 def without_time(status: dict) -> dict:

@@ -122,7 +122,7 @@ def test_merge_patches_sent_to_the_api(log_file, miles_log, token_file, fake_api
         assert p["headers"]["content-type"] == "application/merge-patch+json"
         assert p["headers"]["authorization"] == f"Bearer {TOKEN}"
         assert list(p["body"]) == ["status"]
-        assert set(p["body"]["status"]) <= {"progress", "metrics", "eval", "checkpoints"}
+        assert set(p["body"]["status"]) <= {"progress", "metrics", "eval", "checkpoints", "history"}
     final = strip_nulls(patches[-1]["body"]["status"])
     assert without_time(final) == expected_final_status(miles_log)
     assert patches[-1]["body"]["status"]["metrics"]["kl"] is None  # last ppo_kl was nan

@@ -154,7 +154,7 @@ def test_nan_metrics_are_dropped_and_nulled_in_the_patch(reporter):
     assert metrics == {"step": 1, "trainRolloutLogprobAbsDiffMean": 0.02}
     body = reporter.patch_body(s.status())
     json.dumps(body, allow_nan=False)
-    assert set(body) == {"status"} and set(body["status"]) == {"progress", "metrics", "checkpoints"}
+    assert set(body) == {"status"} and set(body["status"]) == {"progress", "metrics", "checkpoints", "history"}
     assert body["status"]["checkpoints"] == {"saving": None}  # a stale 'saving' of an earlier attempt goes
     assert body["status"]["metrics"]["loss"] is None and body["status"]["metrics"]["kl"] is None
     assert strip_nulls(body["status"]) == {**s.status(), "checkpoints": {}}

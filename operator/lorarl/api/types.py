@@ -1163,12 +1163,37 @@ class TrackingStatus(ApiModel):
     wandb_run_url: str | None = Field(None, alias="wandbRunURL", description="The W&B run page, as the trainer printed it.")
 
 
+Point = Annotated[list[float], Field(min_length=2, max_length=2)]
+Curve = Annotated[list[Point], Field(max_length=128, description="[rollout, value] points, oldest first.")]
+
+
+class EvalCurve(ApiModel):
+    """The scores of one eval set over rollouts."""
+
+    name: str = Field(..., max_length=253, description="Eval set name.")
+    points: Curve = Field(default_factory=list, description="[rollout, score] points, oldest first.")
+
+
+class History(ApiModel):
+    """Decimated curves over rollouts (written by the in-job reporter; at most 100 points each,
+    on a power-of-two grid of rollouts, plus the newest point: docs/observability.md)."""
+
+    reward: Curve | None = Field(None, description="[rollout, rollout/raw_reward] points.")
+    logprob_abs_diff: Curve | None = Field(None, description="[rollout, train/train_rollout_logprob_abs_diff] points (the last step of each rollout).")
+    eval: list[EvalCurve] | None = Field(
+        None,
+        max_length=64,
+        description="Per eval set: [rollout, score] points.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+
 Phase = Literal["Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended"]
 
 
 class LoraRLJobStatus(ApiModel):
     """Observed state. The operator writes phase, conditions, observedGeneration, rayJob and times;
-    the in-job reporter writes progress, metrics, eval, checkpoints and tracking (disjoint fields)."""
+    the in-job reporter writes progress, metrics, eval, checkpoints, tracking and history (disjoint fields)."""
 
     phase: Phase | None = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
     observed_generation: int | None = Field(None, description="The .metadata.generation last reconciled.")
@@ -1189,6 +1214,7 @@ class LoraRLJobStatus(ApiModel):
     )
     checkpoints: CheckpointStatus | None = Field(None, description="Latest checkpoint.")
     tracking: TrackingStatus | None = Field(None, description="Experiment tracking links.")
+    history: History | None = Field(None, description="Curves of reward, logprob gap and eval scores over rollouts (what lorarl plot draws).")
 
 
 class ObjectMeta(BaseModel):

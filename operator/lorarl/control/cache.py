@@ -107,14 +107,21 @@ def trim_rayjob(body: dict[str, Any], cached: dict[str, Any] | None = None) -> d
 
 def compact_job(body: dict[str, Any]) -> dict[str, Any]:
     """What stays cached of a finished job: enough to name it, count it by phase and tell a
-    re-created job of the same name apart (the uid)."""
+    re-created job of the same name apart (the uid); and what its metrics show while finished
+    (``jobmetrics``: the Ready reason, progress with the GPU-hours, the creation and completion
+    times; a few hundred bytes)."""
     meta = body.get("metadata") or {}
     job_status = body.get("status") or {}
+    kept = ("namespace", "name", "uid", "generation", "resourceVersion", "deletionTimestamp", "creationTimestamp")
+    small = {k: job_status[k] for k in (status.PHASE, status.OBSERVED_GENERATION, status.COMPLETION_TIME, "progress") if k in job_status}
+    ready = [{k: c[k] for k in ("type", "status", "reason") if k in c} for c in job_status.get(status.CONDITIONS) or [] if c.get("type") == status.READY]
+    if ready:
+        small[status.CONDITIONS] = ready
     return {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
-        "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "generation", "resourceVersion", "deletionTimestamp") if k in meta},
-        "status": {k: job_status[k] for k in (status.PHASE, status.OBSERVED_GENERATION) if k in job_status},
+        "metadata": {k: meta[k] for k in kept if k in meta},
+        "status": small,
     }
 
 

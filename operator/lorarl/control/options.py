@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 DEFAULT_WORKERS = 32  # reconcile threads = API requests in flight (docs/architecture.md: 8 to 64 measured)
 DEFAULT_RESYNC_SECONDS = 30.0
+DEFAULT_FINISHED_METRICS_SECONDS = 3600.0  # a finished job's per-job series stay this long after completionTime
 
 
 @dataclass(frozen=True)
@@ -14,3 +15,4 @@ class Options:
     namespaces: tuple[str, ...] = ()  # watched namespaces, globs allowed; () = the whole cluster
     workers: int = DEFAULT_WORKERS
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
+    finished_metrics_seconds: float = DEFAULT_FINISHED_METRICS_SECONDS

@@ -6,8 +6,8 @@ Plain constants (this package runs in the job image: stdlib only); they are the 
 """
 
 # the reporter's top-level fields (disjoint from the operator's: docs/architecture.md)
-PROGRESS, METRICS, EVAL, CHECKPOINTS, TRACKING = "progress", "metrics", "eval", "checkpoints", "tracking"
-OWNED_FIELDS = (PROGRESS, METRICS, EVAL, CHECKPOINTS, TRACKING)
+PROGRESS, METRICS, EVAL, CHECKPOINTS, TRACKING, HISTORY = "progress", "metrics", "eval", "checkpoints", "tracking", "history"
+OWNED_FIELDS = (PROGRESS, METRICS, EVAL, CHECKPOINTS, TRACKING, HISTORY)
 
 # status.progress
 ROLLOUT, TOTAL, PERCENT, ATTEMPTS, TRAINED_ROLLOUTS = "rollout", "total", "percent", "attempts", "trainedRollouts"
@@ -24,3 +24,7 @@ EVAL_NAME, EVAL_LATEST, EVAL_LATEST_ROLLOUT, EVAL_BEST, EVAL_BEST_ROLLOUT = "nam
 # status.checkpoints, status.tracking
 LATEST_ITERATION, LATEST_PATH, COUNT, SAVING = "latestIteration", "latestPath", "count", "saving"
 WANDB_RUN_URL = "wandbRunURL"
+
+# status.history (curves of [rollout, value] points), status.history.eval[]
+HISTORY_REWARD, HISTORY_LOGPROB_DIFF, HISTORY_EVAL = "reward", "logprobAbsDiff", "eval"
+CURVE_NAME, CURVE_POINTS = "name", "points"

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 
 from . import attempts, checkpoints
 from . import statuskeys as K
+from .history import Curve
 from .logparse import Event, eval_scores
 from .rounding import significant
 
@@ -91,6 +92,10 @@ class Summary:
         self._metrics: dict = {}
         self._diffs: dict = {}  # global step -> finite train_rollout_logprob_abs_diff
         self._evals: dict = {}
+        # status.history: decimated curves over rollouts (reward, logprob diff, each eval set)
+        self._reward_curve = Curve()
+        self._diff_curve = Curve()
+        self._eval_curves: dict = {}
         self._logged_saves: dict = {}  # local iteration -> path (this attempt's 'Saving LoRA' lines)
         self._megatron_saves: dict = {}  # local iteration -> path (Megatron's 'successfully saved')
         self._log_done_local = -1  # highest local iteration the log proves finished
@@ -113,6 +118,8 @@ class Summary:
                     self._fold_eval(int(rollout), {f"eval/{k}": v for k, v in scores.items() if _finite(v)}, keep=False)
             for step, value in _pairs(record.get("diffs")):
                 if step < limit * self.steps_per_rollout and _finite(value):
+                    if int(step) not in self._diffs:
+                        self._diff_curve.add(int(step) // self.steps_per_rollout, significant(float(value)))
                     self._diffs.setdefault(int(step), float(value))
             later_offsets.append(int(record.get("offset") or 0))
 
@@ -152,6 +159,9 @@ class Summary:
             for field, source in METRIC_SOURCES:
                 if source in event.values:
                     self._metrics[field] = event.values[source]
+            reward = event.values.get("rollout/raw_reward")
+            if kind in ("perf", "rollout") and _finite(reward):
+                self._reward_curve.add(event.id + self._id_offset, significant(float(reward)))
             if kind in ("perf", "rollout"):
                 self._log_done_local = max(self._log_done_local, event.id - 1)
             rollout = event.id + self._id_offset
@@ -164,6 +174,7 @@ class Summary:
                 diff = event.values.get(DIFF_KEY)
                 if _finite(diff):
                     self._diffs[step] = diff
+                    self._diff_curve.add(step // self.steps_per_rollout, significant(float(diff)))
                 self._finish(self._training if self._training is not None else event.id // self.steps_per_rollout + self._id_offset)
             elif kind == "perf" and not any(k.startswith("rollout/") for k in event.values):
                 self._finish(rollout)
@@ -210,6 +221,7 @@ class Summary:
         for name, score in scores.items():
             if not _finite(score):
                 continue
+            self._eval_curves.setdefault(name, Curve()).add(rollout, significant(float(score)))
             entry = self._evals.get(name)
             if entry is None:
                 self._evals[name] = {K.EVAL_NAME: name, K.EVAL_LATEST: score, K.EVAL_LATEST_ROLLOUT: rollout, K.EVAL_BEST: score, K.EVAL_BEST_ROLLOUT: rollout}
@@ -295,7 +307,21 @@ class Summary:
             status[K.CHECKPOINTS] = ckpt
         if self.wandb_url:
             status[K.TRACKING] = {K.WANDB_RUN_URL: self.wandb_url}
+        history = self._history()
+        if history:
+            status[K.HISTORY] = history
         return status
+
+    def _history(self) -> dict:
+        out: dict = {}
+        if self._reward_curve:
+            out[K.HISTORY_REWARD] = self._reward_curve.points()
+        if self._diff_curve:
+            out[K.HISTORY_LOGPROB_DIFF] = self._diff_curve.points()
+        evals = [{K.CURVE_NAME: n, K.CURVE_POINTS: c.points()} for n, c in sorted(self._eval_curves.items()) if c]
+        if evals:
+            out[K.HISTORY_EVAL] = evals
+        return out
 
     def _eta(self, done: int) -> int | None:
         if self.total > 0 and done >= self.total:

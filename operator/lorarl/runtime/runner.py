@@ -102,7 +102,15 @@ Register = Callable[[kopf.OperatorRegistry, kopf.OperatorSettings], None]
 
 
 def run(
-    *, register: Register, namespaces: list[str], clusterwide: bool, liveness: str | None, metrics_port: int | None, kube: Api, election: Election | None
+    *,
+    register: Register,
+    namespaces: list[str],
+    clusterwide: bool,
+    liveness: str | None,
+    metrics_port: int | None,
+    kube: Api,
+    election: Election | None,
+    metrics_address: str = "0.0.0.0",
 ) -> None:
     """``register`` builds the controller and adds its handlers to kopf's registry: called once
     this process may write (it holds the Lease, or runs without election)."""
@@ -110,7 +118,7 @@ def run(
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # kopf's liveness server: a line per probe
     server = probes.ProbeServer(liveness, state.alive, state.ready).start() if liveness else None
     if metrics_port:  # served by the standby too, so a scrape of either pod succeeds
-        start_http_server(metrics_port, addr="0.0.0.0")
+        start_http_server(metrics_port, addr=metrics_address)
     metrics.LEADER.set(0 if election else 1)
     settings = operator_settings()
     registry = kopf.OperatorRegistry()
