@@ -38,7 +38,7 @@ def test_types_read_as_kubernetes_types():
     assert cells["tolerations"] == "list[[object](#spechardwaretolerations)]"
     assert cells["lastUpdateTime"] == "string (date-time)"
     allowed = re.compile(
-        r'^(list\[)?(string( \(quantity\)| \(date-time\))?|integer|number|boolean|object|map\[string\]string|\[object\]\(#[a-z]+\)|"[^"]+"( \\\| "[^"]+")*)\]?$'
+        r'^(list\[){0,2}(string( \(quantity\)| \(date-time\))?|integer|number|boolean|object|map\[string\]string|\[object\]\(#[a-z0-9]+\)|"[^"]+"( \\\| "[^"]+")*)\]{0,2}$'
     )
     for field, cell in cells.items():
         assert allowed.match(cell), f"{field}: {cell}"
