@@ -116,7 +116,9 @@ _META_TYPES = {
     "datetime": {"type": "string"},
     "int": {"type": "integer"},
     "Dict[str, str]": {"type": "object", "additionalProperties": {"type": "string"}},
+    "dict(str, str)": {"type": "object", "additionalProperties": {"type": "string"}},  # the client's spelling before 31.0
     "List[str]": {"type": "array", "items": {"type": "string"}},
+    "list[str]": {"type": "array", "items": {"type": "string"}},
 }
 
 
