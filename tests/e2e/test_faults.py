@@ -32,7 +32,7 @@ def test_two_nodes_survive_the_operator_leaders_death_and_resume_after_the_head_
 
     # the operator's leader killed: the standby takes over, the run is unaffected
     old_leader = seedrun.leader(cp, lorarl_operator)
-    assert old_leader in {p["metadata"]["name"] for p in seedrun.operatorseedrun.pods(cp, lorarl_operator)}
+    assert old_leader in {p["metadata"]["name"] for p in seedrun.operator_pods(cp, lorarl_operator)}
     before = seedrun.job_status(cp, ns, name)
     cp.kubectl("delete", "pod", "-n", lorarl_operator, old_leader, "--grace-period=0", "--force")
     new_leader = seedrun.wait_for("a new leader", lambda: (holder := seedrun.leader(cp, lorarl_operator)) != old_leader and holder, 180, explain=explain)
