@@ -996,22 +996,34 @@ def _parallel_size(flag_name: str) -> str:
 
 _MODEL_PARALLEL = "(!has(self.extraArgs) ? 1 : " + " * ".join(_parallel_size(f) for f in MODEL_PARALLEL_FLAGS) + ")"
 
+CREDENTIAL_FLAG_MESSAGE = (
+    "a credential-like flag (key, token, secret, password, auth, bearer... anywhere in its name) would put a secret on the command line; "
+    "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef"
+)
+
 # Rules on each item, so that a refusal names the element (spec.extraArgs[3]), as the API server
 # reports a rule of an `items` schema; lorarl.admission.crdgen adds the spec-owned flags rule.
 EXTRA_ARG_ITEM_RULES = [
+    # an item with '=' may carry the secret itself: the list-level rule below refuses it unechoed
     cel(
-        f"!self.matches('{CREDENTIAL_FLAG}') || self.matches('{NOT_A_CREDENTIAL_FLAG}')",
-        "a credential-like flag (key, token, secret, password, auth, bearer... anywhere in its name) would put a secret on the command line; "
-        "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef",
-    ),
-    cel(
-        f"!self.matches('{ACCESS_KEY_SHAPED_VALUE}')",
-        "the item looks like an access token (hf_, ghp_, sk-, a JWT, 40 hex digits, ...): a secret on the command line is "
-        "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
+        f"self.contains('=') || !self.matches('{CREDENTIAL_FLAG}') || self.matches('{NOT_A_CREDENTIAL_FLAG}')",
+        CREDENTIAL_FLAG_MESSAGE,
     ),
 ]
 
 EXTRA_ARGS_RULES = [
+    cel(
+        f"!self.exists(a, a.contains('=') && a.matches('{CREDENTIAL_FLAG}') && !a.matches('{NOT_A_CREDENTIAL_FLAG}'))",
+        CREDENTIAL_FLAG_MESSAGE,
+    ),
+    # on the list, not on each item: a refused string item is echoed by the API server ('Invalid
+    # value: "<the token>"'), a refused list is named by its type, so the token stays out of the
+    # error (and out of whatever shows it: kubectl, a GitOps controller's status, audit records)
+    cel(
+        f"!self.exists(a, a.matches('{ACCESS_KEY_SHAPED_VALUE}'))",
+        "an item looks like an access token (hf_, ghp_, sk-, a JWT, 40 hex digits, ...): a secret on the command line is "
+        "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
+    ),
     *[
         cel(
             f"self.indexOf('{f}') < 0 || (self.indexOf('{f}') + 1 < size(self) && self[self.indexOf('{f}') + 1].matches('{_SIZE_VALUE}'))",
