@@ -198,7 +198,7 @@ def test_the_reporter_still_reports_under_the_policy(enforced, control_plane, na
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert b"[lorarl-reporter]" not in result.stderr, result.stderr.decode()[-2000:]  # no refused patch
     stored = job(kube, namespace, mine)["status"]
-    assert without_time({k: stored[k] for k in ("progress", "metrics", "eval", "checkpoints")}) == expected_final_status(log)
+    assert without_time({k: stored[k] for k in ("progress", "metrics", "eval", "checkpoints", "history")}) == expected_final_status(log)
     assert stored["phase"] == "Pending"
 
 
