@@ -76,6 +76,28 @@ def http_get(port: int, path: str) -> tuple[int | None, str]:
 NAME = "qwen3-4b-lora-amd"
 
 
+def kubectl_rows(text: str, having: str = "NAME") -> list[dict[str, str]]:
+    """The rows of the last table in ``kubectl get`` output whose header has the column ``having``,
+    by column name (kubectl aligns each column under its header, and an empty cell is blank, so
+    rows are cut at the header's offsets)."""
+    lines = text.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("NAME ") and having in line.split())
+    header = lines[start]
+    names = header.split()
+    offsets, at = [], 0
+    for name in names:
+        at = header.index(name, at)
+        offsets.append(at)
+        at += len(name)
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line[:1].strip() or line.startswith("NAME "):  # a row starts with its name: the table ends
+            break
+        cuts = [*offsets[1:], None]
+        rows.append({name: line[begin:end].strip() for name, begin, end in zip(names, offsets, cuts, strict=True)})
+    return rows
+
+
 def apply_job(control_plane, namespace, doc):
     doc = copy.deepcopy(doc)
     doc["metadata"]["namespace"] = namespace

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.helpers import kubectl_rows
+
 pytestmark = pytest.mark.controlplane
 
 
@@ -24,8 +26,8 @@ def test_demo_runs_and_cleans_up(tmp_path):
         assert "mode: SIMULATED" in out.stdout
         assert "rayjob.ray.io/qwen3-4b-lora-amd" in out.stdout
         assert "{'amd.com/gpu': '8'}" in out.stdout
-        final = [line for line in out.stdout.splitlines() if line.startswith("qwen3-4b-lora-amd")][-1].split()
-        assert final[1:4] == ["Succeeded", "100", "100"]
+        final = kubectl_rows(out.stdout, having="PHASE")[-1]
+        assert (final["NAME"], final["PHASE"], final["ROLLOUT"], final["TOTAL"]) == ("qwen3-4b-lora-amd", "Succeeded", "100", "100")
         # the reporter ran with the rendered entrypoint's arguments: it knows the GPUs (gpuHours)
         progress = next(line for line in out.stdout.splitlines() if "progress: rollout" in line)
         assert "rollout 100/100" in progress

@@ -47,7 +47,7 @@ CASES = [
     ("metadata-unknown-field", job_text(metadata="\n  foo: 1"), False, "metadata.foo"),
     ("metadata-label-number", job_text(metadata="\n  labels: {team: 1}"), False, "metadata.labels"),
     ("owned-flag", job_text(spec='\n  extraArgs: ["--max-tokens-per-gpu", "9000", "--lora-rank", "8"]'), False, "spec.extraArgs[2]"),
-    ("credential-flag", job_text(spec='\n  extraArgs: ["--wandb-key=x"]'), False, "spec.extraArgs[0]"),
+    ("credential-flag", job_text(spec='\n  extraArgs: ["--wandb-key=x"]'), False, "spec.extraArgs"),
     ("revision-option", job_text(model="\n    revision: --help"), False, "spec.model.revision"),
     (
         "dataset-revision-option",

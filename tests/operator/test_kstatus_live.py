@@ -86,6 +86,8 @@ def drive(state, control_plane, kube, namespace, request):
         ray.initializing()
         ray.suspending()
         ray.suspended()  # and Kueue keeps it suspended
+        # Queued shows from the moment the RayJob is created suspended: wait for the last step mirrored
+        wait_for(lambda: status_of(kube, namespace).get("rayJob", {}).get("jobDeploymentStatus") == "Suspended", what="Suspended mirrored")
         wait_for(has(kube, namespace, "Reconciling", "True", "Queued"), what="Queued")
     elif state == "preparing":
         fake_kuberay(kube, namespace).initializing()

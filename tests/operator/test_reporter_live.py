@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tests.helpers import job, make_job, reporter_env, run_reporter_on_200_rollouts, shipped_reporter
+from tests.helpers import job, kubectl_rows, make_job, reporter_env, run_reporter_on_200_rollouts, shipped_reporter
 from tests.reporter.reporter_testlib import expected_final_status, trainer_command, without_time
 
 pytestmark = pytest.mark.controlplane
@@ -27,12 +27,12 @@ def test_reporter_fills_status_with_per_job_identity(control_plane, namespace, k
     assert result.stdout == log.data  # the trainer's output, unchanged
     assert b"[lorarl-reporter]" not in result.stderr, result.stderr.decode()[-2000:]
     stored = job(kube, namespace, mine)["status"]
-    owned = {k: stored[k] for k in ("progress", "metrics", "eval", "checkpoints")}
+    owned = {k: stored[k] for k in ("progress", "metrics", "eval", "checkpoints", "history")}
     assert without_time(owned) == expected_final_status(log)
     assert stored["progress"]["lastUpdateTime"].endswith("Z")
     # the printer columns read it
-    row = control_plane.kubectl("get", "lorarljob", mine, "-n", namespace, "--no-headers").stdout.split()
-    assert row[2:4] == ["200", "200"]
+    (row,) = kubectl_rows(control_plane.kubectl("get", "lorarljob", mine, "-n", namespace, "-o", "wide").stdout)
+    assert (row["ROLLOUT"], row["TOTAL"]) == ("200", "200")
 
 
 def test_a_resumed_run_counts_100_rollouts_over_two_attempts(control_plane, namespace, kube, tmp_path):
@@ -85,8 +85,8 @@ def test_a_resumed_run_counts_100_rollouts_over_two_attempts(control_plane, name
     assert progress["gpuHours"] > 0
     assert status["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/attempt-002/iter_0000039/adapter", "count": 5}
     assert status["tracking"] == {"wandbRunURL": "https://wandb.ai/team/proj/runs/job-r"}  # kept from attempt 1
-    row = control_plane.kubectl("get", "lorarljob", mine, "-n", namespace, "--no-headers").stdout.split()
-    assert row[2:4] == ["100", "100"]
+    (row,) = kubectl_rows(control_plane.kubectl("get", "lorarljob", mine, "-n", namespace, "-o", "wide").stdout)
+    assert (row["ROLLOUT"], row["TOTAL"]) == ("100", "100")
 
 
 def test_reporter_identity_cannot_touch_another_job(control_plane, namespace, kube, tmp_path):
