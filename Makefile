@@ -44,10 +44,11 @@ packages:
 	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh && bash hack/observability/packages.sh; \
 	else echo "make packages: not root; the real-node and image tests will be skipped"; fi
 
-# the lint and the lowest-versions run first, so that the full suite's summary is the last line CI reads
+# the lint and the lowest-versions run first, so that the full suite's summary is the last line CI reads;
+# the suite runs as two streams side by side (hack/run-suite.sh: the real-node and image tests beside the rest)
 test: lint packages controlplane
 	$(MAKE) test-lowest
-	$(BIN)/python -m pytest
+	bash hack/run-suite.sh $(BIN)/python
 
 # The ranges in pyproject.toml are tested at both ends: `test` at the newest versions, this at
 # the lowest (hack/constraints-lowest.txt): the fast tests and the operator on the real API server.
