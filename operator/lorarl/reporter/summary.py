@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from fractions import Fraction
 
 from . import attempts, checkpoints
 from . import statuskeys as K
@@ -91,6 +92,9 @@ class Summary:
         self._step: int | None = None
         self._metrics: dict = {}
         self._diffs: dict = {}  # global step -> finite train_rollout_logprob_abs_diff
+        # their exact sum, kept as they come, so that the mean costs the same at step 10 and
+        # 10,000 (float() of it is the correctly rounded sum, as math.fsum gives)
+        self._diff_sum = Fraction(0)
         self._evals: dict = {}
         # status.history: decimated curves over rollouts (reward, logprob diff, each eval set)
         self._reward_curve = Curve()
@@ -99,6 +103,9 @@ class Summary:
         self._logged_saves: dict = {}  # local iteration -> path (this attempt's 'Saving LoRA' lines)
         self._megatron_saves: dict = {}  # local iteration -> path (Megatron's 'successfully saved')
         self._log_done_local = -1  # highest local iteration the log proves finished
+        self._saves_epoch = 0  # bumped when a save is logged or scanned: the verdict is kept till then
+        self._verdict_key: tuple | None = None
+        self._verdict: dict | None = None
         self._saves: list | None = None  # the last scan
         self._save_dir: str | None = None
         self.wandb_url: str | None = None
@@ -120,7 +127,7 @@ class Summary:
                 if step < limit * self.steps_per_rollout and _finite(value):
                     if int(step) not in self._diffs:
                         self._diff_curve.add(int(step) // self.steps_per_rollout, significant(float(value)))
-                    self._diffs.setdefault(int(step), float(value))
+                        self._set_diff(int(step), float(value))
             later_offsets.append(int(record.get("offset") or 0))
 
     def ledger_fields(self) -> dict:
@@ -140,8 +147,10 @@ class Summary:
             self._first_id(event.id if kind != "step" else event.id // self.steps_per_rollout)
         if kind == "saving":
             self._logged_saves.setdefault(event.id, event.path)
+            self._saves_epoch += 1
         elif kind == "checkpoint":
             self._megatron_saves[event.id] = event.path
+            self._saves_epoch += 1
         elif kind == "resumed":
             self.notes.append(f"the trainer restored the adapter and optimizer of iteration {event.id}")
         elif kind == "not_resumed":
@@ -173,7 +182,7 @@ class Summary:
                 self._step = step
                 diff = event.values.get(DIFF_KEY)
                 if _finite(diff):
-                    self._diffs[step] = diff
+                    self._set_diff(step, diff)
                     self._diff_curve.add(step // self.steps_per_rollout, significant(float(diff)))
                 self._finish(self._training if self._training is not None else event.id // self.steps_per_rollout + self._id_offset)
             elif kind == "perf" and not any(k.startswith("rollout/") for k in event.values):
@@ -203,7 +212,15 @@ class Summary:
             return False
         self._saves = saves
         self._save_dir = save_dir
+        self._saves_epoch += 1
         return self._refresh()
+
+    def _set_diff(self, step: int, value: float) -> None:
+        old = self._diffs.get(step)
+        if old is not None:
+            self._diff_sum -= Fraction(old)
+        self._diffs[step] = value
+        self._diff_sum += Fraction(value)
 
     def _finish(self, rollout: int | None) -> None:
         if rollout is None or rollout < 0 or rollout <= self._finished:
@@ -255,6 +272,13 @@ class Summary:
         return saves
 
     def _checkpoints(self) -> dict | None:
+        """The checkpoint fields; judged again only when a save or the log's proof changed (not per line)."""
+        key = (self._saves_epoch, self._log_done_local, self._id_offset)
+        if key != self._verdict_key:
+            self._verdict_key, self._verdict = key, self._judge()
+        return dict(self._verdict) if self._verdict else None
+
+    def _judge(self) -> dict | None:
         verdict = checkpoints.judge(self._all_saves(), self.attempt, self._log_done_local)
         out = {}
         if verdict.complete:
@@ -297,7 +321,7 @@ class Summary:
             if _finite(value):
                 metrics[field] = significant(float(value))
         if self._diffs:
-            metrics[K.LOGPROB_DIFF_MEAN] = significant(math.fsum(self._diffs.values()) / len(self._diffs))
+            metrics[K.LOGPROB_DIFF_MEAN] = significant(float(self._diff_sum) / len(self._diffs))
         status = {K.PROGRESS: progress, K.METRICS: metrics}
         if self._evals:
             status[K.EVAL] = [
