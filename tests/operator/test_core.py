@@ -124,7 +124,9 @@ def test_a_finished_job_kept_compact_still_answers_its_events(control_plane, nam
 
 def test_ttl_after_finished_deletes_the_job(control_plane, namespace, kube, operator):
     doc = seed_doc()
-    doc["spec"]["ttlSecondsAfterFinished"] = 3
+    # long enough that the poll below sees Failed before the deletion, even when a GET takes
+    # seconds under load (with 3 s a loaded run once missed it and waited for a job already gone)
+    doc["spec"]["ttlSecondsAfterFinished"] = 10
     apply_job(control_plane, namespace, doc)
     uid = job(kube, namespace)["metadata"]["uid"]
     ray = started(kube, namespace)
@@ -132,7 +134,7 @@ def test_ttl_after_finished_deletes_the_job(control_plane, namespace, kube, oper
     ray.app_failed()
     st = wait_for(phase_is(kube, namespace, "Failed"), what="Failed")
     assert st["completionTime"]
-    wait_for(lambda: job(kube, namespace) is None, timeout=60, what="the job deleted after its TTL")
+    wait_for(lambda: job(kube, namespace) is None, timeout=90, what="the job deleted after its TTL")
     assert f"[{namespace}/{NAME}] reconcile " in operator.output()
     assert "(timer): ttlSecondsAfterFinished passed; deleted the job" in operator.output()
     # a job without the field stays (observe the operator finish it first)
