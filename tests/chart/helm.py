@@ -6,7 +6,6 @@ Import the fixture where it is needed: ``from tests.chart.helm import helm  # no
 from __future__ import annotations
 
 import functools
-import json
 import os
 import pathlib
 import subprocess
@@ -14,13 +13,14 @@ from typing import Any
 
 import pytest
 import yaml
+from lorarl_dev import gomodules
 from lorarl_dev.controlplane import ensure_binaries
 
 from tests.helpers import REPO
 
 CHART = REPO / "charts" / "lorarl-operator"
 RELEASE = "lorarl"
-PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+PROMETHEUS_OPERATOR = ("github.com/prometheus-operator/prometheus-operator", "v0.85.0")
 
 
 class Helm:
@@ -89,11 +89,7 @@ def kinds(docs: list[dict[str, Any]]) -> list[str]:
 @functools.cache
 def servicemonitor_crd_path() -> pathlib.Path:
     """prometheus-operator's own ServiceMonitor CRD, from its Go module (like KubeRay's CRDs)."""
-    out = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], check=True, capture_output=True, text=True, cwd=pathlib.Path.home())
-    info = json.loads(out.stdout)
-    if info.get("Error"):
-        raise RuntimeError(f"go mod download {PROMETHEUS_OPERATOR}: {info['Error']}")
-    return pathlib.Path(info["Dir"]) / "example" / "prometheus-operator-crd" / "monitoring.coreos.com_servicemonitors.yaml"
+    return gomodules.module_dir(*PROMETHEUS_OPERATOR) / "example" / "prometheus-operator-crd" / "monitoring.coreos.com_servicemonitors.yaml"
 
 
 NAMESPACED_HA = {

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import pathlib
-import subprocess
+
+from . import gomodules
 
 KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
 KUBERAY_VERSION = os.environ.get("LORARL_KUBERAY_VERSION", "v1.5.0")
@@ -18,20 +17,9 @@ _CRD_FILES = {
 }
 
 
-@functools.cache
 def kuberay_module_dir(version: str = KUBERAY_VERSION) -> pathlib.Path:
-    """Download (or reuse) the KubeRay ray-operator module and return its directory."""
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", f"{KUBERAY_MODULE}@{version}"],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=pathlib.Path.home(),  # outside any module, so no go.mod is touched
-    )
-    info = json.loads(out.stdout)
-    if info.get("Error"):
-        raise RuntimeError(f"go mod download {KUBERAY_MODULE}@{version}: {info['Error']}")
-    return pathlib.Path(info["Dir"])
+    """The KubeRay ray-operator module's directory (downloaded once)."""
+    return gomodules.module_dir(KUBERAY_MODULE, version)
 
 
 def kuberay_crd_path(kind: str, version: str = KUBERAY_VERSION) -> pathlib.Path:

@@ -8,14 +8,13 @@ File references below are to the module at :data:`KUEUE_VERSION`.
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import pathlib
-import subprocess
 from typing import Any
 
 import yaml
+
+from . import gomodules
 
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_VERSION = os.environ.get("LORARL_KUEUE_VERSION", "v0.17.0")
@@ -50,20 +49,9 @@ _WEBHOOK_PATH_PARTS = ("-ray-io-v1-rayjob", "-kueue-x-k8s-io-")
 METRICS_CERT_DIR = pathlib.Path("/etc/kueue/metrics/certs")
 
 
-@functools.cache
 def kueue_module_dir(version: str = KUEUE_VERSION) -> pathlib.Path:
-    """Download (or reuse) the Kueue module and return its directory."""
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", f"{KUEUE_MODULE}@{version}"],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=pathlib.Path.home(),  # outside any module, so no go.mod is touched
-    )
-    info = json.loads(out.stdout)
-    if info.get("Error"):
-        raise RuntimeError(f"go mod download {KUEUE_MODULE}@{version}: {info['Error']}")
-    return pathlib.Path(info["Dir"])
+    """The Kueue module's directory (downloaded once)."""
+    return gomodules.module_dir(KUEUE_MODULE, version)
 
 
 def kueue_crd_paths(version: str = KUEUE_VERSION) -> list[pathlib.Path]:
