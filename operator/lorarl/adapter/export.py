@@ -1,0 +1,80 @@
+"""The export pod's work: build the package once, copy it to every destination (manifest last),
+and say what happened as one JSON line, the pod's termination message (at most 4096 bytes, the
+kubelet's limit), which the operator maps to status.adapter and AdapterExported."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+
+from ..api.types import ExportDestination, LoraRLJob
+from . import package, stores
+
+CLAIM_MOUNT_ROOT = "/lorarl/export"  # destination i's claim is mounted at <root>/<i> in the export pod
+TERMINATION_LIMIT = 4096
+
+
+def credential_env(index: int) -> tuple[str, str]:
+    """The environment variable names an s3 destination's keys reach the export pod under (secretKeyRef)."""
+    return f"LORARL_EXPORT_{index}_AWS_ACCESS_KEY_ID", f"LORARL_EXPORT_{index}_AWS_SECRET_ACCESS_KEY"
+
+
+def destination_store(job: LoraRLJob, index: int, dest: ExportDestination, rollout: int, claim_root: str, env) -> stores.Store:
+    rel = package.relative_dir(job, rollout)
+    if dest.s3 is not None:
+        key_var, secret_var = credential_env(index)
+        s3 = dest.s3
+        return stores.S3Store(f"s3://{s3.bucket}/{s3.prefix}{rel}", s3.endpoint, s3.region, env.get(key_var), env.get(secret_var))
+    if dest.claim is not None:
+        c = dest.claim
+        return stores.DirStore(os.path.join(claim_root, str(index), c.path, rel), uri=f"pvc://{c.claim_name}/{c.path}{rel}")
+    kind = "oci" if dest.oci is not None else "hub"
+    raise package.Refused("DestinationNotBuilt", f"spec.export.destinations[{index}].{kind}: this destination is not exported yet")
+
+
+def run(job: LoraRLJob, status: dict, save_root: str, ranks: int, now: datetime.datetime, claim_root: str = CLAIM_MOUNT_ROOT, env=None) -> dict:
+    """Export; returns the report (``ok`` true with the adapter's status fields, or the reason)."""
+    env = os.environ if env is None else env
+    assert job.spec.export is not None
+    try:
+        with tempfile.TemporaryDirectory(prefix="lorarl-export-") as tmp:
+            pkg = package.build(job, status, save_root, ranks, os.path.join(tmp, "adapter"), now)
+            targets = [destination_store(job, i, d, pkg.rollout, claim_root, env) for i, d in enumerate(job.spec.export.destinations)]
+            names = [f["name"] for f in pkg.manifest["files"]] + [package.MANIFEST]
+            for i, store in enumerate(targets):
+                for name in names:
+                    try:
+                        store.put(name, os.path.join(pkg.directory, name))
+                    except stores.StoreError as err:
+                        raise package.Refused("DestinationFailed", f"spec.export.destinations[{i}]: {err}") from None
+    except package.Refused as refused:
+        return {"ok": False, "reason": refused.reason, "message": refused.message}
+    metrics = pkg.manifest["metrics"]
+    adapter = {
+        "uri": targets[0].uri,
+        "uris": [t.uri for t in targets],
+        "digest": pkg.digest,
+        "format": package.FORMAT,
+        "size": pkg.size,
+        "baseModel": job.spec.model.name,
+        "rollout": pkg.rollout,
+        "exportTime": pkg.manifest["exportTime"],
+        **({"baseModelRevision": job.spec.model.revision} if job.spec.model.revision else {}),
+        **metrics,
+    }
+    return {"ok": True, "adapter": adapter}
+
+
+def termination_message(report: dict) -> str:
+    """One line within the kubelet's limit: a long message is cut, never the JSON."""
+    line = json.dumps(report, separators=(",", ":"))
+    if len(line.encode()) <= TERMINATION_LIMIT:
+        return line
+    short = dict(report)
+    if "message" in short:
+        short["message"] = short["message"][:1000]
+    if "adapter" in short:
+        short["adapter"] = {k: v for k, v in short["adapter"].items() if k not in ("eval", "uris")}
+    return json.dumps(short, separators=(",", ":"))[:TERMINATION_LIMIT]
