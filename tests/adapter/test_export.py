@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 import safetensors
-from lorarl.adapter import export, package, pull, stores
+from lorarl.adapter import export, package, plan, pull, stores
 from lorarl.api import types as api
 
 from tests.adapter import saves
@@ -38,11 +38,11 @@ def save_root(tmp_path):
 
 
 def run(j, save_root, tmp_path, status=None):
-    return export.run(j, status or saves.STATUS, str(save_root), 2, NOW, claim_root=str(tmp_path / "mnt"))
+    return export.run(plan.export_plan(j), status or saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt"))
 
 
 def exported_dir(tmp_path, j, rollout) -> pathlib.Path:
-    return tmp_path / "mnt" / "0" / "team" / package.relative_dir(j, rollout)
+    return tmp_path / "mnt" / "0" / "team" / package.relative_dir(plan.export_plan(j), rollout)
 
 
 def test_the_newest_complete_save_is_exported_as_peft_safetensors_with_a_manifest_of_digests(save_root, tmp_path):
@@ -74,7 +74,7 @@ def test_the_newest_complete_save_is_exported_as_peft_safetensors_with_a_manifes
     assert manifest["rollout"] == 99 and manifest["lora"] == {"rank": 8, "alpha": 16, "dropout": 0.0, "targetModules": ["all-linear"]}
     assert manifest["metrics"] == {"rawReward": 0.7, "eval": [{"name": "aime", "score": 0.3, "rollout": 79}]}
     assert report["adapter"]["uri"] == "pvc://served/team/ml/tiny-lora/rollout-0000099/"
-    assert report["adapter"]["size"] == sum(p.stat().st_size for p in out.iterdir())
+    assert report["adapter"]["size"] == sum(f.stat().st_size for f in out.iterdir())
     assert api.AdapterStatus.model_validate(report["adapter"]).rollout == 99  # the report is a valid status.adapter
 
 
@@ -189,7 +189,7 @@ def test_pull_verifies_every_file_and_the_manifest_digest(exported, tmp_path):
     target = tmp_path / "pulled"
     manifest = pull.pull(stores.DirStore(str(source)), str(target), digest)
     assert manifest["rollout"] == 99
-    assert {p.name: p.read_bytes() for p in target.iterdir()} == {p.name: p.read_bytes() for p in source.iterdir()}
+    assert {f.name: f.read_bytes() for f in target.iterdir()} == {f.name: f.read_bytes() for f in source.iterdir()}
 
 
 def test_pull_refuses_a_changed_file_and_keeps_nothing(exported, tmp_path):
@@ -218,3 +218,24 @@ def test_the_reader_refuses_a_file_that_is_no_zip(tmp_path):
     with pytest.raises(torchfile.UnreadableError, match="zip"):
         torchfile.read_state_dict(str(bad))
     assert zipfile.is_zipfile(bad) is False
+
+
+def test_the_exporter_needs_only_the_standard_library():
+    """The export pod runs in the job image, which has neither pydantic nor kubernetes: the
+    exporter's modules import nothing outside the standard library (botocore only when s3 is used)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "import lorarl.adapter.export, lorarl.adapter.pull\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'kubernetes', 'kopf', 'yaml', 'botocore', 'click'))\n"
+        "print(json.dumps(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
+
+
+def test_target_modules_in_megatron_names_plan_the_hf_names_miles_exports():
+    j = job(lora={"rank": 8, "alpha": 16, "targetModules": ["linear_qkv", "linear_fc2"]}, export={"destinations": [{"claim": {"claimName": "c"}}]})
+    assert plan.export_plan(j)["model"]["hfTargetModules"] == ["q_proj", "k_proj", "v_proj", "down_proj"]

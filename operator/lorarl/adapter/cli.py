@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import json
 import sys
 
 import click
-import yaml
 
 from .. import follow
 from ..api import types as api
@@ -52,17 +52,17 @@ def pull(source: str, directory: str, namespace: str | None, digest: str | None,
 
 
 @adapter.command(hidden=True)
-@click.option("-f", "--job-file", required=True, type=click.File("r"), help="The LoraRLJob (with its status) as the operator gives it.")
+@click.option("--plan", "plan_file", required=True, type=click.File("r"), help="The export plan (JSON, lorarl.adapter.plan).")
+@click.option("--status", "status_file", type=click.File("r"), default=None, help="The job's status (JSON), for the metrics at the exported rollout.")
 @click.option("--save-root", required=True, help="The job's checkpoint directory (read-only mount).")
-@click.option("--ranks", required=True, type=int, help="The job's GPUs: one shard per rank.")
 @click.option("--termination-log", default="/dev/termination-log", show_default=True)
-def export(job_file, save_root: str, ranks: int, termination_log: str) -> None:
+def export(plan_file, status_file, save_root: str, termination_log: str) -> None:
     """Export the newest complete save (the export pod's command)."""
     from . import export as exporter
 
-    body = yaml.safe_load(job_file)
-    job = api.LoraRLJob.model_validate(body)
-    report = exporter.run(job, body.get("status") or {}, save_root, ranks, datetime.datetime.now(datetime.UTC))
+    plan = json.load(plan_file)
+    status = json.load(status_file) if status_file else {}
+    report = exporter.run(plan, status, save_root, datetime.datetime.now(datetime.UTC))
     line = exporter.termination_message(report)
     try:
         with open(termination_log, "w", encoding="utf-8") as f:

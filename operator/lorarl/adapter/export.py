@@ -9,7 +9,6 @@ import json
 import os
 import tempfile
 
-from ..api.types import ExportDestination, LoraRLJob
 from . import package, stores
 
 CLAIM_MOUNT_ROOT = "/lorarl/export"  # destination i's claim is mounted at <root>/<i> in the export pod
@@ -21,27 +20,29 @@ def credential_env(index: int) -> tuple[str, str]:
     return f"LORARL_EXPORT_{index}_AWS_ACCESS_KEY_ID", f"LORARL_EXPORT_{index}_AWS_SECRET_ACCESS_KEY"
 
 
-def destination_store(job: LoraRLJob, index: int, dest: ExportDestination, rollout: int, claim_root: str, env) -> stores.Store:
-    rel = package.relative_dir(job, rollout)
-    if dest.s3 is not None:
+def destination_store(plan: dict, index: int, dest: dict, rollout: int, claim_root: str, env) -> stores.Store:
+    """The store of one destination of the plan (the spec's camelCase fields)."""
+    rel = package.relative_dir(plan, rollout)
+    if "s3" in dest:
         key_var, secret_var = credential_env(index)
-        s3 = dest.s3
-        return stores.S3Store(f"s3://{s3.bucket}/{s3.prefix}{rel}", s3.endpoint, s3.region, env.get(key_var), env.get(secret_var))
-    if dest.claim is not None:
-        c = dest.claim
-        return stores.DirStore(os.path.join(claim_root, str(index), c.path, rel), uri=f"pvc://{c.claim_name}/{c.path}{rel}")
-    kind = "oci" if dest.oci is not None else "hub"
+        s3 = dest["s3"]
+        uri = f"s3://{s3['bucket']}/{s3.get('prefix', '')}{rel}"
+        return stores.S3Store(uri, s3.get("endpoint"), s3.get("region"), env.get(key_var), env.get(secret_var))
+    if "claim" in dest:
+        c = dest["claim"]
+        path = c.get("path", "")
+        return stores.DirStore(os.path.join(claim_root, str(index), path, rel), uri=f"pvc://{c['claimName']}/{path}{rel}")
+    kind = "oci" if "oci" in dest else "hub"
     raise package.Refused("DestinationNotBuilt", f"spec.export.destinations[{index}].{kind}: this destination is not exported yet")
 
 
-def run(job: LoraRLJob, status: dict, save_root: str, ranks: int, now: datetime.datetime, claim_root: str = CLAIM_MOUNT_ROOT, env=None) -> dict:
+def run(plan: dict, status: dict, save_root: str, now: datetime.datetime, claim_root: str = CLAIM_MOUNT_ROOT, env=None) -> dict:
     """Export; returns the report (``ok`` true with the adapter's status fields, or the reason)."""
     env = os.environ if env is None else env
-    assert job.spec.export is not None
     try:
         with tempfile.TemporaryDirectory(prefix="lorarl-export-") as tmp:
-            pkg = package.build(job, status, save_root, ranks, os.path.join(tmp, "adapter"), now)
-            targets = [destination_store(job, i, d, pkg.rollout, claim_root, env) for i, d in enumerate(job.spec.export.destinations)]
+            pkg = package.build(plan, status, save_root, os.path.join(tmp, "adapter"), now)
+            targets = [destination_store(plan, i, d, pkg.rollout, claim_root, env) for i, d in enumerate(plan["destinations"])]
             names = [f["name"] for f in pkg.manifest["files"]] + [package.MANIFEST]
             for i, store in enumerate(targets):
                 for name in names:
@@ -58,10 +59,10 @@ def run(job: LoraRLJob, status: dict, save_root: str, ranks: int, now: datetime.
         "digest": pkg.digest,
         "format": package.FORMAT,
         "size": pkg.size,
-        "baseModel": job.spec.model.name,
+        "baseModel": plan["baseModel"]["name"],
         "rollout": pkg.rollout,
         "exportTime": pkg.manifest["exportTime"],
-        **({"baseModelRevision": job.spec.model.revision} if job.spec.model.revision else {}),
+        **({"baseModelRevision": plan["baseModel"]["revision"]} if plan["baseModel"].get("revision") else {}),
         **metrics,
     }
     return {"ok": True, "adapter": adapter}

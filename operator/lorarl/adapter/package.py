@@ -1,6 +1,8 @@
 """One export: choose the newest save, refuse it unless it is complete and matches the spec, and
 lay out what is exported (docs/adapters.md). Pure apart from reading the save and writing the
-staging directory; the stores (stores.py) only copy what this wrote."""
+staging directory; the stores (stores.py) only copy what this wrote. It reads the export plan
+(plan.py: plain JSON the operator renders from the spec), so that the export pod needs the
+standard library only, not the API's types."""
 
 from __future__ import annotations
 
@@ -11,9 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..api.types import LoraRLJob
-from ..job import profiles
-from ..reporter import checkpoints, launcher
+from ..reporter import attempts, checkpoints, launcher
 from . import safetensors_file, torchfile
 
 MANIFEST = "lorarl-adapter.json"
@@ -21,16 +21,6 @@ WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
 FORMAT = "peft-safetensors"
 
-# miles' Megatron modules and the HF projections its PEFT export names for them
-# (megatron_utils/lora_utils.py:240-290 at 31f1ca9, as hack/images/job/miles/miles_standin/lora_files.py reads them)
-MEGATRON_TO_HF = {
-    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
-    "linear_proj": ("o_proj",),
-    "linear_fc1": ("gate_proj", "up_proj"),
-    "linear_fc2": ("down_proj",),
-}
-HF_TO_MEGATRON = {hf: meg for meg, hfs in MEGATRON_TO_HF.items() for hf in hfs}
-ALL_LINEAR = ("all", "all-linear", "all_linear")
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 _TENSOR_RE = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.([a-z_]+)\.lora_([AB])\.weight")
 
@@ -55,41 +45,8 @@ class Package:
     source: str  # the save's adapter directory
 
 
-def hf_target_modules(target_modules: list[str]) -> set[str]:
-    """spec.lora.targetModules -> the HF projection names miles' PEFT export carries."""
-    words = [w for t in target_modules for w in t.split(",") if w]
-    if len(words) == 1 and words[0] in ALL_LINEAR:
-        return set(HF_TO_MEGATRON)
-    out: set[str] = set()
-    for word in words:
-        module = HF_TO_MEGATRON.get(word, word)
-        if module not in MEGATRON_TO_HF:
-            raise Refused("ConfigMismatch", f"spec.lora.targetModules: {word!r} is not a module of a dense Qwen3-style model")
-        out.update(MEGATRON_TO_HF[module])
-    return out
-
-
-def projection_dims(job: LoraRLJob) -> tuple[int, dict[str, tuple[int, int]]]:
-    """(layers, HF projection -> (in, out)) of the base model."""
-    shape = profiles.model_shape(job)
-    heads, groups, kv = shape.num_attention_heads, shape.num_query_groups, shape.kv_channels
-    h, ffn = shape.hidden_size, shape.ffn_hidden_size
-    dims = {
-        "q_proj": (h, heads * kv),
-        "k_proj": (h, groups * kv),
-        "v_proj": (h, groups * kv),
-        "o_proj": (heads * kv, h),
-        "gate_proj": (h, ffn),
-        "up_proj": (h, ffn),
-        "down_proj": (ffn, h),
-    }
-    return shape.num_layers, dims
-
-
 def choose_save(save_root: str, ranks: int) -> checkpoints.Save:
     """The newest save of any attempt; refused unless complete (reporter.checkpoints' rules)."""
-    from ..reporter import attempts
-
     saves = checkpoints.scan(launcher.save_dirs(save_root, attempts.read_all(save_root)), ranks) or []
     if not saves:
         raise Refused("NoCompleteSave", f"no save under {save_root}")
@@ -103,22 +60,21 @@ def choose_save(save_root: str, ranks: int) -> checkpoints.Save:
     return newest
 
 
-def check_config(job: LoraRLJob, config: dict) -> None:
-    lora = job.spec.lora
-    for key, want in (("r", lora.rank), ("lora_alpha", lora.alpha)):
-        if config.get(key) != want:
-            field = "rank" if key == "r" else "alpha"
-            raise Refused("ConfigMismatch", f"adapter_config.json {key} is {config.get(key)!r}, spec.lora.{field} is {want}")
-    want_modules = hf_target_modules(lora.target_modules)
+def check_config(plan: dict, config: dict) -> None:
+    lora = plan["lora"]
+    for key, field in (("r", "rank"), ("lora_alpha", "alpha")):
+        if config.get(key) != lora[field]:
+            raise Refused("ConfigMismatch", f"adapter_config.json {key} is {config.get(key)!r}, spec.lora.{field} is {lora[field]}")
+    want_modules = set(plan["model"]["hfTargetModules"])
     got = config.get("target_modules")
     if not isinstance(got, list) or set(got) != want_modules:
         raise Refused("ConfigMismatch", f"adapter_config.json target_modules is {got!r}, spec.lora.targetModules means {sorted(want_modules)}")
 
 
-def check_tensors(job: LoraRLJob, tensors: dict[str, torchfile.Tensor]) -> None:
-    layers, dims = projection_dims(job)
-    r = job.spec.lora.rank
-    modules = hf_target_modules(job.spec.lora.target_modules)
+def check_tensors(plan: dict, tensors: dict[str, torchfile.Tensor]) -> None:
+    layers, dims = plan["model"]["layers"], plan["model"]["dims"]
+    r = plan["lora"]["rank"]
+    modules = set(plan["model"]["hfTargetModules"])
     seen = set()
     for name, t in tensors.items():
         m = _TENSOR_RE.fullmatch(name)
@@ -130,9 +86,11 @@ def check_tensors(job: LoraRLJob, tensors: dict[str, torchfile.Tensor]) -> None:
         if layer >= layers:
             raise Refused("TensorMismatch", f"tensor {name!r}: layer {layer}, the base model has {layers}")
         d_in, d_out = dims[module]
-        want = (r, d_in) if ab == "A" else (d_out, r)
+        want = (r, int(d_in)) if ab == "A" else (int(d_out), r)
         if t.shape != want:
-            raise Refused("TensorMismatch", f"tensor {name!r} has shape {list(t.shape)}, expected {list(want)} (spec.lora.rank {r}, {job.spec.model.name})")
+            raise Refused(
+                "TensorMismatch", f"tensor {name!r} has shape {list(t.shape)}, expected {list(want)} (spec.lora.rank {r}, {plan['baseModel']['name']})"
+            )
         seen.add((layer, module, ab))
     missing = [(layer, mod, ab) for layer in range(layers) for mod in sorted(modules) for ab in "AB" if (layer, mod, ab) not in seen]
     if missing:
@@ -165,9 +123,9 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def build(job: LoraRLJob, status: dict, save_root: str, ranks: int, staging: str, now: datetime.datetime) -> Package:
+def build(plan: dict, status: dict, save_root: str, staging: str, now: datetime.datetime) -> Package:
     """Choose, check and convert the newest complete save into ``staging`` (created, must not exist)."""
-    save = choose_save(save_root, ranks)
+    save = choose_save(save_root, int(plan["ranks"]))
     bin_path, config_path = os.path.join(save.adapter, "adapter_model.bin"), os.path.join(save.adapter, CONFIG)
     if not (os.path.isfile(bin_path) and os.path.isfile(config_path)):
         raise Refused("NoPeftExport", f"{save.adapter} has no adapter_model.bin and adapter_config.json (miles' HF PEFT export failed for that save)")
@@ -178,32 +136,31 @@ def build(job: LoraRLJob, status: dict, save_root: str, ranks: int, staging: str
         raise Refused("UnreadableAdapter", f"{config_path}: {err}") from None
     if not isinstance(config, dict):
         raise Refused("UnreadableAdapter", f"{config_path}: not a JSON object")
-    check_config(job, config)
+    check_config(plan, config)
     try:
         tensors = torchfile.read_state_dict(bin_path)
     except torchfile.UnreadableError as err:
         raise Refused("UnreadableAdapter", f"{bin_path}: {err}") from None
-    check_tensors(job, tensors)
+    check_tensors(plan, tensors)
 
     os.makedirs(staging)
-    model = job.spec.model
-    config = {**config, "base_model_name_or_path": model.name}
-    if model.revision:
-        config["revision"] = model.revision
+    base = plan["baseModel"]
+    config = {**config, "base_model_name_or_path": base["name"]}
+    if base.get("revision"):
+        config["revision"] = base["revision"]
     with open(os.path.join(staging, WEIGHTS), "wb") as f:
         f.write(safetensors_file.encode(tensors, {"format": "pt"}))
     with open(os.path.join(staging, CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     files = [{"name": n, "size": os.path.getsize(os.path.join(staging, n)), "sha256": _sha256(os.path.join(staging, n))} for n in (CONFIG, WEIGHTS)]
-    lora = job.spec.lora
     manifest = {
         "apiVersion": "lorarl.dev/v1alpha1",
         "kind": "AdapterManifest",
         "format": FORMAT,
         "files": files,
-        "baseModel": {"name": model.name, **({"revision": model.revision} if model.revision else {})},
-        "lora": {"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout, "targetModules": list(lora.target_modules)},
-        "job": {"namespace": job.metadata.namespace, "name": job.metadata.name, "uid": job.metadata.uid},
+        "baseModel": dict(base),
+        "lora": dict(plan["lora"]),
+        "job": dict(plan["job"]),
         "rollout": save.rollout,
         "metrics": _at_rollout(status, save.rollout),
         "exportTime": now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -215,6 +172,6 @@ def build(job: LoraRLJob, status: dict, save_root: str, ranks: int, staging: str
     return Package(staging, manifest, "sha256:" + hashlib.sha256(raw).hexdigest(), size, save.rollout, save.adapter)
 
 
-def relative_dir(job: LoraRLJob, rollout: int) -> str:
+def relative_dir(plan: dict, rollout: int) -> str:
     """Where a run's adapter goes under a destination's prefix: one directory per job and rollout."""
-    return f"{job.metadata.namespace}/{job.metadata.name}/rollout-{rollout:07d}/"
+    return f"{plan['job']['namespace']}/{plan['job']['name']}/rollout-{rollout:07d}/"
