@@ -4,9 +4,11 @@ kubelet's limit), which the operator maps to status.adapter and AdapterExported.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
+import sys
 import tempfile
 
 from . import package, stores
@@ -79,3 +81,29 @@ def termination_message(report: dict) -> str:
     if "adapter" in short:
         short["adapter"] = {k: v for k, v in short["adapter"].items() if k not in ("eval", "uris")}
     return json.dumps(short, separators=(",", ":"))[:TERMINATION_LIMIT]
+
+
+def main(argv: list[str]) -> int:
+    """The export pod's entry point (exporter.pyz; standard library only, like the pod)."""
+    parser = argparse.ArgumentParser(prog="exporter.pyz", description="Export the newest complete save (docs/adapters.md).")
+    parser.add_argument("--plan", required=True, help="The export plan (JSON).")
+    parser.add_argument("--status", default=None, help="The job's status (JSON), for the metrics at the exported rollout.")
+    parser.add_argument("--save-root", required=True, help="The job's checkpoint directory (read-only).")
+    parser.add_argument("--claim-root", default=CLAIM_MOUNT_ROOT, help="Where destination i's claim is mounted, as <root>/<i>.")
+    parser.add_argument("--termination-log", default="/dev/termination-log")
+    args = parser.parse_args(argv)
+    with open(args.plan, encoding="utf-8") as f:
+        plan = json.load(f)
+    status = {}
+    if args.status:
+        with open(args.status, encoding="utf-8") as f:
+            status = json.load(f)
+    report = run(plan, status, args.save_root, datetime.datetime.now(datetime.UTC), claim_root=args.claim_root)
+    line = termination_message(report)
+    try:
+        with open(args.termination_log, "w", encoding="utf-8") as f:
+            f.write(line)
+    except OSError:
+        pass
+    print(line, file=sys.stdout if report["ok"] else sys.stderr)
+    return 0 if report["ok"] else 1
