@@ -148,8 +148,7 @@ def build(plan: dict, status: dict, save_root: str, staging: str, now: datetime.
     config = {**config, "base_model_name_or_path": base["name"]}
     if base.get("revision"):
         config["revision"] = base["revision"]
-    with open(os.path.join(staging, WEIGHTS), "wb") as f:
-        f.write(safetensors_file.encode(tensors, {"format": "pt"}))
+    safetensors_file.write(os.path.join(staging, WEIGHTS), tensors, {"format": "pt"})
     with open(os.path.join(staging, CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     files = [{"name": n, "size": os.path.getsize(os.path.join(staging, n)), "sha256": _sha256(os.path.join(staging, n))} for n in (CONFIG, WEIGHTS)]

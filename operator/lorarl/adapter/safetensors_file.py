@@ -13,16 +13,28 @@ import struct
 from .torchfile import Tensor
 
 
-def encode(tensors: dict[str, Tensor], metadata: dict[str, str] | None = None) -> bytes:
+def _header(tensors: dict[str, Tensor], metadata: dict[str, str] | None) -> bytes:
     header: dict = {}
     if metadata:
         header["__metadata__"] = dict(metadata)
-    offset, chunks = 0, []
+    offset = 0
     for name in sorted(tensors):
         t = tensors[name]
-        header[name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(t.data)]}
-        offset += len(t.data)
-        chunks.append(t.data)
+        size = len(t.data) if isinstance(t.data, bytes) else t.data.nbytes
+        header[name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+        offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw + b"".join(chunks)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def encode(tensors: dict[str, Tensor], metadata: dict[str, str] | None = None) -> bytes:
+    return _header(tensors, metadata) + b"".join(bytes(tensors[name].data) for name in sorted(tensors))
+
+
+def write(path: str, tensors: dict[str, Tensor], metadata: dict[str, str] | None = None) -> None:
+    """The file, written tensor by tensor (no second copy of the weights in memory)."""
+    with open(path, "wb") as f:
+        f.write(_header(tensors, metadata))
+        for name in sorted(tensors):
+            f.write(tensors[name].data)

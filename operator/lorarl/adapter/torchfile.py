@@ -39,7 +39,7 @@ class UnreadableError(ValueError):
 class Tensor:
     dtype: str  # safetensors' name: F32, F16, BF16, F64
     shape: tuple[int, ...]
-    data: bytes
+    data: bytes | memoryview  # a view into its storage's bytes: no copy per tensor
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
     end = start + math.prod(shape) * storage.itemsize
     if end > len(storage.data):
         raise UnreadableError(f"a tensor of shape {list(shape)} runs past its storage ({len(storage.data)} bytes)")
-    return Tensor(storage.dtype, shape, storage.data[start:end])
+    return Tensor(storage.dtype, shape, memoryview(storage.data)[start:end])
 
 
 _ALLOWED = {
