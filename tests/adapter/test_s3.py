@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from lorarl.adapter import plan
 from lorarl.api import types as api
 
@@ -112,3 +113,52 @@ def test_a_refusing_store_is_reported_with_its_error_code_and_no_credential(tmp_
     report = json.loads(term)
     assert report["reason"] == "DestinationFailed" and "spec.export.destinations[0]" in report["message"] and "NoSuchBucket" in report["message"], report
     _no_secret(done.stdout, done.stderr, term)
+
+
+@pytest.mark.controlplane
+def test_pull_by_job_name_reads_uri_and_digest_from_the_stored_status(tmp_path, s3, botocore_path, control_plane, kube_api, namespace):
+    from kubernetes import client
+
+    endpoint, _ = s3
+    done, term = _export(tmp_path, botocore_path, _job_file(tmp_path, endpoint))
+    assert done.returncode == 0, done.stderr
+    adapter = json.loads(term)["adapter"]
+    custom = client.CustomObjectsApi(kube_api)
+    doc = saves.tiny_job_doc()
+    doc["metadata"] = {"name": "tiny-lora", "namespace": namespace}
+    custom.create_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, doc)
+    # the API server stores the exporter's report as status.adapter: its schema admits it as it is
+    stored = custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny-lora", {"status": {"adapter": adapter}})
+    assert stored["status"]["adapter"] == adapter
+
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(control_plane.kubeconfig),
+        "PYTHONPATH": botocore_path,
+        "AWS_ACCESS_KEY_ID": "AKIDREADER",
+        "AWS_SECRET_ACCESS_KEY": "reader",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    pulled = subprocess.run(
+        [*CLI, "adapter", "pull", "-n", namespace, "tiny-lora", str(tmp_path / "by-name"), "--endpoint", endpoint],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert pulled.returncode == 0, pulled.stderr
+    assert (tmp_path / "by-name" / "adapter_model.safetensors").is_file()
+
+    # a status digest other than the manifest's: refused, nothing kept
+    custom.patch_namespaced_custom_object_status(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny-lora", {"status": {"adapter": {"digest": "sha256:" + "1" * 64}}}
+    )
+    wrong = subprocess.run(
+        [*CLI, "adapter", "pull", "-n", namespace, "tiny-lora", str(tmp_path / "wrong"), "--endpoint", endpoint],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert wrong.returncode == 1 and "expected sha256:1111" in wrong.stderr, wrong.stderr
+    assert not (tmp_path / "wrong").exists()
