@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from . import __version__, curves, follow
+from .adapter import cli as adapter_cli
 from .api import types as api
 from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 
@@ -237,6 +238,7 @@ for _command in (follow.logs, follow.status, follow.wait):
     main.add_command(_command)
 
 main.add_command(curves.plot), main.add_command(curves.watch)  # lorarl plot / watch (curves.py)
+main.add_command(adapter_cli.adapter)  # lorarl adapter pull (adapter/cli.py)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -97,6 +97,7 @@ _PLURALS = {
     "RoleBinding": "rolebindings",
     "RayJob": "rayjobs",
     "Pod": "pods",
+    "Job": "jobs",
 }
 
 

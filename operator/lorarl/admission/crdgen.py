@@ -393,6 +393,7 @@ PRINTER_COLUMNS = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1, "description": "Base model."},
     {"name": "Checkpoint", "type": "integer", "jsonPath": ".status.checkpoints.latestIteration", "priority": 1, "description": "Latest checkpoint iteration."},
     {"name": "RayJob", "type": "string", "jsonPath": ".status.rayJob.name", "priority": 1, "description": "Child RayJob."},
+    {"name": "Adapter", "type": "string", "jsonPath": ".status.adapter.uri", "priority": 1, "description": "Where the exported adapter is (spec.export)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -717,6 +717,13 @@ class CheckpointSpec(ApiModel):
         json_schema_extra=flag("--lora-adapter-path"),
     )
     storage: StorageSpec = Field(default_factory=StorageSpec, description="Where models, datasets and checkpoints live.")
+    retain: Literal["Delete", "Retain"] = Field(
+        "Delete",
+        description="What becomes of the claim the job owns (and its checkpoints) when the LoraRLJob is deleted, by hand, by "
+        "ttlSecondsAfterFinished or by `kubectl delete all`: Delete (with the job, through its owner reference) or Retain "
+        "(no owner reference: kept, and found again by a LoraRLJob of the same name). An existingClaim is never deleted. "
+        "Mutable (docs/adapters.md#keep-speccheckpointretain).",
+    )
 
 
 # ------------------------------------------------------------------------------------ tracking
@@ -800,6 +807,99 @@ class DataPrepSpec(ApiModel):
     http_token_secret_ref: SecretKeyRef | None = Field(
         None, description="Secret key holding a bearer token sent with https:// inputs (Authorization: Bearer); default: none."
     )
+
+
+# -------------------------------------------------------------------------------------- export
+
+S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+# a key prefix: empty or ending in '/', segments of letters, digits and _.=+-, none '.' or '..'
+KEY_PREFIX = r"^([A-Za-z0-9_=+-][A-Za-z0-9_.=+-]*/)*$"
+ENDPOINT = r"^https?://[A-Za-z0-9.:/_-]+$"
+# an OCI repository without tag or digest: registry host[:port]/path (distribution's reference grammar, lowercase path)
+OCI_REPOSITORY = r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)+$"
+OCI_TAG = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
+
+
+class S3Destination(ApiModel):
+    """An S3 or S3-compatible bucket. Objects go under <prefix><namespace>/<job>/rollout-<NNNNNNN>/; the keys reach
+    the export pod from the Secret as environment variables, never in the spec."""
+
+    bucket: str = Field(..., max_length=63, pattern=S3_BUCKET, description="Bucket name.")
+    prefix: str = Field("", max_length=512, pattern=KEY_PREFIX, description="Key prefix, empty or ending in '/'.")
+    endpoint: str | None = Field(
+        None, max_length=253, pattern=ENDPOINT, description="Endpoint of an S3-compatible store, e.g. https://minio.data:9000; default: AWS S3."
+    )
+    region: str = Field("us-east-1", max_length=32, pattern=r"^[a-z0-9-]+$", description="Region to sign requests for.")
+    credentials_secret_name: str | None = Field(
+        None,
+        max_length=253,
+        pattern=K8S_NAME,
+        description="Secret in the job's namespace with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; default: the pod's own identity.",
+    )
+
+
+class ClaimDestination(ApiModel):
+    """A directory on a PersistentVolumeClaim of the user's (e.g. one an inference server mounts)."""
+
+    claim_name: str = Field(..., max_length=253, pattern=DNS1123_SUBDOMAIN, description="PVC in the job's namespace.")
+    path: str = Field(
+        "",
+        max_length=256,
+        pattern=r"^([A-Za-z0-9_@%+=:,][A-Za-z0-9_@%+=:,.-]*/)*$",
+        description="Directory in the claim, empty or ending in '/'; the adapter goes to <path><namespace>/<job>/rollout-<NNNNNNN>/.",
+        json_schema_extra={"x-kubernetes-validations": [NO_DOT_SEGMENT_RULE]},
+    )
+
+
+class OciDestination(ApiModel):
+    """An OCI registry: the adapter as an OCI artifact, laid out as ORAS pushes it. Typed, not exported yet
+    (AdapterExported=False, DestinationNotBuilt)."""
+
+    repository: str = Field(..., max_length=255, pattern=OCI_REPOSITORY, description="registry[:port]/path, without tag.")
+    tag: str | None = Field(None, max_length=128, pattern=OCI_TAG, description="Tag; default: <job>-rollout-<N>.")
+    credentials_secret_name: str | None = Field(
+        None, max_length=253, pattern=K8S_NAME, description="A kubernetes.io/dockerconfigjson Secret in the job's namespace."
+    )
+
+
+class HubDestination(ApiModel):
+    """A Hugging Face Hub model repository. Typed, not exported yet (AdapterExported=False, DestinationNotBuilt)."""
+
+    repo: str = Field(..., max_length=96, description="Repository id <org>/<name>.", json_schema_extra={"x-kubernetes-validations": [repo_id_rule()]})
+    revision: str = Field("main", max_length=64, pattern=SHELL_SAFE, description="Branch to commit to.", json_schema_extra=REVISION_SCHEMA)
+    token_secret_ref: SecretKeyRef = Field(..., description="Secret key holding a Hub token with write access.")
+    endpoint: str | None = Field(None, max_length=253, pattern=ENDPOINT, description="Hub endpoint (HF_ENDPOINT).")
+
+
+class ExportDestination(ApiModel):
+    """One place the adapter is exported to: exactly one of s3, claim, oci, hub."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "[has(self.s3), has(self.claim), has(self.oci), has(self.hub)].filter(x, x).size() == 1",
+                    "give exactly one of s3, claim, oci or hub in each export destination",
+                )
+            ]
+        }
+    )
+
+    s3: S3Destination | None = Field(None, description="An S3-compatible bucket.")
+    claim: ClaimDestination | None = Field(None, description="A directory on a PVC of the user's.")
+    oci: OciDestination | None = Field(None, description="An OCI registry (not exported yet).")
+    hub: HubDestination | None = Field(None, description="The Hugging Face Hub (not exported yet).")
+
+
+class ExportSpec(ApiModel):
+    """Export the trained adapter after the run succeeded: the newest complete save, checked against spec.lora and
+    the base model, as PEFT safetensors with adapter_config.json and a manifest of sha256 digests (docs/adapters.md)."""
+
+    destinations: list[ExportDestination] = Field(..., min_length=1, max_length=4, description="Where the adapter goes.")
+    image: str | None = Field(
+        None, max_length=512, pattern=IMAGE, description="Image of the export pod; it must provide python3 (and botocore for s3). Default: the training image."
+    )
+    backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the export Job.")
 
 
 # ------------------------------------------------------------------------------ run and health
@@ -897,7 +997,7 @@ class HealthSpec(ApiModel):
 # scheduling is immutable too: its values live in the Ray pod templates and the RayJob's Kueue
 # label, and KubeRay does not carry a template change to a RayCluster that exists, so an edit
 # would be silently ignored until some later attempt; refusing it says so at once.
-IMMUTABLE_FIELDS = ["model", "hardware", "lora", "rollout", "eval", "optimizer", "algorithm", "sglang", "checkpoint", "dataPrep", "tracking", "scheduling"]
+IMMUTABLE_FIELDS = ["model", "hardware", "lora", "rollout", "eval", "optimizer", "algorithm", "sglang", "dataPrep", "tracking", "scheduling"]
 
 
 def _immutable_rules() -> list[dict]:
@@ -909,6 +1009,14 @@ def _immutable_rules() -> list[dict]:
         )
         for f in IMMUTABLE_FIELDS
     ]
+    # checkpoint.retain stays mutable: deciding to keep a run's checkpoints must not need a new run
+    rules.append(
+        cel(
+            " && ".join(f"self.checkpoint.{k} == oldSelf.checkpoint.{k}" for k in ("saveInterval", "resume", "storage")),
+            "spec.checkpoint is immutable except retain: create a new LoraRLJob (or delete and re-create this one) to change it",
+            field_path=".checkpoint",
+        )
+    )
     rules.append(
         cel(
             "has(self.extraArgs) == has(oldSelf.extraArgs) && (!has(self.extraArgs) || self.extraArgs == oldSelf.extraArgs)",
@@ -1073,6 +1181,9 @@ class LoraRLJobSpec(ApiModel):
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Image, deadlines, retries, cleanup.")
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Priority, Kueue queue, ServiceAccount.")
     health: HealthSpec = Field(default_factory=HealthSpec, description="Training-health thresholds.")
+    export: ExportSpec | None = Field(
+        None, description="Export the trained adapter when the run succeeded; mutable (adding it to a finished job exports then)."
+    )
     suspend: bool = Field(False, description="Suspend the run: the RayJob is suspended (its RayCluster deleted) and resumed when set back to false.")
     ttl_seconds_after_finished: int | None = Field(
         None,
@@ -1169,6 +1280,35 @@ class CheckpointStatus(ApiModel):
     saving: int | None = Field(None, description="Iteration of a save being written right now (not yet loadable).")
 
 
+class AdapterEval(ApiModel):
+    """One eval set's score at the exported rollout."""
+
+    name: str = Field(..., max_length=253, description="Eval set name.")
+    score: float = Field(..., description="Its latest score at or before the exported rollout.")
+    rollout: int = Field(..., description="The rollout of that score.")
+
+
+class AdapterStatus(ApiModel):
+    """The exported adapter (written by the operator from the export pod's report)."""
+
+    uri: str | None = Field(None, max_length=1024, description="Where it is (the first destination): the directory holding lorarl-adapter.json.")
+    uris: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(None, max_length=4, description="Every destination's URI.")
+    digest: str | None = Field(None, max_length=71, description="sha256:<hex> of the manifest lorarl-adapter.json, which holds every file's sha256.")
+    format: str | None = Field(None, max_length=64, description="peft-safetensors: adapter_model.safetensors + adapter_config.json.")
+    size: int | None = Field(None, description="Bytes of all files.")
+    base_model: str | None = Field(None, max_length=96, description="base_model_name_or_path.")
+    base_model_revision: str | None = Field(None, max_length=64, description="The base model's revision, if the spec pinned one.")
+    rollout: int | None = Field(None, description="The rollout of the exported save (counted across attempts).")
+    raw_reward: float | None = Field(None, description="rollout/raw_reward at that rollout.")
+    eval: list[AdapterEval] | None = Field(
+        None,
+        max_length=64,
+        description="Eval scores at that rollout.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    export_time: str | None = Field(None, description="When it was exported.", json_schema_extra={"format": "date-time"})
+
+
 class TrackingStatus(ApiModel):
     """Where to follow the run (written by the in-job reporter)."""
 
@@ -1211,7 +1351,7 @@ class LoraRLJobStatus(ApiModel):
     observed_generation: int | None = Field(None, description="The .metadata.generation last reconciled.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue.",
+        description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue; AdapterExported with spec.export.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     ray_job: RayJobMirror | None = Field(None, description="Mirror of the child RayJob's status.")
@@ -1227,6 +1367,7 @@ class LoraRLJobStatus(ApiModel):
     checkpoints: CheckpointStatus | None = Field(None, description="Latest checkpoint.")
     tracking: TrackingStatus | None = Field(None, description="Experiment tracking links.")
     history: History | None = Field(None, description="Curves of reward, logprob gap and eval scores over rollouts (what lorarl plot draws).")
+    adapter: AdapterStatus | None = Field(None, description="The exported adapter (spec.export): where, its digest, the rollout and scores it was taken at.")
 
 
 class ObjectMeta(BaseModel):

@@ -44,3 +44,28 @@ def reporter_zipapp() -> bytes:
         for name, text in module_sources().items():
             _add(archive, f"{PACKAGE}/{name}", text)
     return buf.getvalue()
+
+
+EXPORTER_PACKAGE = "lorarl_exporter"
+EXPORTER_ENTRY = f"import sys\n\nfrom {EXPORTER_PACKAGE}.adapter.export import main\n\nsys.exit(main(sys.argv[1:]))\n"
+# what the exporter imports: the standard library only, and the reporter's reading of saves
+EXPORTER_MODULES = {
+    "adapter": ("__init__.py", "export.py", "package.py", "pull.py", "safetensors_file.py", "stores.py", "torchfile.py"),
+    "reporter": ("__init__.py", "attempts.py", "checkpoints.py", "launcher.py"),
+}
+
+
+@functools.cache
+def exporter_zipapp() -> bytes:
+    """The export pod's program (``python3 exporter.pyz --plan ...``): lorarl.adapter's pod-side
+    modules and the reporter modules they read saves with, as the package lorarl_exporter."""
+    buf = io.BytesIO()
+    buf.write(b"#!/usr/bin/env python3\n")
+    with zipfile.ZipFile(buf, "w") as archive:
+        _add(archive, "__main__.py", EXPORTER_ENTRY)
+        _add(archive, f"{EXPORTER_PACKAGE}/__init__.py", "")
+        for sub, names in EXPORTER_MODULES.items():
+            root = importlib.resources.files("lorarl").joinpath(sub)
+            for name in names:
+                _add(archive, f"{EXPORTER_PACKAGE}/{sub}/{name}", root.joinpath(name).read_text(encoding="utf-8"))
+    return buf.getvalue()

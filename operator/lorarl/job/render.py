@@ -191,12 +191,11 @@ def persistent_volume_claim(job: LoraRLJob) -> dict[str, Any] | None:
     }
     if storage.storage_class_name:
         spec["storageClassName"] = storage.storage_class_name
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": metadata(job, pvc_name(job), "data"),
-        "spec": spec,
-    }
+    meta = metadata(job, pvc_name(job), "data")
+    if job.spec.checkpoint.retain == "Retain":
+        # no owner: the garbage collector leaves it when the job goes (docs/adapters.md)
+        meta.pop("ownerReferences", None)
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
 
 # ----------------------------------------------------------------------------------- the pods

@@ -1,0 +1,74 @@
+"""status.adapter and the AdapterExported condition from the export Job and its pods: pure.
+
+The export pod says what happened in its termination message (lorarl.adapter.export: one JSON
+line, {"ok": true, "adapter": {...}} or {"ok": false, "reason", "message"}). Until the Job has
+used its retries a failed attempt is Unknown (Retrying); after, False with the pod's reason, and
+the job is Stalled (AdapterExportFailed): kstatus reads that as Failed, Argo CD as Degraded
+(docs/adapters.md). Not yet called by the reconcile (the wiring is issue 21's open part)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+import pydantic
+
+from ..api import types as api
+
+ADAPTER_EXPORTED = "AdapterExported"
+EXPORT_FAILED_STALL = "AdapterExportFailed"
+
+
+class ExportState(NamedTuple):
+    status: str  # True, False, Unknown
+    reason: str
+    message: str
+    adapter: dict[str, Any] | None  # status.adapter, when exported
+    stalled: bool  # the export failed for good: not Healthy
+
+
+def _job_condition(job: dict[str, Any], type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in (job.get("status") or {}).get("conditions") or [])
+
+
+def _reports(pods: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
+    """(pod name, parsed report or None, terminated state) of every terminated export container, oldest first."""
+    out = []
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = (cs.get("state") or {}).get("terminated")
+            if not ended:
+                continue
+            try:
+                report = json.loads(ended.get("message") or "")
+            except ValueError:
+                report = None
+            out.append(((pod.get("metadata") or {}).get("name", "?"), report if isinstance(report, dict) else None, ended))
+    return out
+
+
+def _why(pod: str, report: dict[str, Any] | None, ended: dict[str, Any]) -> tuple[str, str]:
+    if report is not None and report.get("ok") is False:
+        return str(report.get("reason") or "ExportFailed"), str(report.get("message") or "")
+    return "ExportPodFailed", f"pod {pod} exited {ended.get('exitCode')} ({ended.get('reason') or 'no report'}) without a report"
+
+
+def export_state(export_job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> ExportState:
+    """What the condition and status.adapter say, given the export Job (None: not created yet)."""
+    if export_job is None:
+        return ExportState("Unknown", "Exporting", "the export Job is being created", None, False)
+    reports = _reports(pods)
+    for _pod, report, _ended in reversed(reports):
+        if report is not None and report.get("ok") is True:
+            try:
+                adapter = api.AdapterStatus.model_validate(report.get("adapter") or {}).model_dump(by_alias=True, exclude_none=True)
+            except pydantic.ValidationError as err:
+                return ExportState("False", "UnreadableReport", f"pod {_pod}'s report does not fit status.adapter ({err.error_count()} errors)", None, True)
+            return ExportState("True", "Exported", f"{adapter.get('uri')} ({adapter.get('digest')}, rollout {adapter.get('rollout')})", adapter, False)
+    if _job_condition(export_job, "Failed"):
+        reason, message = _why(*reports[-1]) if reports else ("ExportPodFailed", "the export Job failed before its pod ran")
+        return ExportState("False", reason, message, None, True)
+    if reports:
+        reason, message = _why(*reports[-1])
+        return ExportState("Unknown", "Retrying", f"{reason}: {message}", None, False)
+    return ExportState("Unknown", "Exporting", f"the export Job {export_job.get('metadata', {}).get('name')} runs", None, False)

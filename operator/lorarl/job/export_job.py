@@ -1,0 +1,114 @@
+"""The export child: a ConfigMap (the exporter zipapp, the plan, the status it was taken from)
+and a Job whose one pod mounts the job's claim read-only and runs the exporter
+(docs/adapters.md). Pure: the LoraRLJob (and its status) in, objects out."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from ..adapter import export, plan
+from ..api.types import LoraRLJob
+from . import artifact, paths, render
+
+EXPORT_DIR = "/opt/lorarl-export"
+EXPORTER_FILE = "exporter.pyz"
+CONTAINER = "export"
+
+
+def name(job: LoraRLJob) -> str:
+    return f"{job.metadata.name}-export"
+
+
+def _status_for_export(status: dict[str, Any] | None) -> dict[str, Any]:
+    """Only what the manifest takes (the curves of status.history): the ConfigMap stays small."""
+    history = (status or {}).get("history") or {}
+    return {"history": {k: history[k] for k in ("reward", "eval") if k in history}}
+
+
+def configmap(job: LoraRLJob) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": render.metadata(job, name(job), "export"),
+        "data": {"plan.json": json.dumps(plan.export_plan(job), sort_keys=True), "status.json": json.dumps(_status_for_export(job.status), sort_keys=True)},
+        "binaryData": {EXPORTER_FILE: base64.b64encode(artifact.exporter_zipapp()).decode("ascii")},
+    }
+
+
+def _env(job: LoraRLJob) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    assert job.spec.export is not None
+    for i, dest in enumerate(job.spec.export.destinations):
+        if dest.s3 is not None and dest.s3.credentials_secret_name:
+            key_var, secret_var = export.credential_env(i)
+            secret = dest.s3.credentials_secret_name
+            env += [
+                {"name": key_var, "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_ACCESS_KEY_ID"}}},
+                {"name": secret_var, "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_SECRET_ACCESS_KEY"}}},
+            ]
+    return env
+
+
+def job_object(job: LoraRLJob) -> dict[str, Any]:
+    export_spec = job.spec.export
+    assert export_spec is not None
+    volumes: list[dict[str, Any]] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": render.claim_name(job), "readOnly": True}},
+        {"name": "exporter", "configMap": {"name": name(job)}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "data", "mountPath": paths.SHARED_DIR, "subPath": "shared_data", "readOnly": True},
+        {"name": "exporter", "mountPath": EXPORT_DIR, "readOnly": True},
+    ]
+    for i, dest in enumerate(export_spec.destinations):
+        if dest.claim is not None:
+            volumes.append({"name": f"dest-{i}", "persistentVolumeClaim": {"claimName": dest.claim.claim_name}})
+            mounts.append({"name": f"dest-{i}", "mountPath": f"{export.CLAIM_MOUNT_ROOT}/{i}"})
+    command = [
+        "python3",
+        f"{EXPORT_DIR}/{EXPORTER_FILE}",
+        "--plan",
+        f"{EXPORT_DIR}/plan.json",
+        "--status",
+        f"{EXPORT_DIR}/status.json",
+        "--save-root",
+        paths.save_dir(job),
+    ]
+    container = {
+        "name": CONTAINER,
+        "image": export_spec.image or render.image(job),
+        "imagePullPolicy": job.spec.run_policy.image_pull_policy,
+        "command": command,
+        "env": _env(job),
+        "volumeMounts": mounts,
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": render.container_security_context(),
+        "terminationMessagePolicy": "File",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": render.metadata(job, name(job), "export"),
+        "spec": {
+            "backoffLimit": export_spec.backoff_limit,
+            "template": {
+                "metadata": {"labels": render.labels(job, "export")},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,  # the pod reports through its termination message
+                    "securityContext": render.pod_security_context(job, gpus=False),
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def children(job: LoraRLJob) -> list[dict[str, Any]]:
+    """The export's objects, or none without spec.export."""
+    if job.spec.export is None:
+        return []
+    return [configmap(job), job_object(job)]

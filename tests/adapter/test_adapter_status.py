@@ -1,0 +1,57 @@
+"""The pure mapping of the export Job and its pods' termination messages to status.adapter and
+AdapterExported; the reports are produced by the real exporter (lorarl.adapter.export)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from lorarl.adapter import export, plan
+from lorarl.api import types as api
+from lorarl.control.adapter_status import export_state
+
+from tests.adapter import saves
+
+JOB = {"metadata": {"name": "tiny-lora-export"}, "status": {}}
+FAILED_JOB = {"metadata": {"name": "tiny-lora-export"}, "status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+
+
+def pod(name, message, code, created="2026-12-02T03:00:00Z"):
+    term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "message": message}
+    return {"metadata": {"name": name, "creationTimestamp": created}, "status": {"containerStatuses": [{"name": "export", "state": {"terminated": term}}]}}
+
+
+def report(tmp_path, **write):
+    saves.write_save(str(tmp_path / "ckpt"), 99, **write)
+    j = api.LoraRLJob.model_validate(saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "served"}}]}))
+    now = datetime.datetime(2026, 12, 2, tzinfo=datetime.UTC)
+    return export.termination_message(export.run(plan.export_plan(j), saves.STATUS, str(tmp_path / "ckpt"), now, claim_root=str(tmp_path / "mnt")))
+
+
+def test_an_exported_adapter_becomes_status_adapter(tmp_path):
+    state = export_state(JOB, [pod("p1", report(tmp_path), 0)])
+    assert (state.status, state.reason, state.stalled) == ("True", "Exported", False)
+    assert state.adapter["uri"].startswith("pvc://served/") and state.adapter["digest"].startswith("sha256:") and state.adapter["rollout"] == 99
+    assert api.LoraRLJobStatus.model_validate({"adapter": state.adapter}).adapter.raw_reward == 0.7
+
+
+def test_a_refused_export_is_retrying_until_the_job_gives_up_then_false_and_stalled(tmp_path):
+    line = report(tmp_path, states=False)
+    retrying = export_state(JOB, [pod("p1", line, 1)])
+    assert (retrying.status, retrying.reason, retrying.stalled) == ("Unknown", "Retrying", False) and "SaveIncomplete" in retrying.message
+    failed = export_state(FAILED_JOB, [pod("p1", line, 1), pod("p2", line, 1, "2026-12-02T03:01:00Z")])
+    assert (failed.status, failed.reason, failed.stalled) == ("False", "SaveIncomplete", True)
+    assert failed.adapter is None
+
+
+def test_a_pod_that_died_without_a_report_is_named():
+    state = export_state(
+        FAILED_JOB, [{"metadata": {"name": "p1"}, "status": {"containerStatuses": [{"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}]
+    )
+    assert (state.status, state.reason) == ("False", "ExportPodFailed") and "p1 exited 137 (OOMKilled" in state.message
+
+
+def test_running_or_not_yet_created_is_unknown():
+    assert export_state(None, []).status == "Unknown"
+    assert export_state(JOB, []).reason == "Exporting"
+    assert json.loads(json.dumps(export_state(JOB, [])._asdict()))  # plain values only

@@ -1,0 +1,78 @@
+"""The export child: the exporter zipapp runs with the standard library alone (as in the job
+image), and the rendered ConfigMap and Job are what the real API server admits, with the
+credentials only as Secret references."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from lorarl.api import types as api
+from lorarl.job import export_job
+
+from tests.adapter import saves
+from tests.api.apiserver import dry_run_apply
+
+SECRET = "adapters-rw"
+
+
+def job(namespace="ml"):
+    doc = saves.tiny_job_doc(
+        export={
+            "destinations": [
+                {"s3": {"bucket": "adapters", "endpoint": "http://127.0.0.1:9000", "credentialsSecretName": SECRET}},
+                {"claim": {"claimName": "served", "path": "team/"}},
+            ]
+        }
+    )
+    doc["metadata"]["namespace"] = namespace
+    doc["status"] = saves.STATUS
+    return api.LoraRLJob.model_validate(doc)
+
+
+def test_the_zipapp_exports_with_the_standard_library_alone(tmp_path):
+    cm, _ = export_job.children(job())
+    app = tmp_path / "exporter.pyz"
+    app.write_bytes(base64.b64decode(cm["binaryData"]["exporter.pyz"]))
+    plan = json.loads(cm["data"]["plan.json"])
+    plan["destinations"] = plan["destinations"][1:]  # the claim only: the s3 one needs botocore, which -I -S keeps out
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    (tmp_path / "status.json").write_text(cm["data"]["status.json"])
+    saves.write_save(str(tmp_path / "ckpt"), 99)
+    term = tmp_path / "term"
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(app), "--plan", str(tmp_path / "plan.json"), "--status", str(tmp_path / "status.json"),
+         "--save-root", str(tmp_path / "ckpt"), "--claim-root", str(tmp_path / "mnt"), "--termination-log", str(term)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(term.read_text())
+    assert report["adapter"]["uri"] == "pvc://served/team/ml/tiny-lora/rollout-0000099/"
+    assert report["adapter"]["rawReward"] == 0.7
+    out = pathlib.Path(tmp_path / "mnt/0/team/ml/tiny-lora/rollout-0000099")
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors", "lorarl-adapter.json"]
+
+
+def test_the_s3_keys_reach_the_pod_as_secret_references_only():
+    _, j = export_job.children(job())
+    pod = j["spec"]["template"]["spec"]
+    env = pod["containers"][0]["env"]
+    refs = [e["valueFrom"]["secretKeyRef"] for e in env if "valueFrom" in e]
+    assert refs == [{"name": SECRET, "key": "AWS_ACCESS_KEY_ID"}, {"name": SECRET, "key": "AWS_SECRET_ACCESS_KEY"}]
+    assert all("value" not in e for e in env if e["name"].startswith("LORARL_EXPORT_"))
+    assert pod["automountServiceAccountToken"] is False
+    data = next(v for v in pod["volumes"] if v["name"] == "data")
+    assert data["persistentVolumeClaim"] == {"claimName": "tiny-lora-data", "readOnly": True}
+
+
+@pytest.mark.controlplane
+def test_the_api_server_admits_the_export_children(kube_api, namespace):
+    cm, j = export_job.children(job(namespace))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tiny-lora-export-probe", "namespace": namespace}, "spec": j["spec"]["template"]["spec"]}
+    for obj in (cm, j, pod):
+        answer = dry_run_apply(kube_api, obj)
+        assert answer.accepted, (obj["kind"], answer)
