@@ -34,6 +34,7 @@ FORGED = {
     "rayJob": {"name": "elsewhere", "jobStatus": "SUCCEEDED"},
     "startTime": "2020-01-01T00:00:00Z",
     "completionTime": "2020-01-01T00:00:00Z",
+    "gpuAccounting": {"settledHours": 0.0, "pods": []},
 }
 REPORTER_WRITES = {
     "progress": {"rollout": 3, "total": 100, "percent": 3},
@@ -113,6 +114,9 @@ def test_job_identity_cannot_forge_the_operators_fields(enforced, control_plane,
     # hidden among the reporter's keys, too
     code, message = patch_status(control_plane, token, namespace, mine, {**REPORTER_WRITES, "phase": "Succeeded"})
     assert code == 403 and DENIED in message
+    # the one operator leaf inside the reporter's progress: the GPU-hours (chargeback) a job may not lower
+    code, message = patch_status(control_plane, token, namespace, mine, {"progress": {**REPORTER_WRITES["progress"], "gpuHours": 0.0}})
+    assert (code, f"status.progress.gpuHours {DENIED}" in message) == (403, True), (code, message)
     after = job(kube, namespace, mine)["status"]
     assert {k: after.get(k) for k in FORGED} == {k: before.get(k) for k in FORGED}
     assert not set(OWNED_FIELDS) & set(after)

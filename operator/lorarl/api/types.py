@@ -1233,7 +1233,7 @@ class RayJobMirror(ApiModel):
 
 
 class Progress(ApiModel):
-    """Training progress (written by the in-job reporter)."""
+    """Training progress (written by the in-job reporter; gpuHours by the operator)."""
 
     rollout: int = Field(0, description="Rollouts completed.")
     total: int = Field(0, description="Rollouts planned (spec.rollout.numRollouts).")
@@ -1245,7 +1245,12 @@ class Progress(ApiModel):
         None,
         description="Rollouts trained in all attempts, including those trained again after a retry because they ran after the newest checkpoint (never decreases).",
     )
-    gpu_hours: float | None = Field(None, description="GPUs x time the trainer ran, summed over all attempts.")
+    gpu_hours: float | None = Field(
+        None,
+        ge=0,
+        description="GPU-hours the job's pods held, every attempt included: per pod, its GPU request x the time from its "
+        "scheduling to the release of its GPUs (written by the operator from the pods, never by the reporter; docs/observability.md).",
+    )
 
 
 class TrainingMetrics(ApiModel):
@@ -1340,12 +1345,36 @@ class History(ApiModel):
     )
 
 
+class GpuPod(ApiModel):
+    """One pod's GPU-hours so far (written by the operator)."""
+
+    name: str = Field(..., max_length=253, description="Pod name.")
+    uid: str = Field(..., max_length=64, description="Pod uid.")
+    gpus: int = Field(..., ge=0, le=1024, description="The pod's effective GPU request.")
+    hours: float = Field(..., ge=0, description="GPUs x hours from its scheduling to its release (or to now).")
+    holding: bool = Field(..., description="The pod holds its GPUs still.")
+
+
+class GpuAccounting(ApiModel):
+    """How progress.gpuHours is counted (written by the operator): the pods gone, and each pod
+    present, so that the total survives the pods of earlier attempts and operator restarts."""
+
+    settled_hours: float = Field(0.0, ge=0, description="GPU-hours of the job's pods that are gone.")
+    pods: list[GpuPod] = Field(
+        default_factory=list,
+        max_length=256,
+        description="The job's present pods that were scheduled with GPUs.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uid"]},
+    )
+
+
 Phase = Literal["Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended"]
 
 
 class LoraRLJobStatus(ApiModel):
-    """Observed state. The operator writes phase, conditions, observedGeneration, rayJob and times;
-    the in-job reporter writes progress, metrics, eval, checkpoints, tracking and history (disjoint fields)."""
+    """Observed state. The operator writes phase, conditions, observedGeneration, rayJob, times,
+    gpuAccounting and progress.gpuHours; the in-job reporter writes the rest of progress, metrics,
+    eval, checkpoints, tracking and history (disjoint fields)."""
 
     phase: Phase | None = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
     observed_generation: int | None = Field(None, description="The .metadata.generation last reconciled.")
@@ -1357,6 +1386,7 @@ class LoraRLJobStatus(ApiModel):
     ray_job: RayJobMirror | None = Field(None, description="Mirror of the child RayJob's status.")
     start_time: str | None = Field(None, description="When the RayJob started running.", json_schema_extra={"format": "date-time"})
     completion_time: str | None = Field(None, description="When the run finished.", json_schema_extra={"format": "date-time"})
+    gpu_accounting: GpuAccounting | None = Field(None, description="The pods behind progress.gpuHours.")
     progress: Progress | None = Field(None, description="Rollout N of M, percent, ETA.")
     metrics: TrainingMetrics | None = Field(None, description="Latest training metrics.")
     eval: list[EvalScore] | None = Field(

@@ -141,9 +141,7 @@ def make_reporter(opts, plan) -> Reporter:
         offset=plan.offset if plan else 0,
         attempt=plan.attempt if plan else 1,
         steps_per_rollout=opts.steps_per_rollout,
-        gpus=opts.gpus,
         history=history,
-        started_at=plan.record["startedAt"] if plan else None,
     )
     config = api_config()
     patcher = None
