@@ -194,7 +194,8 @@ def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path)
     (the finished process, the log)."""
     token = tmp_path / "token"
     token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
-    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints")
+    # the seed spec's one eval set (the job-status policy admits eval entries named as the spec's)
+    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints", datasets=("aime24",))
     log_file = tmp_path / "miles.log"
     log_file.write_bytes(log.data)
     result = subprocess.run(

@@ -263,3 +263,19 @@ def test_first_rollout_id_after_a_resume_is_logged_once(reporter):
     u = reporter.Summary(100, offset=60, attempt=2, clock=Clock())
     u.apply(reporter.Event("not_resumed", 0, {}, "/s/iter_0000059/adapter"))
     assert u.notes[0].startswith("WARNING: the trainer could not load /s/iter_0000059/adapter")
+
+
+def test_only_the_eval_sets_the_trainer_was_given_and_https_run_urls_are_reported(reporter):
+    """The job-status policy refuses a patch whose eval entries the spec does not name, and the
+    CRD one with a URL other than https://: one stray log line would cost every later report."""
+    from lorarl.reporter.cli import eval_sets
+
+    command = ["python3", "train.py", "--eval-prompt-data", "aime24", "/root/datasets/a.jsonl", "gsm8k", "/root/datasets/g.jsonl", "--eval-interval", "20"]
+    assert eval_sets(command) == {"aime24", "gsm8k"} and eval_sets(["python3", "train.py"]) is None
+    s = reporter.Summary(10, eval_names=frozenset({"aime24"}), clock=Clock())
+    assert s.apply(reporter.Event("eval", 0, {"eval/aime24": 0.5, "eval/planted": 1.0}))
+    assert [e["name"] for e in s.status()["eval"]] == ["aime24"]
+    assert [c["name"] for c in s.status()["history"]["eval"]] == ["aime24"]
+    s.apply(reporter.Event("wandb", 0, {}, "http://wandb.local/t/p/runs/x"))
+    s.apply(reporter.Event("wandb", 0, {}, "https://wandb.ai/t/p/runs/" + "x" * 600))
+    assert "tracking" not in s.status()

@@ -1239,7 +1239,7 @@ class Progress(ApiModel):
     total: int = Field(0, description="Rollouts planned (spec.rollout.numRollouts).")
     percent: int = Field(0, ge=0, le=100, description="rollout / total in percent.")
     eta_seconds: int | None = Field(None, description="Estimated seconds to finish at the observed pace.")
-    last_update_time: str | None = Field(None, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
+    last_update_time: str | None = Field(None, max_length=64, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
     attempts: int | None = Field(None, description="Attempts so far, this one included (a retry or a re-created RayJob starts a new one).")
     trained_rollouts: int | None = Field(
         None,
@@ -1269,7 +1269,7 @@ class TrainingMetrics(ApiModel):
 class EvalScore(ApiModel):
     """Scores of one eval set."""
 
-    name: str = Field(..., description="Eval set name.")
+    name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Eval set name, as spec.eval.datasets names it (the job-status policy checks).")
     latest: float = Field(..., description="Latest score.")
     latest_rollout: int = Field(..., description="Rollout of the latest score.")
     best: float = Field(..., description="Best score so far.")
@@ -1280,7 +1280,13 @@ class CheckpointStatus(ApiModel):
     """Saved checkpoints (written by the in-job reporter)."""
 
     latest_iteration: int | None = Field(None, description="Iteration (rollout id, counted across attempts) of the newest complete checkpoint.")
-    latest_path: str | None = Field(None, description="Its adapter directory on the job volume (what --lora-adapter-path loads).")
+    latest_path: str | None = Field(
+        None,
+        max_length=1024,
+        pattern=r"^/[A-Za-z0-9_@%+=:,./-]*$",
+        description="Its adapter directory on the job volume (what --lora-adapter-path loads), under the job's save directory "
+        "/root/shared_data/<job>/checkpoints/ (the job-status policy checks).",
+    )
     count: int | None = Field(None, description="Checkpoints saved.")
     saving: int | None = Field(None, description="Iteration of a save being written right now (not yet loadable).")
 
@@ -1317,7 +1323,9 @@ class AdapterStatus(ApiModel):
 class TrackingStatus(ApiModel):
     """Where to follow the run (written by the in-job reporter)."""
 
-    wandb_run_url: str | None = Field(None, alias="wandbRunURL", description="The W&B run page, as the trainer printed it.")
+    wandb_run_url: str | None = Field(
+        None, alias="wandbRunURL", max_length=512, pattern=r"^https://[^\s]+$", description="The W&B run page, as the trainer printed it (https:// only)."
+    )
 
 
 Point = Annotated[list[float], Field(min_length=2, max_length=2)]
@@ -1327,7 +1335,7 @@ Curve = Annotated[list[Point], Field(max_length=128, description="[rollout, valu
 class EvalCurve(ApiModel):
     """The scores of one eval set over rollouts."""
 
-    name: str = Field(..., max_length=253, description="Eval set name.")
+    name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Eval set name, as spec.eval.datasets names it (the job-status policy checks).")
     points: Curve = Field(default_factory=list, description="[rollout, score] points, oldest first.")
 
 
@@ -1339,8 +1347,8 @@ class History(ApiModel):
     logprob_abs_diff: Curve | None = Field(None, description="[rollout, train/train_rollout_logprob_abs_diff] points (the last step of each rollout).")
     eval: list[EvalCurve] | None = Field(
         None,
-        max_length=64,
-        description="Per eval set: [rollout, score] points.",
+        max_length=16,
+        description="Per eval set: [rollout, score] points (at most one per spec.eval.datasets).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
 
@@ -1391,7 +1399,8 @@ class LoraRLJobStatus(ApiModel):
     metrics: TrainingMetrics | None = Field(None, description="Latest training metrics.")
     eval: list[EvalScore] | None = Field(
         None,
-        description="Latest and best score per eval set.",
+        max_length=16,
+        description="Latest and best score per eval set (at most one per spec.eval.datasets, named as there).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     checkpoints: CheckpointStatus | None = Field(None, description="Latest checkpoint.")

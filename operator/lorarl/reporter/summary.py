@@ -57,6 +57,9 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_URL = 512  # status.tracking.wandbRunURL's maxLength (api.types.TrackingStatus)
+
+
 class Summary:
     def __init__(
         self,
@@ -66,6 +69,7 @@ class Summary:
         attempt: int = 1,
         steps_per_rollout: int = 1,
         history: list | None = None,
+        eval_names: frozenset | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.total = max(0, int(total_rollouts))
@@ -73,6 +77,7 @@ class Summary:
         self.attempt = max(1, int(attempt))
         self.steps_per_rollout = max(1, int(steps_per_rollout))
         self._clock = clock
+        self.eval_names = eval_names  # None: every eval set the log names
         # earlier attempts (ledger records): the rollouts they trained (their GPU-hours are the
         # operator's, from the pods: control/gpuhours.py)
         earlier = [r for r in (history or []) if r.get("attempt", 0) < self.attempt]
@@ -155,7 +160,8 @@ class Summary:
                 f"the {self.offset} rollouts counted as done are not in this attempt's adapter"
             )
         elif kind == "wandb":
-            self.wandb_url = event.path
+            if event.path.startswith("https://") and len(event.path) <= MAX_URL:  # the CRD's bound: any other would refuse the whole patch
+                self.wandb_url = event.path
         elif kind == "eval":
             if event.id > 0:  # eval N (N > 0) runs after rollout N and its save (train.py:121-137)
                 self._log_done_local = max(self._log_done_local, event.id)
@@ -228,7 +234,7 @@ class Summary:
         self._last = (now, rollout)
 
     def _fold_eval(self, rollout: int, values: dict, keep: bool = True) -> None:
-        scores = {n: v for n, v in eval_scores(values).items() if _finite(v)}
+        scores = {n: v for n, v in eval_scores(values).items() if _finite(v) and (self.eval_names is None or n in self.eval_names)}
         if keep and scores:
             self._eval_history.append((rollout, scores))
         for name, score in scores.items():
