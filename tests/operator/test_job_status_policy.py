@@ -35,6 +35,7 @@ FORGED = {
     "startTime": "2020-01-01T00:00:00Z",
     "completionTime": "2020-01-01T00:00:00Z",
     "gpuAccounting": {"settledHours": 0.0, "pods": []},
+    "adapter": {"uri": "s3://elsewhere/adapter"},
 }
 REPORTER_WRITES = {
     "progress": {"rollout": 3, "total": 100, "percent": 3},

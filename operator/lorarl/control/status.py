@@ -38,8 +38,8 @@ PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME = (
     "startTime",
     "completionTime",
 )
-GPU_ACCOUNTING = "gpuAccounting"
-OWNED_FIELDS = (PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME, GPU_ACCOUNTING)
+GPU_ACCOUNTING, ADAPTER = "gpuAccounting", "adapter"  # adapter: the exported adapter (control/adapter_status.py)
+OWNED_FIELDS = (PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME, GPU_ACCOUNTING, ADAPTER)
 # ...and one leaf of the reporter's progress: progress.gpuHours, from the pods (control/gpuhours.py)
 PROGRESS, GPU_HOURS = "progress", "gpuHours"
 OWNED_LEAVES = {PROGRESS: (GPU_HOURS,)}
