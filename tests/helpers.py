@@ -194,7 +194,8 @@ def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path)
     (the finished process, the log)."""
     token = tmp_path / "token"
     token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
-    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints")
+    # the seed spec's one eval set (the job-status policy admits eval entries named as the spec's)
+    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints", datasets=("aime24",))
     log_file = tmp_path / "miles.log"
     log_file.write_bytes(log.data)
     result = subprocess.run(
@@ -348,3 +349,61 @@ def lorarl_cli(*args: str, stdin: str | None = None):
     except TypeError:
         runner = CliRunner()  # click >= 8.2: always apart
     return runner.invoke(main, list(args), input=stdin, catch_exceptions=False)
+
+
+def rfc3339(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def api_node(kube, name: str) -> str:
+    """A Node object with no kubelet behind it, so that pods bound to it are not orphans (the
+    pod garbage collector deletes pods of nodes that do not exist). Cluster-scoped: the caller deletes it."""
+    core = k8s.CoreV1Api(kube.client)
+    try:
+        core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=name, labels={"lorarl.dev/test": "true"})))
+    except k8s.ApiException as err:
+        if err.status != 409:
+            raise
+    return name
+
+
+def gpu_pod(kube, namespace: str, job: str, name: str, node: str, scheduled: float, gpus: int = 8, uid_out: dict | None = None) -> dict:
+    """A Ray pod of ``job`` as the API server holds it once the scheduler bound it and the kubelet
+    reported it running: created through the API with ``nodeName`` (no scheduler), then its status
+    patched as the kubelet would (PodScheduled at ``scheduled``, the container running). No kubelet runs it."""
+    core = k8s.CoreV1Api(kube.client)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {render.JOB_LABEL: job}},
+        "spec": {
+            "nodeName": node,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "ray-head", "image": "job", "resources": {"requests": {"amd.com/gpu": str(gpus)}, "limits": {"amd.com/gpu": str(gpus)}}}],
+        },
+    }
+    wait_for(lambda: core.read_namespaced_service_account("default", namespace), timeout=30, what="the namespace's default ServiceAccount")
+    core.create_namespaced_pod(namespace, body)
+    status = {
+        "phase": "Running",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(scheduled)}],
+        "containerStatuses": [
+            {"name": "ray-head", "image": "job", "imageID": "", "ready": True, "restartCount": 0, "state": {"running": {"startedAt": rfc3339(scheduled)}}}
+        ],
+    }
+    return core.patch_namespaced_pod_status(name, namespace, {"status": status}).to_dict()
+
+
+def end_gpu_pod(kube, namespace: str, name: str, started: float, finished: float, phase: str = "Failed") -> None:
+    """The kubelet's report that the pod's container ended (its GPUs are released at ``finished``)."""
+    terminated = {
+        "exitCode": 1 if phase == "Failed" else 0,
+        "reason": "Error" if phase == "Failed" else "Completed",
+        "startedAt": rfc3339(started),
+        "finishedAt": rfc3339(finished),
+    }
+    status = {
+        "phase": phase,
+        "containerStatuses": [{"name": "ray-head", "image": "job", "imageID": "", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}],
+    }
+    k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(name, namespace, {"status": status})

@@ -28,11 +28,10 @@ def test_demo_runs_and_cleans_up(tmp_path):
         assert "{'amd.com/gpu': '8'}" in out.stdout
         final = kubectl_rows(out.stdout, having="PHASE")[-1]
         assert (final["NAME"], final["PHASE"], final["ROLLOUT"], final["TOTAL"]) == ("qwen3-4b-lora-amd", "Succeeded", "100", "100")
-        # the reporter ran with the rendered entrypoint's arguments: it knows the GPUs (gpuHours)
+        # the reporter ran with the rendered entrypoint's arguments (rollouts, checkpoints); the
+        # GPU-hours come from pods, and the simulated demo has none
         progress = next(line for line in out.stdout.splitlines() if "progress: rollout" in line)
-        assert "rollout 100/100" in progress
-        gpu_hours = progress.split("gpuHours ")[1].split(",")[0]
-        assert gpu_hours != "None" and float(gpu_hours) > 0, progress
+        assert "rollout 100/100" in progress and "latest checkpoint None" not in progress, progress
         kubeconfig = state / "controlplane" / "kubeconfig"
         assert f"export KUBECONFIG={kubeconfig}" in out.stdout
         assert f"demo down --state-dir {state}  # stop everything" in out.stdout  # the hint stops this demo, not the default one

@@ -41,7 +41,7 @@ import kopf
 import msgspec
 
 from .api import types as api
-from .control import jobmetrics, reconcile, status
+from .control import gpuhours, jobmetrics, reconcile, status
 from .control.cache import Caches, compact_job, key_of
 from .control.options import Options
 from .control.reconcile import Reconciler, timed
@@ -105,6 +105,7 @@ class _PeekStatus(msgspec.Struct):
     completionTime: str | None = None
     progress: dict[str, Any] | None = None
     conditions: list[dict[str, Any]] | None = None
+    gpuAccounting: dict[str, Any] | None = None  # a pod still holding GPUs keeps a finished job whole
 
 
 class _JobPeek(msgspec.Struct):
@@ -279,6 +280,10 @@ class Controller:
                 self.stopping.wait(5)
                 continue
             log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
+            self.caches.pods_listed.add(informer.namespace)
+            for body in self.caches.jobs.values():  # finished jobs whose pods were still held: count their release
+                if gpuhours.recorded_holding(body.get("status") or {}) and (informer.namespace is None or body["metadata"]["namespace"] == informer.namespace):
+                    self.queue.add(key_of(body), "pod-event")
             informer.watch(self.stopping)
             return
 
@@ -288,7 +293,8 @@ class Controller:
         if not watched(self.options.namespaces, key[0]):
             return
         if type_ == "DELETED":
-            self.caches.pods.delete(body)
+            body = self.caches.pods.get(key) or body  # a re-list reports a deletion by name only
+            self.caches.forget_pod(body)  # its last state waits to be counted (GPU-hours)
         else:
             self.caches.pods.put(body)
         owner = ((body.get("metadata") or {}).get("labels") or {}).get(render.JOB_LABEL)

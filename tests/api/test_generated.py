@@ -125,7 +125,7 @@ def test_status_schema_declares_what_writers_send():
     from lorarl.reporter.logparse import Event
     from lorarl.reporter.summary import Summary
 
-    summary = Summary(10, gpus=8)
+    summary = Summary(10)
     for event in (
         Event("rollout", 0, {"rollout/raw_reward": 0.5, "rollout/response_len/mean": 9.0, "rollout/truncated_ratio": 0.1}),
         Event("step", 0, {"train/loss": 1.0, "train/ppo_kl": 0.1, "train/train_rollout_logprob_abs_diff": 0.01}),

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 
-from lorarl.control.gpuhours import PodLedger, pod_gpu_hours, pod_gpus, released_at, scheduled_at
+from lorarl.control.gpuhours import account, pod_gpu_hours, pod_gpus, recorded_holding, released_at, scheduled_at
 from lorarl.control.jobmetrics import parse_time
+from lorarl.control.pods import trim_pod
 
 T0 = "2026-12-01T10:00:00Z"
 
@@ -77,13 +78,82 @@ def test_an_init_container_asking_for_more_gpus_than_the_app_sets_the_pods_reque
     assert pod_gpus(pod) == 4
 
 
+def status_after(previous, usage):
+    """The stored status after the operator wrote ``usage`` (a merge patch of its fields)."""
+    if usage is None:
+        return previous
+    return {**previous, "gpuAccounting": usage.fields["gpuAccounting"], "progress": {**previous.get("progress", {}), **usage.fields["progress"]}}
+
+
+def at(text):
+    return parse_time(text)
+
+
 def test_every_attempt_counts_and_the_total_never_decreases_when_pods_go():
-    ledger = PodLedger()
-    first = head_pod(uid="a1", phase="Failed", finished="2026-12-01T10:30:00Z")  # attempt 1 died after 30 min
+    """A recorded sequence of one job's pods over two attempts (KubeRay retries with a new
+    RayCluster: attempt 1's pods are deleted), each step as the watch delivers it."""
+    first = head_pod(uid="a1")
+    st = status_after({"progress": {"rollout": 3}}, account({"progress": {"rollout": 3}}, [first], {}, at("2026-12-01T10:10:00Z")))
+    assert st["progress"] == {"rollout": 3, "gpuHours": round(8 * 10 / 60, 4)}  # the reporter's keys stay
+    assert st["gpuAccounting"]["pods"][0]["holding"] is True
+    died = head_pod(uid="a1", phase="Failed", finished="2026-12-01T10:30:00Z")  # attempt 1 died after 30 min
+    usage = account(st, [died], {}, at("2026-12-01T10:30:05Z"))
+    assert usage.due and not usage.holding and usage.total == 4.0
+    st = status_after(st, usage)
+    # its RayCluster is deleted: the pod leaves the API; its last state came with the DELETED event
     second = head_pod(uid="a2", scheduled="2026-12-01T10:31:00Z")
     worker = copy.deepcopy(second)
     worker["metadata"].update(uid="a2-w", name="qwen3-4b-lora-amd-y8m3q-gpu-group-worker-abcde")
-    now = parse_time("2026-12-01T11:31:00Z")
-    assert ledger.observe([first, second, worker], now) == 4.0 + 8.0 + 8.0
-    # attempt 1's RayCluster is deleted: its pod leaves the API, its hours stay
-    assert ledger.observe([second, worker], parse_time("2026-12-01T12:31:00Z")) == 4.0 + 16.0 + 16.0
+    usage = account(st, [second, worker], {"a1": died}, at("2026-12-01T11:31:00Z"))
+    assert usage.total == 4.0 + 8.0 + 8.0 and usage.folded == {"a1"}
+    assert usage.fields["gpuAccounting"]["settledHours"] == 4.0
+    st = status_after(st, usage)
+    # an operator restart: nothing in memory, the same status, the pods recomputed from their timestamps
+    assert account(st, [second, worker], {}, at("2026-12-01T12:31:00Z")).total == 4.0 + 16.0 + 16.0
+
+
+def test_the_pods_as_the_cache_keeps_them_give_the_same_hours():
+    pods = [head_pod(uid="a1", phase="Failed", finished="2026-12-01T10:30:00Z"), head_pod(uid="a2", deleting="2026-12-01T11:00:30Z")]
+    now = at("2026-12-01T12:00:00Z")
+    assert account({}, [trim_pod(p) for p in pods], {}, now).fields == account({}, pods, {}, now).fields
+
+
+def test_a_pod_force_deleted_between_two_looks_counts_from_its_last_state():
+    """Deleted with no grace period: no reconcile saw it terminate; the DELETED event's state does."""
+    running = head_pod(uid="a1")
+    st = status_after({}, account({}, [running], {}, at("2026-12-01T10:20:00Z")))
+    gone = head_pod(uid="a1", deleting="2026-12-01T10:45:00Z")
+    usage = account(st, [], {"a1": gone}, at("2026-12-01T10:50:00Z"))
+    assert usage.total == 8 * 45 / 60 and usage.fields["gpuAccounting"]["pods"] == []
+    # without its last state (the event was missed, e.g. across a restart): what was recorded
+    assert account(st, [], {}, at("2026-12-01T10:50:00Z")).total == round(8 * 20 / 60, 4)
+    # a pod that came and went between two looks
+    blip = head_pod(uid="b1", scheduled="2026-12-01T10:00:00Z", deleting="2026-12-01T10:06:00Z")
+    assert account({}, [], {"b1": blip}, at("2026-12-01T11:00:00Z")).total == 0.8
+
+
+def test_a_write_is_due_at_transitions_and_once_a_minute_of_gpus_not_per_look():
+    pod = head_pod(uid="a1")
+    st = status_after({}, account({}, [pod], {}, at("2026-12-01T10:20:30Z")))
+    assert not account(st, [pod], {}, at("2026-12-01T10:21:00Z")).due  # 30 s more: not worth a write of its own
+    assert account(st, [pod], {}, at("2026-12-01T10:21:30Z")).due  # a minute more
+    assert account(st, [pod, head_pod(uid="a2")], {}, at("2026-12-01T10:20:40Z")).due  # a pod more
+    done = head_pod(uid="a1", phase="Succeeded", finished="2026-12-01T10:20:40Z")
+    assert account(st, [done], {}, at("2026-12-01T10:20:41Z")).due  # released
+
+
+def test_nothing_to_count_without_scheduled_gpu_pods_and_a_predecessors_pods_are_not_the_jobs():
+    pending = head_pod()
+    pending["status"]["conditions"][-1] = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": T0}
+    assert account({}, [pending, head_pod(uid="cpu", gpus=0)], {}, at("2026-12-01T11:00:00Z")) is None
+    old = head_pod(uid="old")  # created 09:59:58, before a job of the same name created at 10:05
+    assert account({}, [old], {}, at("2026-12-01T11:00:00Z"), since=at("2026-12-01T10:05:00Z")) is None
+
+
+def test_a_finished_job_stays_whole_while_its_pods_hold_gpus():
+    from lorarl.control.reconcile import settled_finished
+
+    st = status_after({"phase": "Succeeded", "observedGeneration": 1}, account({}, [head_pod(uid="a1")], {}, at("2026-12-01T11:00:00Z")))
+    assert recorded_holding(st) and not settled_finished({"metadata": {"generation": 1}, "status": st})
+    st = status_after(st, account(st, [], {}, at("2026-12-01T11:01:00Z")))
+    assert not recorded_holding(st) and settled_finished({"metadata": {"generation": 1}, "status": st})

@@ -35,7 +35,7 @@ def run(rollouts: int, evals=("gsm8k", "math"), interval=20) -> dict:
     10th rollout only: the reporter's diff mean is a sum over every step at each event, which
     makes 10,000 steps slow to feed, not bigger)."""
     rng = random.Random(7)
-    s = Summary(rollouts, gpus=8, clock=lambda: 0.0)
+    s = Summary(rollouts, clock=lambda: 0.0)
     for r in range(rollouts):
         s.apply(Event("rollout", r, {"rollout/raw_reward": rng.random()}))
         s.apply(Event("step", r, {"train/train_rollout_logprob_abs_diff": rng.random() / 50} if r % 10 == 0 else {}))

@@ -27,7 +27,7 @@ import pytest
 from lorarl_dev.controlplane import free_port
 from lorarl_dev.operatorproc import OperatorProcess
 
-from tests.helpers import NAME, REPO, apply_job, job, phase_is, running, seed_doc, shipped_reporter, wait_for
+from tests.helpers import NAME, REPO, api_node, apply_job, gpu_pod, job, phase_is, running, seed_doc, shipped_reporter, wait_for
 from tests.reporter.reporter_testlib import generate_miles_log, r4
 
 pytestmark = pytest.mark.controlplane
@@ -201,6 +201,9 @@ def test_a_run_scraped_by_prometheus_answers_every_dashboard_query(control_plane
         )
         assert prom.query('lorarl_jobs{phase="Pending"} >= 1')
         running(kube, namespace)  # KubeRay's steps, simulated
+        # its head pod as the API server holds it once bound (no kubelet): the GPU-hours are counted from it
+        node = api_node(kube, f"gpu-{namespace}")
+        gpu_pod(kube, namespace, NAME, POD, node, scheduled=began - 60)
         log = generate_miles_log(num_rollouts=60, eval_interval=20, save_interval=20, save_dir=f"/root/shared_data/{NAME}/checkpoints")
         result = run_reporter(control_plane, kube, namespace, tmp_path, log)
         assert result.returncode == 0, result.stderr.decode()[-2000:]
@@ -266,4 +269,5 @@ def test_a_run_scraped_by_prometheus_answers_every_dashboard_query(control_plane
         prom.stop()
         exporters.server.shutdown()
         operator.stop()
+        control_plane.kubectl("delete", "node", f"gpu-{namespace}", "--ignore-not-found", check=False)
     operator.assert_no_tracebacks()

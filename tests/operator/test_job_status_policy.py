@@ -34,12 +34,14 @@ FORGED = {
     "rayJob": {"name": "elsewhere", "jobStatus": "SUCCEEDED"},
     "startTime": "2020-01-01T00:00:00Z",
     "completionTime": "2020-01-01T00:00:00Z",
+    "gpuAccounting": {"settledHours": 0.0, "pods": []},
+    "adapter": {"uri": "s3://elsewhere/adapter"},
 }
 REPORTER_WRITES = {
     "progress": {"rollout": 3, "total": 100, "percent": 3},
     "metrics": {"step": 3, "rawReward": 0.5},
-    "eval": [{"name": "aime", "latest": 0.25, "latestRollout": 3, "best": 0.25, "bestRollout": 3}],
-    "checkpoints": {"latestIteration": 2, "latestPath": "/root/shared_data/x/iter_0000002", "count": 1},
+    "eval": [{"name": "aime24", "latest": 0.25, "latestRollout": 3, "best": 0.25, "bestRollout": 3}],
+    "checkpoints": {"latestIteration": 2, "latestPath": "/root/shared_data/job-a/checkpoints/iter_0000002/adapter", "count": 1},
     "tracking": {"wandbRunURL": "https://wandb.ai/team/proj/runs/x"},
 }
 
@@ -113,6 +115,9 @@ def test_job_identity_cannot_forge_the_operators_fields(enforced, control_plane,
     # hidden among the reporter's keys, too
     code, message = patch_status(control_plane, token, namespace, mine, {**REPORTER_WRITES, "phase": "Succeeded"})
     assert code == 403 and DENIED in message
+    # the one operator leaf inside the reporter's progress: the GPU-hours (chargeback) a job may not lower
+    code, message = patch_status(control_plane, token, namespace, mine, {"progress": {**REPORTER_WRITES["progress"], "gpuHours": 0.0}})
+    assert (code, f"status.progress.gpuHours {DENIED}" in message) == (403, True), (code, message)
     after = job(kube, namespace, mine)["status"]
     assert {k: after.get(k) for k in FORGED} == {k: before.get(k) for k in FORGED}
     assert not set(OWNED_FIELDS) & set(after)
@@ -280,3 +285,41 @@ def _reconciled(operator_kube, namespace, name):
         return _reconcile_as_the_operator(operator_kube, namespace, name)
     except ApiError:  # RBAC just granted may take a moment to be seen
         return None
+
+
+def eval_entry(name):
+    return {"name": name, "latest": 0.25, "latestRollout": 3, "best": 0.25, "bestRollout": 3}
+
+
+# (what a job identity tries to store, the field the API server's refusal must name): the CRD's
+# static bounds (lengths, patterns, list sizes) and the job-status policy's bounds by the spec
+OUT_OF_BOUNDS = [
+    ({"eval": [eval_entry(f"set{i}") for i in range(17)]}, "status.eval"),  # the CRD: at most 16
+    ({"eval": [eval_entry("math-500")]}, "status.eval"),  # not a dataset of the spec (aime24 only)
+    ({"eval": [eval_entry("x" * 40)]}, "status.eval[0].name"),
+    ({"history": {"eval": [{"name": "math-500", "points": [[0, 0.5]]}]}}, "status.history.eval"),
+    ({"checkpoints": {"latestPath": "/root/shared_data/job-b/checkpoints/iter_0000002/adapter"}}, "status.checkpoints.latestPath"),  # another job's
+    ({"checkpoints": {"latestPath": "/root/shared_data/job-a/checkpoints/../../job-b/checkpoints"}}, "status.checkpoints.latestPath"),
+    ({"checkpoints": {"latestPath": "/root/shared_data/job-a/checkpoints/" + "a" * 1024}}, "status.checkpoints.latestPath"),
+    ({"checkpoints": {"latestPath": "/root/shared_data/job-a/checkpoints/$(id)"}}, "status.checkpoints.latestPath"),
+    ({"tracking": {"wandbRunURL": "javascript:alert(document.cookie)"}}, "status.tracking.wandbRunURL"),
+    ({"tracking": {"wandbRunURL": "http://wandb.ai/team/proj/runs/x"}}, "status.tracking.wandbRunURL"),
+    ({"tracking": {"wandbRunURL": "https://wandb.ai/" + "x" * 600}}, "status.tracking.wandbRunURL"),
+    ({"progress": {"lastUpdateTime": "2026-12-01T10:00:00Z" + " " * 100}}, "status.progress.lastUpdateTime"),
+]
+
+
+def test_job_identity_writes_only_bounded_values_named_as_the_spec(enforced, control_plane, namespace, kube):
+    """Finding 4 of issue 19: with its own token a job stored 3,500 eval entries (728 KB), a
+    javascript: URL, unbounded paths. Each is refused now, the field named, the status unchanged."""
+    mine = make_job(control_plane, namespace, kube, "job-a")
+    token = control_plane.service_account_token(namespace, f"{mine}-reporter")
+    before = job(kube, namespace, mine)["status"]
+    answers = []
+    for status, field in OUT_OF_BOUNDS:
+        code, message = patch_status(control_plane, token, namespace, mine, status)
+        answers.append((field, code, field in message, message[:160]))
+    assert all(code in (403, 422) and named for _, code, named, _ in answers), answers  # 422: the CRD, 403: the policy
+    assert job(kube, namespace, mine)["status"] == before
+    # within the bounds: admitted
+    assert patch_status(control_plane, token, namespace, mine, {"checkpoints": REPORTER_WRITES["checkpoints"]}) == (200, "")

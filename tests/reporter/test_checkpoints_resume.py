@@ -184,7 +184,7 @@ def test_a_retry_resumes_and_counts_across_attempts(artifact_path, tmp_path, fak
     assert rollouts[0] == 60 and rollouts == sorted(rollouts) and rollouts[-1] == 100
     final = mine[-1]
     assert final["progress"] == {**final["progress"], "rollout": 100, "total": 100, "percent": 100, "attempts": 2, "trainedRollouts": 120, "etaSeconds": 0}
-    assert final["progress"]["gpuHours"] > 0
+    assert "gpuHours" not in final["progress"]  # the operator's, from the pods
     assert final["checkpoints"] == {"latestIteration": 99, "latestPath": f"{save}/attempt-002/iter_0000039/adapter", "count": 5, "saving": None}
     # evals and the logprob-diff mean cover the adapter's whole lineage: attempt 1 before 60, then attempt 2
     a1 = mileslog.attempt_log(100, save_dir=str(save), save_interval=20, ranks=16, noise=False, stop_after=79, die_saving=True, seed=100)

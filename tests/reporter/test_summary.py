@@ -9,7 +9,7 @@ import re
 import pytest
 from lorarl_dev import mileslog
 
-from tests.reporter.reporter_testlib import BASE_TIME, expected_final_status, generate_miles_log, r4, strip_nulls, without_time
+from tests.reporter.reporter_testlib import BASE_TIME, expected_final_status, generate_miles_log, strip_nulls, without_time
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
@@ -215,15 +215,15 @@ def test_wandb_run_url(reporter):
     assert s.status()["tracking"] == {"wandbRunURL": "https://wandb.ai/t/p/runs/abc"}
 
 
-def test_gpu_hours_and_attempts_from_the_ledger(reporter):
+def test_attempts_from_the_ledger_and_no_gpu_hours(reporter):
     clock = Clock(10_000.0)
     history = [
         {"attempt": 1, "gpus": 8, "startedAt": 0.0, "aliveAt": 3600.0, "offset": 0, "finished": 80},
         {"attempt": 2, "gpus": 8, "startedAt": 9000.0, "aliveAt": 9000.0, "offset": 50, "finished": 50},
     ]
-    s = reporter.Summary(100, offset=50, attempt=2, gpus=8, history=history, started_at=9000.0, clock=clock)
+    s = reporter.Summary(100, offset=50, attempt=2, history=history, clock=clock)
     progress = s.status()["progress"]
-    assert progress["gpuHours"] == r4(8 + 8 * 1000 / 3600)  # attempt 1: 1 h; attempt 2 so far: 1000 s
+    assert "gpuHours" not in progress  # the operator's, from the pods (control/gpuhours.py)
     assert progress["attempts"] == 2 and progress["rollout"] == 50 and progress["trainedRollouts"] == 80
 
 
@@ -263,3 +263,19 @@ def test_first_rollout_id_after_a_resume_is_logged_once(reporter):
     u = reporter.Summary(100, offset=60, attempt=2, clock=Clock())
     u.apply(reporter.Event("not_resumed", 0, {}, "/s/iter_0000059/adapter"))
     assert u.notes[0].startswith("WARNING: the trainer could not load /s/iter_0000059/adapter")
+
+
+def test_only_the_eval_sets_the_trainer_was_given_and_https_run_urls_are_reported(reporter):
+    """The job-status policy refuses a patch whose eval entries the spec does not name, and the
+    CRD one with a URL other than https://: one stray log line would cost every later report."""
+    from lorarl.reporter.cli import eval_sets
+
+    command = ["python3", "train.py", "--eval-prompt-data", "aime24", "/root/datasets/a.jsonl", "gsm8k", "/root/datasets/g.jsonl", "--eval-interval", "20"]
+    assert eval_sets(command) == {"aime24", "gsm8k"} and eval_sets(["python3", "train.py"]) is None
+    s = reporter.Summary(10, eval_names=frozenset({"aime24"}), clock=Clock())
+    assert s.apply(reporter.Event("eval", 0, {"eval/aime24": 0.5, "eval/planted": 1.0}))
+    assert [e["name"] for e in s.status()["eval"]] == ["aime24"]
+    assert [c["name"] for c in s.status()["history"]["eval"]] == ["aime24"]
+    s.apply(reporter.Event("wandb", 0, {}, "http://wandb.local/t/p/runs/x"))
+    s.apply(reporter.Event("wandb", 0, {}, "https://wandb.ai/t/p/runs/" + "x" * 600))
+    assert "tracking" not in s.status()

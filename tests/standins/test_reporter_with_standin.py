@@ -66,7 +66,7 @@ def test_reporter_resumes_the_standin_after_a_failed_attempt(tmp_path):
         assert final["checkpoints"]["latestPath"] == str(save / "attempt-002/iter_0000049/adapter")
         assert 0.0 <= final["metrics"]["rawReward"] <= 1.0
         assert final["progress"]["trainedRollouts"] == 60 + 50  # attempt 1 trained 0..59, attempt 2 50..99
-        assert final["progress"]["gpuHours"] > 0
+        assert "gpuHours" not in final["progress"]  # the operator's, from the pods
         assert 0.005 < final["metrics"]["trainRolloutLogprobAbsDiffMean"] < 0.02
         [aime] = final["eval"]
         assert aime["name"] == "aime24" and aime["latestRollout"] == 89  # local eval 39 of attempt 2, offset 50

@@ -135,7 +135,8 @@ def _show_progress(job: dict) -> None:
     checkpoints = (job.get("status") or {}).get("checkpoints") or {}
     click.echo(
         f"      progress: rollout {progress.get('rollout')}/{progress.get('total')}, "
-        f"gpuHours {progress.get('gpuHours')}, latest checkpoint {checkpoints.get('latestPath')}"
+        f"gpuHours {progress.get('gpuHours', 'none (counted from pods: there are none in the simulated mode)')}, "
+        f"latest checkpoint {checkpoints.get('latestPath')}"
     )
 
 
@@ -189,7 +190,7 @@ def run(base: str | None, pace: float) -> None:
     ray.running()
     with tempfile.TemporaryDirectory() as tmp:
         # the reporter gets exactly the rendered entrypoint's arguments (so it reports what it
-        # reports in a pod: gpuHours, checkpoints, attempts); only the volume's mount point is
+        # reports in a pod: checkpoints, attempts); only the volume's mount point is
         # a local directory, and the trainer after "--" is the paced synthetic log
         volume = pathlib.Path(tmp) / "volume"
         reporter_args = simulated_reporter_args(rayjob["spec"]["entrypoint"], str(volume))

@@ -1233,19 +1233,24 @@ class RayJobMirror(ApiModel):
 
 
 class Progress(ApiModel):
-    """Training progress (written by the in-job reporter)."""
+    """Training progress (written by the in-job reporter; gpuHours by the operator)."""
 
     rollout: int = Field(0, description="Rollouts completed.")
     total: int = Field(0, description="Rollouts planned (spec.rollout.numRollouts).")
     percent: int = Field(0, ge=0, le=100, description="rollout / total in percent.")
     eta_seconds: int | None = Field(None, description="Estimated seconds to finish at the observed pace.")
-    last_update_time: str | None = Field(None, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
+    last_update_time: str | None = Field(None, max_length=64, description="When the reporter last saw progress.", json_schema_extra={"format": "date-time"})
     attempts: int | None = Field(None, description="Attempts so far, this one included (a retry or a re-created RayJob starts a new one).")
     trained_rollouts: int | None = Field(
         None,
         description="Rollouts trained in all attempts, including those trained again after a retry because they ran after the newest checkpoint (never decreases).",
     )
-    gpu_hours: float | None = Field(None, description="GPUs x time the trainer ran, summed over all attempts.")
+    gpu_hours: float | None = Field(
+        None,
+        ge=0,
+        description="GPU-hours the job's pods held, every attempt included: per pod, its GPU request x the time from its "
+        "scheduling to the release of its GPUs (written by the operator from the pods, never by the reporter; docs/observability.md).",
+    )
 
 
 class TrainingMetrics(ApiModel):
@@ -1264,7 +1269,7 @@ class TrainingMetrics(ApiModel):
 class EvalScore(ApiModel):
     """Scores of one eval set."""
 
-    name: str = Field(..., description="Eval set name.")
+    name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Eval set name, as spec.eval.datasets names it (the job-status policy checks).")
     latest: float = Field(..., description="Latest score.")
     latest_rollout: int = Field(..., description="Rollout of the latest score.")
     best: float = Field(..., description="Best score so far.")
@@ -1275,7 +1280,13 @@ class CheckpointStatus(ApiModel):
     """Saved checkpoints (written by the in-job reporter)."""
 
     latest_iteration: int | None = Field(None, description="Iteration (rollout id, counted across attempts) of the newest complete checkpoint.")
-    latest_path: str | None = Field(None, description="Its adapter directory on the job volume (what --lora-adapter-path loads).")
+    latest_path: str | None = Field(
+        None,
+        max_length=1024,
+        pattern=r"^/[A-Za-z0-9_@%+=:,./-]*$",
+        description="Its adapter directory on the job volume (what --lora-adapter-path loads), under the job's save directory "
+        "/root/shared_data/<job>/checkpoints/ (the job-status policy checks).",
+    )
     count: int | None = Field(None, description="Checkpoints saved.")
     saving: int | None = Field(None, description="Iteration of a save being written right now (not yet loadable).")
 
@@ -1312,7 +1323,9 @@ class AdapterStatus(ApiModel):
 class TrackingStatus(ApiModel):
     """Where to follow the run (written by the in-job reporter)."""
 
-    wandb_run_url: str | None = Field(None, alias="wandbRunURL", description="The W&B run page, as the trainer printed it.")
+    wandb_run_url: str | None = Field(
+        None, alias="wandbRunURL", max_length=512, pattern=r"^https://[^\s]+$", description="The W&B run page, as the trainer printed it (https:// only)."
+    )
 
 
 Point = Annotated[list[float], Field(min_length=2, max_length=2)]
@@ -1322,7 +1335,7 @@ Curve = Annotated[list[Point], Field(max_length=128, description="[rollout, valu
 class EvalCurve(ApiModel):
     """The scores of one eval set over rollouts."""
 
-    name: str = Field(..., max_length=253, description="Eval set name.")
+    name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Eval set name, as spec.eval.datasets names it (the job-status policy checks).")
     points: Curve = Field(default_factory=list, description="[rollout, score] points, oldest first.")
 
 
@@ -1334,9 +1347,32 @@ class History(ApiModel):
     logprob_abs_diff: Curve | None = Field(None, description="[rollout, train/train_rollout_logprob_abs_diff] points (the last step of each rollout).")
     eval: list[EvalCurve] | None = Field(
         None,
-        max_length=64,
-        description="Per eval set: [rollout, score] points.",
+        max_length=16,
+        description="Per eval set: [rollout, score] points (at most one per spec.eval.datasets).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+
+class GpuPod(ApiModel):
+    """One pod's GPU-hours so far (written by the operator)."""
+
+    name: str = Field(..., max_length=253, description="Pod name.")
+    uid: str = Field(..., max_length=64, description="Pod uid.")
+    gpus: int = Field(..., ge=0, le=1024, description="The pod's effective GPU request.")
+    hours: float = Field(..., ge=0, description="GPUs x hours from its scheduling to its release (or to now).")
+    holding: bool = Field(..., description="The pod holds its GPUs still.")
+
+
+class GpuAccounting(ApiModel):
+    """How progress.gpuHours is counted (written by the operator): the pods gone, and each pod
+    present, so that the total survives the pods of earlier attempts and operator restarts."""
+
+    settled_hours: float = Field(0.0, ge=0, description="GPU-hours of the job's pods that are gone.")
+    pods: list[GpuPod] = Field(
+        default_factory=list,
+        max_length=256,
+        description="The job's present pods that were scheduled with GPUs.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uid"]},
     )
 
 
@@ -1344,8 +1380,9 @@ Phase = Literal["Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspe
 
 
 class LoraRLJobStatus(ApiModel):
-    """Observed state. The operator writes phase, conditions, observedGeneration, rayJob and times;
-    the in-job reporter writes progress, metrics, eval, checkpoints, tracking and history (disjoint fields)."""
+    """Observed state. The operator writes phase, conditions, observedGeneration, rayJob, times,
+    gpuAccounting and progress.gpuHours; the in-job reporter writes the rest of progress, metrics,
+    eval, checkpoints, tracking and history (disjoint fields)."""
 
     phase: Phase | None = Field(None, description="Pending, Preparing, Running, Succeeded, Failed or Suspended.")
     observed_generation: int | None = Field(None, description="The .metadata.generation last reconciled.")
@@ -1357,11 +1394,13 @@ class LoraRLJobStatus(ApiModel):
     ray_job: RayJobMirror | None = Field(None, description="Mirror of the child RayJob's status.")
     start_time: str | None = Field(None, description="When the RayJob started running.", json_schema_extra={"format": "date-time"})
     completion_time: str | None = Field(None, description="When the run finished.", json_schema_extra={"format": "date-time"})
+    gpu_accounting: GpuAccounting | None = Field(None, description="The pods behind progress.gpuHours.")
     progress: Progress | None = Field(None, description="Rollout N of M, percent, ETA.")
     metrics: TrainingMetrics | None = Field(None, description="Latest training metrics.")
     eval: list[EvalScore] | None = Field(
         None,
-        description="Latest and best score per eval set.",
+        max_length=16,
+        description="Latest and best score per eval set (at most one per spec.eval.datasets, named as there).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     checkpoints: CheckpointStatus | None = Field(None, description="Latest checkpoint.")

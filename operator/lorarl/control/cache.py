@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from . import pods, status
+from . import gpuhours, pods, status
 
 Key = tuple[str, str]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -313,6 +313,9 @@ class Memo:
         return len(self._items)
 
 
+_MAX_GONE = 10000  # deleted GPU pods remembered until counted
+
+
 class Caches:
     """What the reconciler reads: jobs, RayJobs (keyed by the RayJob's own name), memos."""
 
@@ -322,6 +325,43 @@ class Caches:
         self.pods = Store(pods.trim_pod, lambda body: None)  # never written by us: no echoes
         self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~15 KiB each
         self.digests = Memo()  # (uid, generation) -> digest of the rendered children
+        # GPU accounting (gpuhours.account) reads the pods only once their listing is complete
+        # (None: the whole cluster), else a pod not yet listed would look gone
+        self.pods_listed: set[str | None] = set()
+        self._gone_lock = threading.Lock()
+        self._gone: OrderedDict[Key, dict[str, dict[str, Any]]] = OrderedDict()  # (namespace, job) -> uid -> last state
+
+    def pods_complete(self, namespace: str) -> bool:
+        return None in self.pods_listed or namespace in self.pods_listed
+
+    def forget_pod(self, body: dict[str, Any]) -> None:
+        """A pod was deleted: drop it, and keep its last state (the cached one: a re-list names a
+        deletion by name and uid only) until its job's accounting has counted it."""
+        cached = self.pods.get(key_of(body))
+        if not self.pods.delete(body) or cached is None:
+            return
+        meta = cached["metadata"]
+        job = (meta.get("labels") or {}).get(pods.JOB_LABEL)
+        if not job or not gpuhours.pod_gpus(cached):
+            return
+        with self._gone_lock:
+            self._gone.setdefault((meta["namespace"], job), {})[str(meta.get("uid"))] = cached
+            self._gone.move_to_end((meta["namespace"], job))
+            while sum(len(v) for v in self._gone.values()) > _MAX_GONE:
+                self._gone.popitem(last=False)  # jobs never reconciled again (deleted): the oldest go
+
+    def gone_pods(self, namespace: str, job: str) -> dict[str, dict[str, Any]]:
+        with self._gone_lock:
+            return dict(self._gone.get((namespace, job)) or {})
+
+    def counted(self, namespace: str, job: str, uids: frozenset[str]) -> None:
+        """The job's status now holds these gone pods' hours: forget them."""
+        with self._gone_lock:
+            left = {u: p for u, p in (self._gone.get((namespace, job)) or {}).items() if u not in uids}
+            if left:
+                self._gone[(namespace, job)] = left
+            else:
+                self._gone.pop((namespace, job), None)
 
     def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
         """The cached pods of a job's Ray cluster (labelled lorarl.dev/job by render)."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..job.render import JOB_LABEL, PREPARE_CONTAINER
+from .gpuhours import GPU_RESOURCES
 
 # reasons in the LoraRLJob status (docs/troubleshooting.md has a section per reason)
 IMAGE_PULL = "ImagePullBackOff"
@@ -44,10 +45,19 @@ class Trouble:
     stuck: bool  # a human must fix it (False: it may resolve itself, e.g. a scale-up)
 
 
+def _gpu_resources(container: dict[str, Any]) -> dict[str, Any]:
+    """A container's GPU requests and limits only (what gpuhours.pod_gpus reads)."""
+    resources = container.get("resources") or {}
+    kept = {kind: {r: v for r, v in (resources.get(kind) or {}).items() if r in GPU_RESOURCES} for kind in ("requests", "limits")}
+    return {"name": container.get("name"), "resources": {k: v for k, v in kept.items() if v}}
+
+
 def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What ``diagnose`` reads of a pod (``cached`` unused: the signature of cache.Store's trim)."""
+    """What ``diagnose`` and ``gpuhours`` read of a pod (``cached`` unused: the signature of
+    cache.Store's trim)."""
     meta = body.get("metadata") or {}
     st = body.get("status") or {}
+    spec = body.get("spec") or {}
 
     def container(cs: dict[str, Any]) -> dict[str, Any]:
         out = {"name": cs.get("name"), "image": cs.get("image"), "restartCount": cs.get("restartCount", 0)}
@@ -56,24 +66,25 @@ def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
             for which in ("waiting", "terminated"):
                 if which in state:
                     part = state[which] or {}
-                    out[key] = {which: {k: part[k] for k in ("reason", "message", "exitCode") if k in part}}
+                    out[key] = {which: {k: part[k] for k in ("reason", "message", "exitCode", "finishedAt") if k in part}}
         return out
 
     return {
         "metadata": {
-            **{k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta},
+            **{k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp") if k in meta},
             "labels": {JOB_LABEL: (meta.get("labels") or {}).get(JOB_LABEL)},
         },
         "spec": {
-            "images": {
-                c.get("name"): c.get("image")
-                for c in ((body.get("spec") or {}).get("initContainers") or []) + ((body.get("spec") or {}).get("containers") or [])
-            }
+            "images": {c.get("name"): c.get("image") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])},
+            "initContainers": [_gpu_resources(c) for c in spec.get("initContainers") or []],
+            "containers": [_gpu_resources(c) for c in spec.get("containers") or []],
         },
         "status": {
             "phase": st.get("phase"),
             "conditions": [
-                {k: c[k] for k in ("type", "status", "reason", "message") if k in c} for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"
+                {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
+                for c in st.get("conditions") or []
+                if c.get("type") == "PodScheduled"
             ],
             "initContainerStatuses": [container(c) for c in st.get("initContainerStatuses") or []],
             "containerStatuses": [container(c) for c in st.get("containerStatuses") or []],

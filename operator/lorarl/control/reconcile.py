@@ -33,7 +33,7 @@ from ..job import render
 from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
-from . import health, pods, queueing, status
+from . import gpuhours, health, pods, queueing, status
 from .cache import CHILDREN_DIGEST, Caches, job_fingerprint, merge_patch, rayjob_fingerprint, whole_job
 from .stored import parse_stored
 
@@ -127,6 +127,7 @@ def settled_finished(body: dict[str, Any]) -> bool:
         job_status.get(status.PHASE) in status.TERMINAL
         and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation")
         and not meta.get("deletionTimestamp")
+        and not gpuhours.recorded_holding(job_status)  # its pods' release is still to be counted
     )
 
 
@@ -314,7 +315,15 @@ class Reconciler:
             pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(self.caches.pods_of(namespace, job.metadata.name)),
         )
         new_status, events = status.compute(previous, rayjob, facts)
+        usage = self._gpu_usage(body, previous, now)
+        if usage is not None and (usage.due or status.changed(previous, new_status)):
+            new_status.update(usage.fields)  # exact at transitions, else once a minute or with another write
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
+        if written and usage is not None and usage.folded and self.caches is not None:
+            self.caches.counted(namespace, name, usage.folded)
+        requeue = next_check(job, rayjob, {**previous, **new_status}, now, progress_due)
+        if usage is not None and usage.holding:  # the GPU-hours grow with time alone
+            requeue = min(requeue or gpuhours.REFRESH_SECONDS, gpuhours.REFRESH_SECONDS)
         return Outcome(
             body=body,
             phase=new_status[status.PHASE],
@@ -322,8 +331,18 @@ class Reconciler:
             applied=applied,
             status_written=written,
             apply_failed=apply_failed,
-            requeue_after=next_check(job, rayjob, {**previous, **new_status}, now, progress_due),
+            requeue_after=requeue,
         )
+
+    def _gpu_usage(self, body: dict[str, Any], previous: dict[str, Any], now: datetime.datetime) -> gpuhours.Usage | None:
+        """The job's GPU accounting from the pod cache (None without one, or before its listing is complete)."""
+        meta = body["metadata"]
+        if self.caches is None or not self.caches.pods_complete(meta["namespace"]):
+            return None
+        pods_now = self.caches.pods_of(meta["namespace"], meta["name"])
+        gone = self.caches.gone_pods(meta["namespace"], meta["name"])
+        created = parse_time(meta.get("creationTimestamp"))
+        return gpuhours.account(previous, pods_now, gone, now.timestamp(), since=created.timestamp() if created else None)
 
     def _expire(self, body: dict[str, Any], previous: dict[str, Any]) -> Outcome:
         """ttlSecondsAfterFinished ran out: delete the job (the garbage collector takes its

@@ -1,7 +1,8 @@
 """Pure status mapping: the child RayJob (as KubeRay writes it) -> the LoraRLJob status.
 
-The operator owns phase, conditions, observedGeneration, rayJob, startTime and completionTime;
-the in-job reporter owns progress, metrics, eval and checkpoints. ``compute`` returns only the
+The operator owns phase, conditions, observedGeneration, rayJob, startTime, completionTime,
+gpuAccounting and progress.gpuHours (both from the pods: gpuhours.py, written by the reconcile);
+the in-job reporter owns the rest of progress, metrics, eval, checkpoints, tracking and history. ``compute`` returns only the
 operator's fields (sent as a merge patch, so the reporter's fields are never touched) plus the
 Events that the transitions deserve. See docs/status.md for the contract.
 """
@@ -37,7 +38,11 @@ PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME = (
     "startTime",
     "completionTime",
 )
-OWNED_FIELDS = (PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME)
+GPU_ACCOUNTING, ADAPTER = "gpuAccounting", "adapter"  # adapter: the exported adapter (control/adapter_status.py)
+OWNED_FIELDS = (PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME, GPU_ACCOUNTING, ADAPTER)
+# ...and one leaf of the reporter's progress: progress.gpuHours, from the pods (control/gpuhours.py)
+PROGRESS, GPU_HOURS = "progress", "gpuHours"
+OWNED_LEAVES = {PROGRESS: (GPU_HOURS,)}
 # condition types (Succeeded, Failed and Suspended are named as the phases)
 READY, RECONCILING, STALLED, TRAINING_HEALTHY, ADMITTED = "Ready", "Reconciling", "Stalled", "TrainingHealthy", "Admitted"
 CONDITION_TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, FAILED, SUSPENDED, TRAINING_HEALTHY, ADMITTED)
@@ -461,5 +466,12 @@ def condition(status: dict[str, Any], type_: str, key: str) -> str | None:
 
 
 def changed(previous: dict[str, Any], new: dict[str, Any]) -> bool:
-    """True when writing ``new`` would change the stored status."""
-    return any(previous.get(k) != v for k, v in new.items())
+    """True when writing ``new`` (a merge patch) would change the stored status; of the
+    reporter's sections only the leaves the operator owns are compared."""
+    for k, v in new.items():
+        if k in OWNED_LEAVES and isinstance(v, dict):
+            if any((previous.get(k) or {}).get(leaf) != value for leaf, value in v.items()):
+                return True
+        elif previous.get(k) != v:
+            return True
+    return False

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
 
     reporter = None
     try:
-        reporter = make_reporter(opts, plan)
+        reporter = make_reporter(opts, plan, eval_sets(command))
     except Exception as exc:
         warn(f"status reporting disabled: {type(exc).__name__}: {exc}"[:300])
 
@@ -134,16 +134,29 @@ def on_line_for(reporter):
     return on_line
 
 
-def make_reporter(opts, plan) -> Reporter:
+def eval_sets(command: list) -> frozenset | None:
+    """The eval set names the trainer was given (``--eval-prompt-data NAME PATH [NAME PATH ...]``,
+    as the renderer writes it from spec.eval.datasets), or None when it was given none. The job-status
+    policy admits only those names: an eval line of another name would get the whole patch refused."""
+    if "--eval-prompt-data" not in command:
+        return None
+    values = []
+    for word in command[command.index("--eval-prompt-data") + 1 :]:
+        if word.startswith("--"):
+            break
+        values.append(word)
+    return frozenset(values[0::2])
+
+
+def make_reporter(opts, plan, eval_names: frozenset | None = None) -> Reporter:
     history = attempts.read_all(opts.save_dir) if plan is not None else []
     summary = Summary(
         opts.total_rollouts,
         offset=plan.offset if plan else 0,
         attempt=plan.attempt if plan else 1,
         steps_per_rollout=opts.steps_per_rollout,
-        gpus=opts.gpus,
         history=history,
-        started_at=plan.record["startedAt"] if plan else None,
+        eval_names=eval_names,
     )
     config = api_config()
     patcher = None

@@ -11,7 +11,8 @@ OWNED_FIELDS = (PROGRESS, METRICS, EVAL, CHECKPOINTS, TRACKING, HISTORY)
 
 # status.progress
 ROLLOUT, TOTAL, PERCENT, ATTEMPTS, TRAINED_ROLLOUTS = "rollout", "total", "percent", "attempts", "trainedRollouts"
-ETA_SECONDS, LAST_UPDATE_TIME, GPU_HOURS = "etaSeconds", "lastUpdateTime", "gpuHours"
+ETA_SECONDS, LAST_UPDATE_TIME = "etaSeconds", "lastUpdateTime"
+GPU_HOURS = "gpuHours"  # the operator's (from the pods); the reporter never writes it (the job-status policy refuses)
 
 # status.metrics
 STEP, RAW_REWARD, LOSS, KL = "step", "rawReward", "loss", "kl"

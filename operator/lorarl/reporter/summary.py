@@ -57,6 +57,9 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_URL = 512  # status.tracking.wandbRunURL's maxLength (api.types.TrackingStatus)
+
+
 class Summary:
     def __init__(
         self,
@@ -65,21 +68,19 @@ class Summary:
         offset: int = 0,
         attempt: int = 1,
         steps_per_rollout: int = 1,
-        gpus: int = 0,
         history: list | None = None,
-        started_at: float | None = None,
+        eval_names: frozenset | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.total = max(0, int(total_rollouts))
         self.offset = max(0, int(offset))
         self.attempt = max(1, int(attempt))
         self.steps_per_rollout = max(1, int(steps_per_rollout))
-        self.gpus = max(0, int(gpus))
         self._clock = clock
-        self.started_at = clock() if started_at is None else started_at
-        # earlier attempts (ledger records): their GPU time and the rollouts they trained
+        self.eval_names = eval_names  # None: every eval set the log names
+        # earlier attempts (ledger records): the rollouts they trained (their GPU-hours are the
+        # operator's, from the pods: control/gpuhours.py)
         earlier = [r for r in (history or []) if r.get("attempt", 0) < self.attempt]
-        self._earlier_gpu_seconds = sum(attempts.ran_seconds(r) * int(r.get("gpus") or 0) for r in earlier)
         self._earlier_trained = sum(attempts.trained(r) for r in earlier)
         self._eval_history: list = []  # (rollout, {name: score}) of this attempt, for the ledger
         self.notes: list = []  # one-off messages for the job log
@@ -159,7 +160,8 @@ class Summary:
                 f"the {self.offset} rollouts counted as done are not in this attempt's adapter"
             )
         elif kind == "wandb":
-            self.wandb_url = event.path
+            if event.path.startswith("https://") and len(event.path) <= MAX_URL:  # the CRD's bound: any other would refuse the whole patch
+                self.wandb_url = event.path
         elif kind == "eval":
             if event.id > 0:  # eval N (N > 0) runs after rollout N and its save (train.py:121-137)
                 self._log_done_local = max(self._log_done_local, event.id)
@@ -232,7 +234,7 @@ class Summary:
         self._last = (now, rollout)
 
     def _fold_eval(self, rollout: int, values: dict, keep: bool = True) -> None:
-        scores = {n: v for n, v in eval_scores(values).items() if _finite(v)}
+        scores = {n: v for n, v in eval_scores(values).items() if _finite(v) and (self.eval_names is None or n in self.eval_names)}
         if keep and scores:
             self._eval_history.append((rollout, scores))
         for name, score in scores.items():
@@ -355,17 +357,10 @@ class Summary:
         per_rollout = (self._last[0] - self._first[0]) / (self._last[1] - self._first[1])
         return max(0, int(round(per_rollout * max(0, self.total - done))))
 
-    def gpu_hours(self, now: float | None = None) -> float:
-        now = self._clock() if now is None else now
-        seconds = self._earlier_gpu_seconds + max(0.0, now - self.started_at) * self.gpus
-        return significant(seconds / 3600.0)
-
     def status(self) -> dict:
         """The owned status fields, without unknown or non-finite values."""
         status = copy.deepcopy(self._core)
         status[K.PROGRESS][K.LAST_UPDATE_TIME] = rfc3339(self._updated)
-        if self.gpus:
-            status[K.PROGRESS][K.GPU_HOURS] = self.gpu_hours()
         return status
 
 
