@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from lorarl.control import status
+from lorarl.control import pods, status
 from lorarl.control.health import Verdict
+from lorarl.control.queueing import Admission
+from lorarl.reporter import oom
 
 OK = Verdict("True", "WithinThresholds", "fine")
 
@@ -26,7 +28,11 @@ def facts(**kw):
     return status.Facts(**base)
 
 
+WAITING_POD_REASONS = (pods.UNSCHEDULABLE, pods.VOLUME_NOT_BOUND)  # they may resolve by themselves
+
+
 BAD = Verdict("False", "LogprobDiffTooHigh", "mean 0.05 >= 0.03")
+LOW_EVAL = Verdict("False", "EvalScoreTooLow", "eval/aime24 0.1 at rollout 20 < minimum 0.2")
 
 
 REFUSED = (
@@ -88,6 +94,82 @@ TABLE = {
     "apply-failed-running": (("Running", "RUNNING", ""), {"apply_failed": REFUSED, "verdict": OK}, "Running", F, "ApplyFailed", F, T, F, F, F, "Failed"),
     "apply-failed-unhealthy": (("Running", "RUNNING", ""), {"apply_failed": REFUSED, "verdict": BAD}, "Running", F, "ApplyFailed", F, T, F, F, F, "Failed"),
     "unknown-state": (("SomethingNew", "", ""), {}, "Pending", F, "UnknownRayJobState", T, F, F, F, F, "InProgress"),
+    # the pods say why a Ray cluster does not start (pods.diagnose): stuck, or waiting
+    **{
+        f"pod-{reason}": (
+            ("Initializing", "", ""),
+            {"pod_trouble": pods.Trouble(reason, f"pod j-head container ray-head: {reason}", reason not in WAITING_POD_REASONS)},
+            "Preparing",
+            F,
+            reason,
+            T if reason in WAITING_POD_REASONS else F,
+            F if reason in WAITING_POD_REASONS else T,
+            F,
+            F,
+            F,
+            "InProgress" if reason in WAITING_POD_REASONS else "Failed",
+        )
+        for reason in pods.REASONS
+    },
+    "running-eval-too-low": (("Running", "RUNNING", ""), {"verdict": LOW_EVAL}, "Running", F, "EvalScoreTooLow", F, T, F, F, F, "Failed"),
+    "queued-preempted": (
+        ("Suspended", "", ""),
+        {"queue_name": "q", "admission": Admission(workload="w", evicted_reason="Preempted", evicted_message="Preempted to accommodate a workload")},
+        "Pending",
+        F,
+        "Preempted",
+        T,
+        F,
+        F,
+        F,
+        T,
+        "InProgress",
+    ),
+    "queued-deactivated": (
+        ("Suspended", "", ""),
+        {"queue_name": "q", "admission": Admission(workload="w", active=False)},
+        "Pending",
+        F,
+        "WorkloadDeactivated",
+        F,
+        T,
+        F,
+        F,
+        T,
+        "Failed",
+    ),
+    "no-progress": (
+        ("Running", "RUNNING", ""),
+        {"no_progress": "no progress reported for 61s while Running"},
+        "Running",
+        F,
+        "NoProgress",
+        F,
+        T,
+        F,
+        F,
+        F,
+        "Failed",
+    ),
+    # the reporter's last line, in the last 10 log lines Ray puts into the message of a failed entrypoint
+    "oom-killed": (
+        (
+            "Complete",
+            "FAILED",
+            "AppFailed",
+            f"Job entrypoint command failed with exit code 137, last available logs (truncated to 20,000 chars):\nstep 3\n[lorarl-reporter] {oom.MARKER}",
+        ),
+        {},
+        "Failed",
+        F,
+        "OOMKilled",
+        F,
+        T,
+        F,
+        T,
+        F,
+        "Failed",
+    ),
     **{
         f"failed-{reason}": (("Failed", "FAILED", reason), {}, "Failed", F, reason, F, T, F, T, F, "Failed")
         for reason in (

@@ -6,7 +6,10 @@ import datetime
 
 from lorarl.api.types import HealthSpec
 from lorarl.control import health, status
+from lorarl.control.queueing import HEALTH_SUSPENDED, rayjob_apply, suspend_reason
+from lorarl.job import render
 
+from tests.helpers import job_from, with_spec
 from tests.operator.status_table import facts, rayjob
 
 T0 = datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.UTC)
@@ -44,3 +47,29 @@ def test_no_progress_stalls_a_running_job_with_one_warning_and_clears_when_it_mo
     assert [(e.type, e.reason) for e in events] == [("Warning", health.NO_PROGRESS)]
     again, events = status.compute(out, running, facts())
     assert {c["type"]: c["status"] for c in again["conditions"]}["Stalled"] == "False" and events == []
+
+
+def test_no_progress_feeds_the_health_gate_only_where_the_spec_asks():
+    quiet, _ = health.no_progress(HealthSpec(progressTimeoutSeconds=120), {}, at(0), None, at(500))
+    ok = health.Verdict("True", "WithinThresholds", "fine")
+    # Never (the default): the verdict is the numbers'; NoProgress is the Stalled reason alone
+    assert health.gated(ok, quiet, "Never", {}) == ok
+    for policy in ("Suspend", "Stop"):
+        assert health.gated(ok, quiet, policy, {}) == health.Verdict("False", health.NO_PROGRESS, quiet)
+    # suspended for it, the run cannot report: the verdict stays until the policy changes
+    out, _ = status.compute(
+        {"phase": "Running"}, rayjob("Running", "RUNNING"), facts(verdict=health.Verdict("False", health.NO_PROGRESS, quiet), no_progress=quiet)
+    )
+    assert health.gated(ok, None, "Suspend", out).reason == health.NO_PROGRESS
+    assert health.gated(ok, None, "Never", out) == ok
+    assert health.gated(ok, None, "Stop", out) == ok  # Stop has ended the run: nothing to hold
+    # Suspend: the RayJob is applied suspended, by the gate (HealthSuspended)
+    guarded = job_from(with_spec(health={"stopOnUnhealthy": "Suspend", "progressTimeoutSeconds": 120}))
+    verdict = health.gated(ok, quiet, "Suspend", {})
+    assert suspend_reason(guarded, verdict) == HEALTH_SUSPENDED
+    assert rayjob_apply(render.rayjob(guarded), guarded, {"metadata": {}, "spec": {}, "status": {}}, verdict)[0]["spec"]["suspend"] is True
+    # Stop: the reconcile deletes the RayJob; the job fails StoppedUnhealthy, saying why
+    stopped, events = status.compute({"phase": "Running"}, None, facts(verdict=verdict, stopped_unhealthy=True))
+    ready = {c["type"]: c for c in stopped["conditions"]}["Ready"]
+    assert (stopped["phase"], ready["reason"]) == ("Failed", "StoppedUnhealthy") and "no progress reported" in ready["message"]
+    assert ("Warning", "Failed") in [(e.type, e.reason) for e in events]

@@ -26,7 +26,8 @@ def test_mapping_table(case):
         assert c["Reconciling" if reconciling == T else "Stalled"]["reason"] == ready_reason
     assert out["observedGeneration"] == 3
     assert all(cond["observedGeneration"] == 3 for cond in out["conditions"])
-    assert list(c) == ["Ready", "Reconciling", "Stalled", "Succeeded", "Failed", "Suspended", "TrainingHealthy"]
+    queued = TABLE[case][1].get("admission") is not None  # Kueue's Admitted, for queued jobs only
+    assert list(c) == ["Ready", "Reconciling", "Stalled", "Succeeded", "Failed", "Suspended", "TrainingHealthy", *(["Admitted"] if queued else [])]
 
 
 def test_table_follows_kstatus_rules():

@@ -987,7 +987,8 @@ class HealthSpec(ApiModel):
         ge=60,
         le=604800,
         description="Seconds without a progress update from the in-job reporter while Running before the job is Stalled (reason NoProgress). "
-        "Default: 10 times the observed time per rollout, at least 1800 (3600 before the pace is known).",
+        "Default: 10 times the observed time per rollout, at least 1800 (3600 before the pace is known). "
+        "With stopOnUnhealthy Suspend or Stop, TrainingHealthy turns False (NoProgress) too and the run is suspended or stopped.",
     )
 
 

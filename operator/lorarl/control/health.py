@@ -88,3 +88,18 @@ def no_progress(
         f"no progress reported for {quiet}s while Running (limit {limit}s, spec.health.progressTimeoutSeconds): "
         "the trainer may hang; lorarl logs shows its last lines"
     ), None
+
+
+def gated(verdict: Verdict, quiet: str | None, policy: str, previous: dict[str, Any]) -> Verdict:
+    """NoProgress under the health gate's policy (``spec.health.stopOnUnhealthy``): with Suspend or
+    Stop a quiet run is unhealthy (TrainingHealthy=False, NoProgress), so the gate suspends or
+    stops it as it does for bad numbers. A run suspended for it cannot report, so the verdict
+    stays until the policy changes (as a LogprobDiffTooHigh one stays with its metrics)."""
+    if policy == "Never" or verdict.status == "False":
+        return verdict
+    if quiet:
+        return Verdict("False", NO_PROGRESS, quiet)
+    old = next((c for c in previous.get("conditions") or [] if c.get("type") == "TrainingHealthy"), {})
+    if policy == "Suspend" and (old.get("status"), old.get("reason")) == ("False", NO_PROGRESS):
+        return Verdict("False", NO_PROGRESS, old.get("message") or "no progress reported while Running")
+    return verdict

@@ -35,6 +35,7 @@ REASONS = (IMAGE_PULL, CONFIG_ERROR, INIT_FAILED, INPUT_DOWNLOAD_FAILED, OOM_KIL
 _PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 _CONFIG_REASONS = ("CreateContainerConfigError", "CreateContainerError")
 PREPARE_FETCH_EXIT = 4  # prepare.sh's exit code for a download that failed
+CRASH_LOOP_RESTARTS = 3  # a container running again after this many exits is still crash-looping
 MAX_MESSAGE = 1024  # an Event's message limit
 
 
@@ -135,8 +136,15 @@ def _pod_trouble(pod: dict[str, Any]) -> list[tuple[int, Trouble]]:
                 code, said = ended["exitCode"], _one_line(ended.get("message"))
                 why = INPUT_DOWNLOAD_FAILED if cs.get("name") == PREPARE_CONTAINER and code == PREPARE_FETCH_EXIT else INIT_FAILED
                 found.append((1, Trouble(why, f"{where} exited {code}" + (f": {said}" if said else "") + f" ({_restarts(cs)})", True)))
-            elif reason == "CrashLoopBackOff" or (kind == "container" and cs.get("restartCount", 0) and ended.get("exitCode") not in (None, 0)):
-                # the kubelet's back-off, or caught between two restarts (terminated, or just started again)
+            elif reason == "CrashLoopBackOff" or (
+                kind == "container"
+                and cs.get("restartCount", 0)
+                and ended.get("exitCode") not in (None, 0)
+                and (cs.get("state") or cs.get("restartCount", 0) >= CRASH_LOOP_RESTARTS)
+            ):
+                # the kubelet's back-off, or caught between two restarts: terminated, or (after a
+                # few) just started again. Running again after one or two exits it may have
+                # recovered: a Ray head whose raylet missed its 30 s to register on a loaded node
                 code, said = ended.get("exitCode"), _one_line(ended.get("message"))
                 found.append(
                     (

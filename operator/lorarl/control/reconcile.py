@@ -238,6 +238,14 @@ class Reconciler:
         applied = 0
         apply_failed: str | None = None
 
+        quiet, progress_due = None, None
+        if previous.get(status.PHASE) == status.RUNNING and not finished:
+            last_update = parse_time((previous.get(K.PROGRESS) or {}).get(K.LAST_UPDATE_TIME))
+            attempt_start = parse_time(((rayjob or {}).get("status") or {}).get("startTime"))
+            quiet, progress_due = health.no_progress(job.spec.health, previous, last_update, attempt_start, now)
+        if not finished:  # a quiet run is unhealthy where the spec asks the gate to act on it
+            verdict = health.gated(verdict, quiet, job.spec.health.stop_on_unhealthy, previous)
+
         if not finished and verdict.status == "False" and job.spec.health.stop_on_unhealthy == "Stop":
             if rayjob is not None:
                 self.kube.delete(render.RAYJOB_API_VERSION, "RayJob", namespace, rayjob["metadata"]["name"], propagation="Foreground")
@@ -291,11 +299,8 @@ class Reconciler:
                     if self.caches is not None:
                         self.caches.rayjobs.note_own_write(result)
 
-        quiet, progress_due = None, None
-        if previous.get(status.PHASE) == status.RUNNING and not finished and not stopped:
-            last_update = parse_time((previous.get(K.PROGRESS) or {}).get(K.LAST_UPDATE_TIME))
-            attempt_start = parse_time(((rayjob or {}).get("status") or {}).get("startTime"))
-            quiet, progress_due = health.no_progress(job.spec.health, previous, last_update, attempt_start, now)
+        if stopped:
+            quiet, progress_due = None, None
         admission = None
         if queueing.queued(job) and not finished and not stopped:
             admission = self._follow_kueue(job, rayjob, queueing.suspend_reason(job, verdict))

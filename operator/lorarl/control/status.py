@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
+from ..reporter import oom
 from . import pods
 from .health import NO_PROGRESS, Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
@@ -188,7 +189,11 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
             return Observation(SUCCEEDED, "Succeeded", message or "the training run succeeded")
         if job_status == "STOPPED":
             return Observation(FAILED, "Stopped", message or "the Ray job was stopped")
+        if trainer_oom_killed(st):
+            return oom_observation(rayjob["metadata"]["name"])
         return Observation(FAILED, reason or "AppFailed", message or f"the Ray job ended with {job_status or 'an unknown status'}")
+    if deployment == "Failed" and trainer_oom_killed(st):
+        return oom_observation(rayjob["metadata"]["name"])
     if deployment == "Failed":
         return Observation(FAILED, reason or "Failed", message or "the RayJob failed")
     if deployment == "ValidationFailed":
@@ -200,6 +205,24 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
             SUSPENDED, deployment, "the Ray cluster is being deleted" if deployment == "Suspending" else "the run is suspended; its Ray cluster is deleted"
         )
     return Observation(PENDING, "UnknownRayJobState", f"unrecognised RayJob jobDeploymentStatus {deployment!r}")
+
+
+def trainer_oom_killed(rayjob_status: dict[str, Any]) -> bool:
+    """The trainer died of the OOM killer: the reporter's last line says so (reporter/oom.py), and
+    Ray's message of a failed entrypoint carries the driver log's last 10 lines (Ray 2.55.1
+    dashboard/modules/job/job_supervisor.py:440-452, job_log_storage_client.py:15), which
+    KubeRay copies into the RayJob's status.message. Only the fixed marker is matched; no word of
+    the job's log is copied."""
+    return rayjob_status.get("jobStatus") == "FAILED" and any(line.strip().endswith(oom.MARKER) for line in (rayjob_status.get("message") or "").splitlines())
+
+
+def oom_observation(rayjob_name: str) -> Observation:
+    return Observation(
+        FAILED,
+        pods.OOM_KILLED,
+        f"the trainer was killed for exceeding the memory limit of its Ray container (the kernel's OOM killer, exit code {oom.SIGKILL_EXIT}): "
+        f"raise spec.hardware.memory or lower the batch; the trainer's output: kubectl logs job/{rayjob_name}",
+    )
 
 
 def rayjob_mirror(rayjob: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from . import attempts, checkpoints, launcher, supervise
+from . import attempts, checkpoints, launcher, oom, supervise
 from .kubeapi import Patcher, api_config
 from .logparse import parse_line
 from .notes import PREFIX, warn
@@ -101,7 +101,10 @@ def main(argv=None) -> int:
     else:
         if reporter is not None:
             reporter.start()
+        kills = oom.kills()
         code = supervise.run(command, forwarder, on_line_for(reporter))
+        if oom.killed(code, kills, oom.kills()):
+            warn(oom.MARKER)
         if code == 0 and plan is not None and plan.offset > 0 and reporter is not None and not reporter.summary.saw_rollouts:
             # miles 31f1ca9 restarts at rollout 0; a trainer that continued at the resumed
             # iteration instead would see --num-rollout below its start and train nothing.
