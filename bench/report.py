@@ -369,7 +369,14 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
 def _restart_table(r: dict[str, Any]) -> list[str]:
     restart = r.get("restart") or {}
     columns = [
-        (k, label) for k, label in (("ours", NAMES["ours"]), ("ours_failover", "lorarl, fail-over (2 replicas)"), ("ceiling", NAMES["ceiling"])) if k in restart
+        (k, label)
+        for k, label in (
+            ("ours", NAMES["ours"]),
+            ("ours_failover", "lorarl, fail-over (2 replicas)"),
+            ("ceiling", NAMES["ceiling"]),
+            ("kuberay", NAMES["kuberay"] + " (over finished RayJobs)"),
+        )
+        if k in restart
     ]
     if not columns:
         return []
