@@ -176,8 +176,10 @@ class Informer:
             lambda: self._api.list_cluster_custom_object(self.group, self.version, self.plural, _preload_content=False, **query), self._stopping
         )
 
-    def _page(self, limit: int | None, token: str | None, field_selector: str | None = None) -> Any:
+    def _page(self, limit: int | None, token: str | None, field_selector: str | None = None, from_cache: bool = False) -> Any:
         query: dict[str, Any] = {"_request_timeout": self._timeout, "field_selector": field_selector}
+        if from_cache and not token:
+            query["resource_version"] = "0"
         if limit:
             query["limit"] = limit
         if token:
@@ -193,14 +195,14 @@ class Informer:
         finally:
             response.release_conn()
 
-    def _items(self, field_selector: str | None = None) -> Iterator[tuple[dict[str, Any], Key] | None]:
+    def _items(self, field_selector: str | None = None, from_cache: bool = False) -> Iterator[tuple[dict[str, Any], Key] | None]:
         """Every object of one listing with its key, decoded one at a time; the listing's
         resourceVersion is left in ``self._listed_at``. Yields None when the listing starts over
         (an expired continue token: one full list instead)."""
         token, limit = None, self._page_size
         while True:
             try:
-                page = self._page(limit, token, field_selector)
+                page = self._page(limit, token, field_selector, from_cache)
             except Gone:
                 if token is None or limit is None:
                     raise
@@ -261,7 +263,13 @@ class Informer:
         count = 0
         with self._lock:
             self._backfilling = True  # from now until the backfill ends, the watch keeps tombstones
-        for entry in self._items(selector):
+        # resourceVersion "0": from the API server's watch cache, which filters in memory; a
+        # consistent (quorum) read with a limit is served from etcd, which reads and decodes every
+        # object to fill a page of the few selected (measured: > 60 s over 10,000 finished jobs
+        # under load, against 0.6-2.6 s from the cache). client-go's Reflector lists from "0" first
+        # too (tools/cache/reflector.go, relistResourceVersion); the watch from this listing's
+        # resourceVersion then delivers whatever the cache had not yet seen.
+        for entry in self._items(selector, from_cache=True):
             if entry is None:
                 continue  # listed again from the start: what was reported is known, and skipped below
             item, key = entry
