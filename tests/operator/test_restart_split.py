@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import threading
 
+import kubernetes
+from kubernetes.client.rest import ApiException
+from lorarl.admission import crdgen
 from lorarl.api import types as api
 from lorarl.control import status
 from lorarl.control.cache import Caches
@@ -142,3 +145,44 @@ def test_the_cache_never_goes_back_to_an_older_state_of_the_same_object():
     assert store.get(("ns", "a"))["status"] == {"phase": "Succeeded"}
     recreated = {"metadata": {"namespace": "ns", "name": "a", "uid": "v", "resourceVersion": "5"}, "status": {}}
     assert store.put(recreated) is False and store.get(("ns", "a"))["metadata"]["uid"] == "v"  # another object of that name
+
+
+def test_a_crd_without_the_selectable_field_is_listed_whole_before_ready(control_plane, namespace, kube, request):
+    """An operator upgraded before its CRD: the API server refuses the field selector (400), and
+    the informer lists every job before it is ready, as before the split (slower, never wrong)."""
+    create(kube, namespace, "done", FINISHED)
+    create(kube, namespace, "pending")
+    ext = kubernetes.client.ApiextensionsV1Api(kube.client)
+    custom = kubernetes.client.CustomObjectsApi(kube.client)
+
+    def refused() -> bool:
+        try:
+            custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, field_selector=UNFINISHED_JOBS, limit=1)
+        except ApiException as err:
+            return err.status == 400
+        return False
+
+    def set_selectable(fields) -> None:
+        crd = ext.read_custom_resource_definition(crdgen.CRD_NAME)
+        crd.spec.versions[0].selectable_fields = fields
+        ext.replace_custom_resource_definition(crdgen.CRD_NAME, crd)
+
+    def restore() -> None:
+        set_selectable([kubernetes.client.V1SelectableField(json_path=f["jsonPath"]) for f in crdgen.SELECTABLE_FIELDS])
+        wait_for(lambda: not refused(), what="the selectable field served again")
+
+    request.addfinalizer(restore)
+    set_selectable(None)
+    wait_for(refused, what="the field selector refused by the older CRD")
+    seen: list[str] = []
+    informer = Informer(
+        kube.client,
+        api.GROUP,
+        api.VERSION,
+        api.PLURAL,
+        namespace,
+        lambda type_, body, listed: seen.append(body["metadata"]["name"]),
+        ready_selector=UNFINISHED_JOBS,
+    )
+    assert informer.list() == 2 and not informer.split and sorted(seen) == ["done", "pending"]
+    assert informer.backfill() == 0
