@@ -386,7 +386,7 @@ def _restart_table(r: dict[str, Any]) -> list[str]:
         ("fail-over: seconds from the leader's SIGKILL to the lease taken", "takeover_s", "{:.1f}"),
         ("fail-over: seconds from the leader's SIGKILL to the new job reconciled", "kill_to_done_s", "{:.1f}"),
         ("seconds from the start to ready (ours: the unfinished jobs listed; the ceiling: its LIST done)", "ready_s", "{:.1f}"),
-        ("seconds from the start to every job cached (ours: the finished ones listed after ready)", "all_cached_s", "{:.1f}"),
+        ("seconds from the start (fail-over: the lease taken) to every job cached (ours: the finished ones listed after ready)", "all_cached_s", "{:.1f}"),
         ("CPU seconds from the start to the new job reconciled", "cpu_s_to_done", "{:.1f}"),
         ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
         ("RSS once idle (MiB)", "rss_mib", "{:.0f}"),

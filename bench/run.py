@@ -649,6 +649,7 @@ class Bench:
             done = await self.new_job_done(client, ns, "new-failover", tracker, second.alive, 120 + n * 0.1)
             await asyncio.wait_for(lease_task, 30)
             out = {"jobs": n, "kill_to_done_s": done - t_kill, "takeover_s": taken["at"] - t_kill, "seconds": done - taken["at"]}
+            out["all_cached_s"] = await self.all_listed(second, 120 + n * 0.1) - taken["at"]  # the idle window starts after the background listing
             out["listings"] = listings(second)
             await self.reconciles_settled(second)
             window = await self.idle_window(second, self.plan.restart_idle_seconds)
