@@ -369,7 +369,14 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
 def _restart_table(r: dict[str, Any]) -> list[str]:
     restart = r.get("restart") or {}
     columns = [
-        (k, label) for k, label in (("ours", NAMES["ours"]), ("ours_failover", "lorarl, fail-over (2 replicas)"), ("ceiling", NAMES["ceiling"])) if k in restart
+        (k, label)
+        for k, label in (
+            ("ours", NAMES["ours"]),
+            ("ours_failover", "lorarl, fail-over (2 replicas)"),
+            ("ceiling", NAMES["ceiling"]),
+            ("kuberay", NAMES["kuberay"] + " (over finished RayJobs)"),
+        )
+        if k in restart
     ]
     if not columns:
         return []
@@ -378,7 +385,8 @@ def _restart_table(r: dict[str, Any]) -> list[str]:
         ("seconds to the new job's RayJob and status: after the start (fail-over: after the lease is taken)", "seconds", "{:.1f}"),
         ("fail-over: seconds from the leader's SIGKILL to the lease taken", "takeover_s", "{:.1f}"),
         ("fail-over: seconds from the leader's SIGKILL to the new job reconciled", "kill_to_done_s", "{:.1f}"),
-        ("seconds from the start to ready (ours: every kind listed; the ceiling: its LIST done)", "ready_s", "{:.1f}"),
+        ("seconds from the start to ready (ours: the unfinished jobs listed; the ceiling: its LIST done)", "ready_s", "{:.1f}"),
+        ("seconds from the start (fail-over: the lease taken) to every job cached (ours: the finished ones listed after ready)", "all_cached_s", "{:.1f}"),
         ("CPU seconds from the start to the new job reconciled", "cpu_s_to_done", "{:.1f}"),
         ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
         ("RSS once idle (MiB)", "rss_mib", "{:.0f}"),
@@ -394,7 +402,14 @@ def _restart_table(r: dict[str, Any]) -> list[str]:
         out.append(f"| {label} | " + " | ".join(_f(restart[k].get(key), fmt) for k, _ in columns) + " |")
     listed = [restart[k].get("listings") for k, _ in columns]
     if any(listed):
-        text = ["; ".join(f"{x['objects']:,} {x['kind'].split('.')[0]}: {x['seconds']:.1f} s" for x in ls) if ls else "–" for ls in listed]
+        text = [
+            "; ".join(
+                f"{x['objects']:,} {x['kind'].split('.')[0]}{' (' + x['part'] + ')' if x.get('part', 'all') != 'all' else ''}: {x['seconds']:.1f} s" for x in ls
+            )
+            if ls
+            else "–"
+            for ls in listed
+        ]
         out.append("| its LISTs, as it logged them | " + " | ".join(text) + " |")
     cached = [restart[k].get("cached") for k, _ in columns]
     out.append("| jobs cached whole / compact | " + " | ".join(f"{c['whole']:,} / {c['compact']:,}" if c else "–" for c in cached) + " |")

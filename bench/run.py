@@ -436,7 +436,28 @@ class Bench:
         log(f"{n} finished jobs in {ns} ({time.monotonic() - t0:.0f}s; {through_api} through the API server)")
         return ns, time.monotonic() - t0
 
-    async def cache_holds(self, client: Client, ns: str, n: int, timeout: float = 900) -> None:
+    async def finished_rayjobs_namespace(self, client: Client, n: int) -> str:
+        """A namespace with ``n`` RayJobs that KubeRay saw through to SUCCEEDED (the RayJobs of
+        the restart point's finished jobs, for KubeRay's own start-up over them): seeded as
+        ``finished_namespace`` seeds jobs (a few through the API server, the rest etcd copies)."""
+        ns = f"rayjobs-{n}"
+        await self.new_namespace(client, ns)
+        t0 = time.monotonic()
+        through_api = min(n, SEED_THROUGH_API)
+        for i in range(through_api):
+            rayjob = rayjob_for_kuberay(ns, i)
+            await client.create(rayjob)
+            await client.patch_status(*RAYJOB, ns, rayjob["metadata"]["name"], kuberay_statuses(rayjob, finished=True)[-1])
+        if n > through_api:
+            names = [rayjob_for_kuberay(ns, i)["metadata"]["name"] for i in range(n)]
+            await etcd_copies(self.cp, f"/registry/ray.io/rayjobs/{ns}/", names[0], names[through_api:])
+            await self.cache_holds(client, ns, n, url="/apis/ray.io/v1/namespaces/{ns}/rayjobs")
+        log(f"{n} finished RayJobs in {ns} ({time.monotonic() - t0:.0f}s; {through_api} through the API server)")
+        return ns
+
+    async def cache_holds(
+        self, client: Client, ns: str, n: int, timeout: float = 900, url: str = "/apis/lorarl.dev/v1alpha1/namespaces/{ns}/lorarljobs"
+    ) -> None:
         """Wait until the API server serves all ``n`` jobs of ``ns``: it decodes the copies from
         its etcd watch into its watch cache (seconds to minutes under load), and until then a
         consistent LIST waits for the cache and answers 504 "Too large resource version". A
@@ -446,15 +467,35 @@ class Bench:
             try:
                 # the operator's own first request (a page of 500): one of 1 item was answered while
                 # a page of 500 still waited for the cache
-                page = await client.request("GET", f"/apis/lorarl.dev/v1alpha1/namespaces/{ns}/lorarljobs", params={"limit": "500"}, retries=0)
+                page = await client.request("GET", url.format(ns=ns), params={"limit": "500"}, retries=0)
                 held = len(page.get("items") or []) + int((page.get("metadata") or {}).get("remainingItemCount") or 0)
                 if held >= n:
+                    await self.watch_cache_current(client, url.format(ns=ns), deadline)
                     return
             except KubeError as err:
                 if err.status != 504:
                     raise
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the API server did not serve the {n} jobs of {ns} in {timeout:.0f}s")
+            await asyncio.sleep(2)
+
+    async def watch_cache_current(self, client: Client, url: str, deadline: float) -> None:
+        """Wait until the API server's watch cache has caught up with etcd. The copies arrive in
+        its etcd watch 100 objects per revision, and it decodes them slowly on busy cores
+        (measured: 50 revisions behind 3 minutes after the copies); meanwhile a consistent LIST
+        that it cannot answer from the cache within 3 s goes to etcd, which decodes every object
+        (a field-selected page of 500 timed out at 60 s). A running cluster's cache is current:
+        without this wait the bench would measure the seeding."""
+        newest = int((await client.request("GET", url, params={"limit": "1"}))["metadata"]["resourceVersion"])
+        t0 = time.monotonic()
+        while True:
+            # resourceVersion 0: answered from the watch cache, at the revision it has reached
+            cached = await client.request("GET", url, params={"resourceVersion": "0", "labelSelector": "bench.lorarl.dev/none=none"})
+            if int(cached["metadata"]["resourceVersion"]) >= newest:
+                log(f"the API server's watch cache reached etcd's revision {newest} {time.monotonic() - t0:.0f}s later")
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the watch cache of {url} stayed behind etcd's revision {newest}")
             await asyncio.sleep(2)
 
     async def history_point(self, client: Client, n: int) -> dict[str, Any]:
@@ -488,9 +529,10 @@ class Bench:
             if sysm is not None:
                 await asyncio.to_thread(sysm.stop)
 
-    async def new_job_done(self, client: Client, ns: str, name: str, watching: Tracker, alive, timeout: float) -> float:
-        """Create job ``name`` now; the monotonic time its RayJob exists and its status is written."""
-        doc = lorarl_job(ns, 0)
+    async def new_job_done(self, client: Client, ns: str, name: str, watching: Tracker, alive, timeout: float, system: str = "ours") -> float:
+        """Create job ``name`` now; the monotonic time its RayJob exists and its status is written
+        (KubeRay: a RayJob, until its RayCluster exists and its status names it)."""
+        doc = rayjob_for_kuberay(ns, 0) if system == "kuberay" else lorarl_job(ns, 0)
         doc["metadata"]["name"] = name
         await client.create(doc)
         await watching.wait(lambda: watching.done_at(name) is not None or not alive(), timeout, lambda: f"the new job {name} reconciled")
@@ -508,8 +550,10 @@ class Bench:
             t0 = time.monotonic()
             await asyncio.to_thread(sysm.launch, ns, "-restart")
             ready = asyncio.create_task(self.ready_at(sysm))
-            done = await self.new_job_done(client, ns, f"new-{system}", tracker, sysm.alive, 120 + n * 0.1)
+            done = await self.new_job_done(client, ns, f"new-{system}", tracker, sysm.alive, 120 + n * 0.1, system)
             out = {"jobs": n, "seconds": done - t0, "cpu_s_to_done": sysm.meter.cpu_seconds(), "ready_s": (await ready) - t0}
+            if isinstance(sysm, Ours):  # the finished jobs are listed after it is ready: when are they all in?
+                out["all_cached_s"] = await self.all_listed(sysm, 120 + n * 0.1) - t0
             out["listings"] = listings(sysm)
             await self.quiet(sysm.user, seconds=10, timeout=120, reads=True)
             window = await self.idle_window(sysm, self.plan.restart_idle_seconds)
@@ -531,6 +575,16 @@ class Bench:
             for t in tasks:
                 t.cancel()
             await asyncio.to_thread(sysm.stop)
+
+    async def all_listed(self, ours: Ours, timeout: float) -> float:
+        """The monotonic time ours logs its RayJob listing (after the finished jobs: every kind
+        is then cached), read from its log every 0.2 s (its /metrics would cost it a scrape each time)."""
+        deadline = time.monotonic() + timeout
+        while "rayjobs.ray.io in " not in ours.log_tail(400):
+            if time.monotonic() > deadline or not ours.alive():
+                return float("nan")
+            await asyncio.sleep(0.2)
+        return time.monotonic()
 
     async def ready_at(self, sysm: System) -> float:
         """The monotonic time ``sysm`` first answers ready (ours: /readyz, once every kind is
@@ -595,6 +649,7 @@ class Bench:
             done = await self.new_job_done(client, ns, "new-failover", tracker, second.alive, 120 + n * 0.1)
             await asyncio.wait_for(lease_task, 30)
             out = {"jobs": n, "kill_to_done_s": done - t_kill, "takeover_s": taken["at"] - t_kill, "seconds": done - taken["at"]}
+            out["all_cached_s"] = await self.all_listed(second, 120 + n * 0.1) - taken["at"]  # the idle window starts after the background listing
             out["listings"] = listings(second)
             await self.reconciles_settled(second)
             window = await self.idle_window(second, self.plan.restart_idle_seconds)
@@ -622,6 +677,11 @@ class Bench:
         self.results["restart"]["create_seconds"] = created
         for system in [s for s in ("ours", "ceiling") if s in self.plan.systems]:
             await self.guard(f"restart {system} over {n} finished jobs", self.results["restart"], system, self.restart_point(client, system, ns, n))
+        if "kuberay" in self.plan.systems:  # KubeRay's operator over the same number of finished RayJobs
+            rayjobs_ns = await self.finished_rayjobs_namespace(client, n)
+            await self.guard(
+                f"restart kuberay over {n} finished RayJobs", self.results["restart"], "kuberay", self.restart_point(client, "kuberay", rayjobs_ns, n)
+            )
         if "ours" in self.plan.systems:
             await self.guard(f"fail-over over {n} finished jobs", self.results["restart"], "ours_failover", self.failover_point(client, ns, n))
 
@@ -673,9 +733,10 @@ class Bench:
 
 
 def listings(sysm: System) -> list[dict[str, Any]]:
-    """What ours logged of its listings ("listed 10001 lorarljobs.lorarl.dev in NS in 3.2s")."""
-    found = re.findall(r"listed (\d+) (\S+) in .*? in ([\d.]+)s", sysm.log_tail(400)) if isinstance(sysm, Ours) else []
-    return [{"objects": int(count), "kind": kind, "seconds": float(seconds)} for count, kind, seconds in found]
+    """What ours logged of its listings ("listed 3 lorarljobs.lorarl.dev in NS (unfinished) in 0.2s",
+    "listed 10000 lorarljobs.lorarl.dev in NS (the rest, after start-up) in 31.0s")."""
+    found = re.findall(r"listed (\d+) (\S+) in [^(\n]*?(?: \(([^)]*)\))? in ([\d.]+)s", sysm.log_tail(400)) if isinstance(sysm, Ours) else []
+    return [{"objects": int(count), "kind": kind, "part": part or "all", "seconds": float(seconds)} for count, kind, part, seconds in found]
 
 
 def median_run(outs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -821,8 +882,8 @@ def merged(base: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -
         if phase == "burst":
             for n, systems in (new.get("burst") or {}).items():
                 out.setdefault("burst", {}).setdefault(n, {}).update(systems)
-        elif phase == "history":
-            out["history"] = {**(base.get("history") or {}), **(new.get("history") or {})}
+        elif phase in ("history", "restart"):  # per point / per system: a run of one system keeps the others
+            out[phase] = {**(base.get(phase) or {}), **(new.get(phase) or {})}
         elif new.get(phase):
             out[phase] = new[phase]
     out["errors"] = list(base.get("errors") or []) + list(new.get("errors") or [])

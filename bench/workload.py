@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime
 import pathlib
 import time
 from collections.abc import Callable, Iterable
@@ -81,7 +82,9 @@ def kuberay_statuses(rayjob: dict[str, Any], finished: bool) -> list[dict[str, A
 
 
 def finished_job(namespace: str, i: int, uid: str = "00000000-0000-0000-0000-000000000000") -> tuple[dict[str, Any], dict[str, Any]]:
-    """(LoraRLJob document, its status): a job the operator saw through to Succeeded."""
+    """(LoraRLJob document, its status): a job the operator saw through to Succeeded two days
+    ago (history: outside the per-job metrics window, ``--finished-metrics-seconds``, as most
+    finished jobs of a cluster are)."""
     doc = lorarl_job(namespace, i)
     job, _ = parse_stored(stored(doc, uid))
     rayjob = render.rayjob(job)
@@ -89,11 +92,13 @@ def finished_job(namespace: str, i: int, uid: str = "00000000-0000-0000-0000-000
     previous: dict[str, Any] = {}
     for st in [None, *kuberay_statuses(rayjob, finished=True)]:
         live = None if st is None else {**rayjob, "status": st}
-        facts = status.Facts(generation=1, now=reconcile.rfc3339(reconcile.utcnow()), user_suspended=False, queue_name=None, verdict=verdict)
+        facts = status.Facts(generation=1, now=reconcile.rfc3339(reconcile.utcnow() - HISTORY_AGE), user_suspended=False, queue_name=None, verdict=verdict)
         new, _ = status.compute(previous, live, facts)
         previous = {**previous, **new}
     return doc, previous
 
+
+HISTORY_AGE = datetime.timedelta(days=2)
 
 Mark = Callable[[dict[str, Any]], Iterable[tuple[str, str]]]
 

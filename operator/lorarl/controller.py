@@ -2,9 +2,9 @@
 
 * ``runtime.informer.Informer`` lists, then watches, LoraRLJobs and the RayJobs labelled ``lorarl.dev/job``
   (one of each per watched namespace, or one of each for the whole cluster). ``Controller.start``
-  is kopf's startup handler: it lists both kinds before it returns, so the caches are complete
-  before the first reconcile (a RayJob not yet listed would look deleted and be re-created), and
-  kopf reports itself started (``/readyz``) only then. Why not kopf's own watches: see
+  is kopf's startup handler: it lists the unfinished jobs before it returns (a field selector on
+  ``status.phase``), and kopf reports itself started (``/readyz``) then; the finished jobs and
+  the RayJobs are listed afterwards, in a thread of their own (why that is safe: ``start``). Why not kopf's own watches: see
   docs/architecture.md ("What kopf does here"): its start-up over N listed objects of an indexed
   kind is O(N^2), and it holds the whole listing decoded at once.
 * A listed job that is finished and settled (``reconcile.settled_finished``) is cached as a compact
@@ -54,6 +54,9 @@ from .runtime.kube import Api, ApiError
 
 log = logging.getLogger("lorarl.controller")
 RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL = "ray.io", "v1", "rayjobs"
+# the jobs listed before the operator is ready (the CRD's selectableFields; field selectors on a
+# custom resource take =, == and !=, joined by commas as AND: no "notin")
+UNFINISHED_JOBS = ",".join(f"status.phase!={phase}" for phase in status.TERMINAL)
 
 
 def api_connections(workers: int) -> int:
@@ -148,17 +151,20 @@ class Controller:
 
     def __init__(self, kube: Api, options: Options, settings: kopf.OperatorSettings) -> None:
         self.options, self.settings, self.kube = options, settings, kube
-        self.caches = Caches()
+        self.caches = Caches(rayjobs_listed=False)  # listed after start-up: see start()
         self.reconciler = Reconciler(kube, caches=self.caches)
         self.recorder = EventRecorder(kube)
         self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
         self.stopping = threading.Event()
         self.synced = threading.Event()
         where = scopes(options.namespaces)
-        # jobs first: when a RayJob is listed, its owner's state is known
-        self.informers = [
-            Informer(kube.client, api.GROUP, api.VERSION, api.PLURAL, ns, self.on_job, stopping=self.stopping, decode=decode_job) for ns in where
-        ] + [
+        self.job_informers = [
+            Informer(
+                kube.client, api.GROUP, api.VERSION, api.PLURAL, ns, self.on_job, stopping=self.stopping, decode=decode_job, ready_selector=UNFINISHED_JOBS
+            )
+            for ns in where
+        ]
+        self.rayjob_informers = [
             Informer(kube.client, RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL, ns, self.on_rayjob, label_selector=render.JOB_LABEL, stopping=self.stopping)
             for ns in where
         ]
@@ -191,18 +197,37 @@ class Controller:
             return {"jobs": len(self.caches.jobs), "rayjobs": len(self.caches.rayjobs)}
 
     def start(self) -> None:
-        """List every kind (the caches are then complete), then watch, reconcile and resync."""
-        for informer in self.informers:
+        """List the unfinished jobs, then watch every job, reconcile and resync; list the finished
+        jobs and the RayJobs in the background.
+
+        Why no reconcile can act wrongly on what is not listed yet (tests/operator/test_restart_split.py):
+        a reconcile reads its job and that job's RayJob (and pods, which are optional anyway).
+        * The job: every unfinished job is listed here, and every change of any job after this
+          listing comes through the watch, which starts from its resourceVersion. A key that is
+          not cached is a finished job not yet backfilled: nothing queues it (its events and
+          TTL arrive with it), a new job cannot take its name (the API server refuses the
+          create while it exists), and a reconcile that finds no job writes nothing.
+        * Its RayJob: until every RayJob is listed (``caches.rayjobs_listed``), one the cache
+          lacks is read with a GET (``Reconciler._read``), so an unfinished job's existing RayJob
+          is never taken for deleted and re-created, nor a new job's name clash missed. A label
+          on a finished job's RayJob (so that only the others are listed before ready) would cost
+          a write per finished job and miss every RayJob made before the label existed; KubeRay's
+          CRD offers no selectable field. A GET per reconcile during the listing is cheaper.
+        Finished jobs are listed before the RayJobs, so a listed RayJob finds its finished owner
+        compact and queues nothing."""
+        for informer in self.job_informers:
             began = time.monotonic()
             try:
                 count = informer.list()
             except Exception as err:  # noqa: BLE001 - kopf retries its startup handler
                 raise kopf.TemporaryError(f"listing {informer.describe} failed: {err}", delay=5) from None
-            log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
+            log.info("listed %d %s%s in %.1fs", count, informer.describe, " (unfinished)" if informer.split else "", time.monotonic() - began)
         self.synced.set()
         self.threads = [
-            threading.Thread(target=i.watch, args=(self.stopping,), name=f"lorarl-watch-{i.plural}-{i.namespace or 'all'}", daemon=True) for i in self.informers
+            threading.Thread(target=i.watch, args=(self.stopping,), name=f"lorarl-watch-{i.plural}-{i.namespace or 'all'}", daemon=True)
+            for i in self.job_informers
         ]
+        self.threads.append(threading.Thread(target=self._list_the_rest, name="lorarl-watch-backfill", daemon=True))
         self.threads += [
             threading.Thread(target=self._follow_pods, args=(i,), name=f"lorarl-watch-pods-{i.namespace or 'all'}", daemon=True) for i in self.pod_informers
         ]
@@ -210,6 +235,38 @@ class Controller:
         self.threads.append(threading.Thread(target=self._resync_loop, name="lorarl-resync", daemon=True))
         for thread in self.threads:
             thread.start()
+
+    def _list_the_rest(self) -> None:
+        """After start-up: the finished jobs (their TTL, their metrics), then the RayJobs; each
+        listing retried until it succeeds, then the RayJobs watched."""
+        for informer in self.job_informers:
+            began = time.monotonic()
+            count = self._until_done(informer.backfill, informer.describe)
+            if count is not None:
+                log.info("listed %d %s (the rest, after start-up) in %.1fs", count, informer.describe, time.monotonic() - began)
+        for informer in self.rayjob_informers:
+            began = time.monotonic()
+            count = self._until_done(informer.list, informer.describe)
+            if count is None:
+                return
+            log.info("listed %d %s (after start-up) in %.1fs", count, informer.describe, time.monotonic() - began)
+        self.caches.rayjobs_listed.set()
+        watches = [
+            threading.Thread(target=i.watch, args=(self.stopping,), name=f"lorarl-watch-{i.plural}-{i.namespace or 'all'}", daemon=True)
+            for i in self.rayjob_informers
+        ]
+        for thread in watches:
+            thread.start()
+
+    def _until_done(self, listing: Any, what: str) -> int | None:
+        """``listing()``, retried every 5 s while it fails; None once the controller stops."""
+        while not self.stopping.is_set():
+            try:
+                return listing()
+            except Exception as err:  # noqa: BLE001 - the API server is away: retry
+                log.warning("listing %s failed, retrying in 5s: %s", what, err)
+                self.stopping.wait(5)
+        return None
 
     def stop(self) -> None:
         """Let in-flight reconciles finish and start no new one, so that nothing is written after

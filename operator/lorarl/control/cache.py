@@ -186,7 +186,10 @@ class Store:
         """Store what the watch delivered; True if it is the echo of our own last write."""
         key, rv = key_of(body), body["metadata"].get("resourceVersion")
         with self._lock:
-            trimmed = self._items[key] = self._trim(body, self._items.get(key))
+            current = self._items.get(key)
+            if current is not None and current["metadata"].get("uid") == body["metadata"].get("uid") and _newer(current, body):
+                return True  # older than what is cached (a listing that began before our write): nothing new
+            trimmed = self._items[key] = self._trim(body, current)
             self._compact.discard(key)
             if rv is not None and self._own.get(key) == rv:
                 del self._own[key]
@@ -319,7 +322,12 @@ _MAX_GONE = 10000  # deleted GPU pods remembered until counted
 class Caches:
     """What the reconciler reads: jobs, RayJobs (keyed by the RayJob's own name), memos."""
 
-    def __init__(self) -> None:
+    def __init__(self, rayjobs_listed: bool = True) -> None:
+        """``rayjobs_listed`` False: RayJobs are still being listed (the controller lists them after
+        it is ready), so a RayJob absent from the cache may exist: the reconciler then GETs it."""
+        self.rayjobs_listed = threading.Event()
+        if rayjobs_listed:
+            self.rayjobs_listed.set()
         self.jobs = Store(trim_job, job_fingerprint)
         self.rayjobs = Store(trim_rayjob, rayjob_fingerprint)
         self.pods = Store(pods.trim_pod, lambda body: None)  # never written by us: no echoes

@@ -197,6 +197,10 @@ class Reconciler:
         body, whole = store.read((namespace, name))
         if body is not None and not whole:  # a finished job kept compact: the rare reconcile reads it all
             return self.kube.get(api_version, kind, namespace, name)
+        if body is None and store is self.caches.rayjobs and not self.caches.rayjobs_listed.is_set():
+            # RayJobs are listed after start-up (controller.Controller.start): until then an
+            # absent one may exist, and acting on its absence would re-create it
+            return self.kube.get(api_version, kind, namespace, name)
         return body
 
     def _memo(self, which: str, body: dict[str, Any], make: Callable[[], Any]) -> Any:

@@ -8,7 +8,21 @@ listing lacks is reported deleted, what changed (another resourceVersion) is rep
 what did not change is not reported at all.
 
 ``list()`` blocks until the kind is listed (the caller's readiness signal: every kind listed
-before the first reconcile); ``watch(stop)`` then follows changes until ``stop`` is set. Each
+before the first reconcile); ``watch(stop)`` then follows changes until ``stop`` is set.
+
+A listing can be split (``ready_selector``, a field selector): ``list()`` then lists only what it
+selects (a LoraRLJob informer: the unfinished jobs), the watch starts at once from that
+listing's resourceVersion *without* the selector (one watch for every object: a selected watch
+would report an object that leaves the selection as DELETED, which a re-list could not tell from
+a deletion), and ``backfill()``, in a thread of its own, lists the rest. Why that is still every
+object exactly once, in order: an object not selected at the first listing's resourceVersion R1
+either changes after R1 (the watch delivers every such change, in order) or not (then the
+backfill's listing, at R2 >= R1, has it as it was at R1). So the backfill reports only what is not
+known yet (neither listed nor watched) and not deleted by the watch meanwhile (a tombstone per
+key until the backfill ends); and a watch event older than what the backfill reported (a change
+between R1 and R2 that the watch delivers late) is not reported again (resourceVersions compared
+as integers when both are, as etcd's are; otherwise it is reported, and the watch's later events
+bring the object up to date). A 410 Gone is a whole re-list, as without a split. Each
 object reaches ``handle(type, body, listed)``: ``type`` ADDED, MODIFIED or DELETED, ``listed``
 True for what a listing delivered. Objects are decoded one page (or one event) at a time and
 never kept here: the handler decides what to keep. Only (uid, resourceVersion) per key stays,
@@ -123,6 +137,7 @@ class Informer:
         request_timeout: float = 60.0,
         stopping: threading.Event | None = None,
         decode: Decode = decode_whole,
+        ready_selector: str | None = None,
     ) -> None:
         self._api = kubernetes.client.CustomObjectsApi(client)
         self.group, self.version, self.plural, self.namespace = group, version, plural, namespace
@@ -131,13 +146,20 @@ class Informer:
         self._decode = decode
         self._api_version = f"{group}/{version}"
         self._known: dict[Key, tuple[str | None, str | None]] = {}  # key -> (uid, resourceVersion)
+        self._lock = threading.Lock()  # the watch and the backfill report from two threads: one at a time
+        self._ready_selector = ready_selector
+        self._backfilling = False
+        self._tombstones: dict[Key, str | None] = {}  # key -> uid the watch saw deleted while backfilling
         self.resource_version: str | None = None
+        self._listed_at: str | None = None
 
     @property
     def describe(self) -> str:
         return f"{self.plural}{'.' + self.group if self.group else ''} in {self.namespace or 'all namespaces'}"
 
-    def _request(self, **query: Any) -> Any:
+    def _request(self, field_selector: str | None = None, **query: Any) -> Any:
+        if field_selector:
+            query["field_selector"] = field_selector
         if self._selector:
             query["label_selector"] = self._selector
         if self.group == "" and self.plural == "pods":  # the core group: /api/v1, not /apis/<group>/<version>
@@ -154,8 +176,10 @@ class Informer:
             lambda: self._api.list_cluster_custom_object(self.group, self.version, self.plural, _preload_content=False, **query), self._stopping
         )
 
-    def _page(self, limit: int | None, token: str | None) -> Any:
-        query: dict[str, Any] = {"_request_timeout": self._timeout}
+    def _page(self, limit: int | None, token: str | None, field_selector: str | None = None, from_cache: bool = False) -> Any:
+        query: dict[str, Any] = {"_request_timeout": self._timeout, "field_selector": field_selector}
+        if from_cache and not token:
+            query["resource_version"] = "0"
         if limit:
             query["limit"] = limit
         if token:
@@ -171,41 +195,121 @@ class Informer:
         finally:
             response.release_conn()
 
-    def list(self) -> int:
-        """List every object (in pages) and report it; what is gone since the last listing is
-        reported deleted. Returns how many objects there are."""
-        seen: set[Key] = set()
+    def _items(self, field_selector: str | None = None, from_cache: bool = False) -> Iterator[tuple[dict[str, Any], Key] | None]:
+        """Every object of one listing with its key, decoded one at a time; the listing's
+        resourceVersion is left in ``self._listed_at``. Yields None when the listing starts over
+        (an expired continue token: one full list instead)."""
         token, limit = None, self._page_size
         while True:
             try:
-                page = self._page(limit, token)
+                page = self._page(limit, token, field_selector, from_cache)
             except Gone:
                 if token is None or limit is None:
                     raise
                 log.info("listing %s: the continue token expired; listing everything at once", self.describe)
-                seen, token, limit = set(), None, None  # pager.go: a full list instead
+                token, limit = None, None  # pager.go: a full list instead
+                yield None
                 continue
             for raw in page.items or []:
                 item = self._decode(raw, True)
                 item.setdefault("apiVersion", self._api_version)
                 item.setdefault("kind", page.kind.removesuffix("List"))
                 meta = item["metadata"]
-                key = (meta["namespace"], meta["name"])
-                seen.add(key)
+                yield item, (meta["namespace"], meta["name"])
+            token = page.metadata.continue_
+            if not token:
+                self._listed_at = page.metadata.resourceVersion
+                return
+            page = raw = None  # let the page go before the next one arrives (a Raw holds its buffer)
+
+    def list(self) -> int:
+        """List every object (in pages; with a ``ready_selector`` only what it selects) and report
+        it; what is gone since the last listing is reported deleted. Returns how many objects
+        were listed. A later call (the watch's re-list after a 410) lists everything."""
+        selector = self._ready_selector if self.resource_version is None else None
+        if selector:
+            try:
+                return self._list_selected(selector)
+            except ApiException as err:
+                if err.status != 400:  # 400: the field is not selectable (a CRD older than the operator)
+                    raise
+                log.warning("listing %s with %r refused (%s %s): listing everything before starting", self.describe, selector, err.status, err.reason)
+                self._ready_selector, self._backfilling = None, False
+        seen: set[Key] = set()
+        for entry in self._items():
+            if entry is None:
+                seen = set()
+                continue
+            item, key = entry
+            seen.add(key)
+            meta = item["metadata"]
+            with self._lock:
                 known = self._known.get(key)
                 current = (meta.get("uid"), meta.get("resourceVersion"))
                 if known != current:
                     self._known[key] = current
                     self._handle("ADDED" if known is None or known[0] != current[0] else "MODIFIED", item, True)
-            token = page.metadata.continue_
-            if not token:
-                self.resource_version = page.metadata.resourceVersion
-                break
-            page = raw = None  # let the page go before the next one arrives (a Raw holds its buffer)
-        for key in [k for k in self._known if k not in seen]:
-            uid, rv = self._known.pop(key)
-            self._handle("DELETED", {"metadata": {"namespace": key[0], "name": key[1], "uid": uid, "resourceVersion": rv}}, True)
+        self.resource_version = self._listed_at
+        with self._lock:
+            gone = [k for k in self._known if k not in seen]
+            for key in gone:
+                uid, rv = self._known.pop(key)
+                self._handle("DELETED", {"metadata": {"namespace": key[0], "name": key[1], "uid": uid, "resourceVersion": rv}}, True)
         return len(seen)
+
+    def _list_selected(self, selector: str) -> int:
+        """The first listing of a split informer: only what ``selector`` selects; the watch then
+        starts from here and ``backfill()`` reports the rest."""
+        count = 0
+        with self._lock:
+            self._backfilling = True  # from now until the backfill ends, the watch keeps tombstones
+        # resourceVersion "0": from the API server's watch cache, which filters in memory; a
+        # consistent (quorum) read with a limit is served from etcd, which reads and decodes every
+        # object to fill a page of the few selected (measured: > 60 s over 10,000 finished jobs
+        # under load, against 0.6-2.6 s from the cache). client-go's Reflector lists from "0" first
+        # too (tools/cache/reflector.go, relistResourceVersion); the watch from this listing's
+        # resourceVersion then delivers whatever the cache had not yet seen.
+        for entry in self._items(selector, from_cache=True):
+            if entry is None:
+                continue  # listed again from the start: what was reported is known, and skipped below
+            item, key = entry
+            meta = item["metadata"]
+            current = (meta.get("uid"), meta.get("resourceVersion"))
+            with self._lock:
+                if self._known.get(key) != current:
+                    self._known[key] = current
+                    self._handle("ADDED", item, True)
+            count += 1
+        self.resource_version = self._listed_at
+        return count
+
+    @property
+    def split(self) -> bool:
+        """Whether ``list()`` listed only part (``backfill()`` lists the rest)."""
+        return self._backfilling
+
+    def backfill(self) -> int:
+        """After a split ``list()``, and while the watch runs: list everything, and report what
+        neither that listing nor the watch has reported (see the module's docstring). Returns how
+        many objects it reported."""
+        if not self._backfilling:
+            return 0
+        reported = 0
+        for entry in self._items():  # a failure leaves the split open: a retry lists again
+            if entry is None:
+                continue
+            item, key = entry
+            meta = item["metadata"]
+            with self._lock:
+                if key in self._known or (key in self._tombstones and self._tombstones[key] == meta.get("uid")):
+                    continue  # listed or watched already (the watch keeps it current), or deleted since
+                self._known[key] = (meta.get("uid"), meta.get("resourceVersion"))
+                self._handle("ADDED", item, True)
+            reported += 1
+        with self._lock:
+            self._backfilling = False
+            self._tombstones.clear()
+        return reported
 
     def _watch_once(self, stop: threading.Event) -> None:
         seconds = int(WATCH_SECONDS * (1 + random.random()))
@@ -238,11 +342,18 @@ class Informer:
                 if kind == "BOOKMARK":
                     continue
                 key = (meta["namespace"], meta["name"])
-                if kind == "DELETED":
-                    self._known.pop(key, None)
-                else:
-                    self._known[key] = (meta.get("uid"), meta.get("resourceVersion"))
-                self._handle(kind, obj, False)
+                with self._lock:
+                    current = (meta.get("uid"), meta.get("resourceVersion"))
+                    known = self._known.get(key)
+                    if kind == "DELETED":
+                        self._known.pop(key, None)
+                        if self._backfilling:
+                            self._tombstones[key] = current[0]
+                    elif known is not None and known[0] == current[0] and _older(current[1], known[1]):
+                        continue  # the backfill reported a later state already (a change it listed before this event came)
+                    else:
+                        self._known[key] = current
+                    self._handle(kind, obj, False)
         finally:
             response.release_conn()
 
@@ -268,6 +379,14 @@ class Informer:
                 delay = _backoff(failures - 1, err)
                 log.warning("watching %s failed: %s; reopening in %gs", self.describe, _describe(err), delay)
                 stop.wait(delay)
+
+
+def _older(rv: str | None, than: str | None) -> bool:
+    """resourceVersions are opaque, but etcd's are integers: compare them when both are."""
+    try:
+        return int(rv) < int(than)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def _backoff(failures: int, err: BaseException) -> float:
