@@ -61,11 +61,11 @@ def test_cached_objects_are_trimmed_to_what_the_reconcile_reads():
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {"namespace": "ns", "name": "a", "uid": "r", "resourceVersion": "1"},
-        "spec": {"suspend": True, "entrypoint": "python3 ...", "rayClusterSpec": {"headGroupSpec": {}}},
+        "spec": {"suspend": True, "backoffLimit": 2, "entrypoint": "python3 ...", "rayClusterSpec": {"headGroupSpec": {}}},
         "status": {"jobStatus": "RUNNING"},
     }
     caches.rayjobs.put(rayjob)
-    assert caches.rayjobs.get(("ns", "a"))["spec"] == {"suspend": True}
+    assert caches.rayjobs.get(("ns", "a"))["spec"] == {"suspend": True, "backoffLimit": 2}
     assert caches.rayjobs.get(("ns", "a"))["status"] == {"jobStatus": "RUNNING"}
 
 

@@ -203,3 +203,33 @@ def test_apply_failed_warns_once_per_refusal_and_clears_by_itself():
     assert conds(fixed)["Stalled"] == ("False", "NoError") and conds(fixed)["Reconciling"] == ("True", "RayJobCreated")
     assert {c["type"]: c["message"] for c in fixed["conditions"]}["Stalled"] == ""
     assert [e.reason for e in events] == []
+
+
+def _retried(failed, limit, reason="AppFailed", message="Job entrypoint command failed with exit code 1"):
+    rj = rayjob("Failed", "FAILED", reason, message, failed=failed)
+    rj["spec"] = {"backoffLimit": limit}
+    return rj
+
+
+def test_a_final_failure_after_retries_says_the_attempts_were_used_up():
+    """KubeRay fails a RayJob for good once status.failed reaches spec.backoffLimit + 1
+    (rayjob_controller.go:486-524, v1.5.0): the message says so before the last attempt's words."""
+    out, events = status.compute({"phase": "Preparing"}, _retried(3, 2), facts())
+    failed = next(c for c in out["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "AppFailed")
+    assert failed["message"].startswith("all 3 attempts failed, no retry left (runPolicy.backoffLimit 2); the last: Job entrypoint")
+    assert "all 3 attempts failed" in events[0].message
+
+
+@pytest.mark.parametrize(
+    ("failed", "limit", "reason"),
+    [(1, 0, "AppFailed"), (1, None, "AppFailed"), (1, 2, "DeadlineExceeded")],
+    ids=["no-retries-allowed", "no-limit", "deadline-is-never-retried"],
+)
+def test_a_failure_without_spent_retries_keeps_kuberays_message(failed, limit, reason):
+    rj = _retried(failed, limit, reason)
+    if limit is None:
+        rj["spec"] = {}
+    out, _ = status.compute({"phase": "Running"}, rj, facts())
+    failed_cond = next(c for c in out["conditions"] if c["type"] == "Failed")
+    assert failed_cond["message"] == "Job entrypoint command failed with exit code 1"

@@ -276,7 +276,8 @@ def run_real(base: str | None) -> None:
     if not (hub_root / "models").is_dir():
         hub_root.mkdir(parents=True, exist_ok=True)
         hubstub.make_seed_repos(str(hub_root))
-    if not controlplane._pid_alive(cp.pids.get("hubstub", 0) or 0):
+    hub_pid = cp.pids.get("hubstub")  # none on a fresh cluster (and pid 0 would mean our own process group: "alive")
+    if not (hub_pid and controlplane._pid_alive(hub_pid)):
         endpoint = seedrun.start_hub(cp, hub_root)
     else:
         endpoint = seedrun.hub_endpoint()
@@ -297,11 +298,12 @@ def run_real(base: str | None) -> None:
     while time.monotonic() < deadline:
         status = (seedrun.get(cp, "lorarljob", name, NAMESPACE) or {}).get("status") or {}
         phase, rollout = status.get("phase"), (status.get("progress") or {}).get("rollout", -1)
-        changed = phase not in seen
+        reason = next((c.get("reason") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        changed = (phase, reason) not in seen  # a reason too: a job stuck in Preparing says why (e.g. InputDownloadFailed)
         if changed:
-            seen.add(phase)
+            seen.add((phase, reason))
             click.echo(cp.kubectl("get", "pods,rayjobs", "-n", NAMESPACE, check=False).stdout.rstrip())
-            if phase in ("Running", "Succeeded"):
+            if phase in ("Running", "Succeeded") and phase not in {p for p, _ in seen - {(phase, reason)}}:
                 _say_real(cp, name, phase)
         if changed or rollout >= shown_rollout + 10 or phase in ("Succeeded", "Failed"):
             shown_rollout = rollout

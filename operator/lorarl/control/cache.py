@@ -7,7 +7,7 @@ uid under the same name (deleted and re-created) is told apart by the uid.
 
 Only what the operator reads is kept (bounded memory at thousands of jobs): a LoraRLJob without
 ``managedFields`` and kubectl's last-applied copy; a RayJob's metadata (of its ``managedFields``
-only who owns ``spec.suspend``), ``spec.suspend`` and status (its pod templates are the
+only who owns ``spec.suspend``), ``spec.suspend``, ``spec.backoffLimit`` and status (its pod templates are the
 operator's own render, never read back). A finished job, once reconciled (or when listed
 finished and settled: ``put_compact``), is kept compact
 (``Store.compact``: name, uid, generation, phase; its parse and render memos dropped): memory
@@ -87,6 +87,11 @@ def _suspend_owners(meta: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+#: the RayJob spec fields the reconcile reads: who suspends it (queueing.py), how many retries it
+#: allows (status.py words a final failure that used them up)
+RAYJOB_SPEC_READ = ("suspend", "backoffLimit")
+
+
 def trim_rayjob(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the reconcile reads of a RayJob (``cached`` is unused: the same signature as trim_job)."""
     spec = body.get("spec") or {}
@@ -98,7 +103,7 @@ def trim_rayjob(body: dict[str, Any], cached: dict[str, Any] | None = None) -> d
         "apiVersion": body.get("apiVersion", "ray.io/v1"),
         "kind": body.get("kind", "RayJob"),
         "metadata": meta,
-        "spec": {"suspend": spec["suspend"]} if "suspend" in spec else {},
+        "spec": {k: spec[k] for k in RAYJOB_SPEC_READ if k in spec},
     }
     if "status" in body:
         out["status"] = body["status"]

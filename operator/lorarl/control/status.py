@@ -146,6 +146,18 @@ def ray_message(message: str, rayjob_name: str) -> str:
     return f"{first[:MAX_RAY_MESSAGE].rstrip()} ... (the full text: kubectl logs job/{rayjob_name})"
 
 
+def _retries_used_up(rayjob: dict[str, Any], reason: str) -> str:
+    """The words a final failure starts with when KubeRay retried and no retry is left: it fails
+    a RayJob for good once ``status.failed`` reaches ``spec.backoffLimit`` + 1, except on
+    DeadlineExceeded, which it never retries (rayjob_controller.go:486-524 in v1.5.0). Without
+    them a user sees only the last attempt's message and cannot tell that the retries were spent."""
+    limit = (rayjob.get("spec") or {}).get("backoffLimit") or 0
+    failed = (rayjob.get("status") or {}).get("failed") or 0
+    if limit < 1 or failed < limit + 1 or reason == "DeadlineExceeded":
+        return ""
+    return f"all {failed} attempts failed, no retry left (runPolicy.backoffLimit {limit}); the last: "
+
+
 def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str | None, admission: Admission | None = None) -> Observation:
     """Map KubeRay's jobDeploymentStatus/jobStatus/reason to a phase (table in docs/status.md)."""
     if rayjob is None:
@@ -195,7 +207,7 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
     if deployment == "Failed" and trainer_oom_killed(st):
         return oom_observation(rayjob["metadata"]["name"])
     if deployment == "Failed":
-        return Observation(FAILED, reason or "Failed", message or "the RayJob failed")
+        return Observation(FAILED, reason or "Failed", _retries_used_up(rayjob, reason) + (message or "the RayJob failed"))
     if deployment == "ValidationFailed":
         return Observation(FAILED, "ValidationFailed", message or "KubeRay rejected the RayJob spec")
     if deployment in ("Suspending", "Suspended"):
