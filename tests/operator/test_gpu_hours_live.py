@@ -38,7 +38,7 @@ def test_gpu_hours_count_every_attempts_pods_from_scheduling_to_release(control_
     port = free_port()
     operator = OperatorProcess(control_plane, namespace, tmp_path, extra_args=("--metrics-port", str(port), "--metrics-address", "127.0.0.1")).start()
     try:
-        operator.wait_for_log(f"lorarljobs.lorarl.dev in {namespace} in")  # listed: a job created now is new to it
+        operator.wait_for_log(f"lorarljobs.lorarl.dev in {namespace} (unfinished) in")  # listed: a job created now is new to it
         apply_job(control_plane, namespace, seed_doc())
         ray = running(kube, namespace)
         t = float(int(time.time()))

@@ -11,6 +11,7 @@ every metric is in docs/observability.md.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -140,7 +141,9 @@ class GpuHoursLedger:
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")))
         if key not in self.seen:
             created = parse_time(meta.get("creationTimestamp"))
-            self.seen[key] = 0.0 if created is not None and created >= self.started else (hours or 0.0)
+            # creationTimestamp has whole seconds: a job created in the second this process
+            # started is new (it can have held no GPU for longer than that second)
+            self.seen[key] = 0.0 if created is not None and created >= math.floor(self.started) else (hours or 0.0)
             self.totals.setdefault(key[0], 0.0)
         if hours is not None and hours > self.seen[key]:
             self.totals[key[0]] += hours - self.seen[key]
