@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 from lorarl.admission import crdgen
 
+from tests.api.quoting_chain import HEAD_SHELLS
 from tests.helpers import SEED
 
 LORARL = [sys.executable, "-m", "lorarl.cli"]
@@ -137,6 +139,62 @@ def test_render_command_one_flag_per_line_read_back_by_a_real_shell():
         ["sh", "-c", out.replace("python3 /root/miles/train.py", "printf '%s\\n' python3 /root/miles/train.py", 1)], capture_output=True, text=True
     )
     assert printed.stdout.splitlines() == command.train_argv(job_from(load(SEED)))
+
+
+# `python3` on PATH as the pasted command meets it: train.py's argv parsed by miles' real parser
+# (its dump, hack/images/job/miles/miles_standin/options.py), the namespace written as JSON
+_TRAIN_PY_PARSER = """#!{python} -I
+import json, sys
+sys.path.insert(0, {miles!r})
+from miles_standin import options
+assert sys.argv[1] == "/root/miles/train.py", sys.argv[1:2]
+json.dump(vars(options.parse(sys.argv[2:])), open({out!r}, "w"), sort_keys=True)
+"""
+
+
+@pytest.mark.parametrize("shell", HEAD_SHELLS)
+def test_render_command_pasted_into_a_shell_is_what_the_rayjob_runs(tmp_path, shell):
+    """The printed command, pasted as it is into a real shell, gives miles' parser the options the
+    RayJob's own entrypoint gives it after the real quoting chain (KubeRay's bash, Ray's joiner,
+    the head's sh): with eval datasets, W&B and extraArgs, nothing reads differently."""
+    from tests.api.quoting_chain import Chain
+    from tests.helpers import REPO, job_from, lorarl_cli, with_spec
+    from tests.standins.standin_lib import MILES
+
+    doc = with_spec(
+        tracking={"wandb": {"project": "p-1", "group": "g.2", "apiKeySecretRef": {"name": "w", "key": "k"}}},
+        extraArgs=["--max-tokens-per-gpu", "9216", "--use-dynamic-batch-size"],
+    )
+    doc["spec"]["eval"] = {"datasets": [{"name": "aime24", "repo": "zhuzilin/aime-2024"}, {"name": "gsm8k", "repo": "openai/gsm8k", "file": "test/main.jsonl"}]}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc))
+    printed = lorarl_cli("render", "-f", str(tmp_path / "job.yaml"), "--command")
+    assert printed.exit_code == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    assert all(line.endswith(" \\") for line in lines[:-1]) and all(line.startswith("   --") for line in lines[1:])  # one flag a line
+    (tmp_path / "bin").mkdir()
+    stub = tmp_path / "bin" / "python3"
+    stub.write_text(_TRAIN_PY_PARSER.format(python=sys.executable, miles=str(MILES), out=str(tmp_path / "pasted.json")))
+    stub.chmod(0o755)
+    pasted = subprocess.run([shell, "-c", printed.stdout], env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}, capture_output=True, text=True, cwd=REPO)
+    assert pasted.returncode == 0, pasted.stderr
+    if str(MILES) not in sys.path:
+        sys.path.insert(0, str(MILES))
+    from miles_standin import options
+
+    with Chain() as chain:
+        received = chain.run(render_rayjob(job_from(doc))["spec"]["entrypoint"]).argv
+    train = received[received.index("--") + 1 :]
+    assert train[:2] == ["python3", "/root/miles/train.py"]
+    runs = json.loads(json.dumps(vars(options.parse(train[2:])), sort_keys=True))
+    assert json.loads((tmp_path / "pasted.json").read_text()) == runs
+    assert runs["eval_prompt_data"][-2:] == ["gsm8k", "/root/datasets/openai/gsm8k/main/test/main.jsonl"]
+    assert (runs["wandb_group"], runs["max_tokens_per_gpu"], runs["use_dynamic_batch_size"]) == ("g.2", 9216, True)
+
+
+def render_rayjob(job):
+    from lorarl.job import render as render_module
+
+    return next(c for c in render_module.render(job) if c["kind"] == "RayJob")
 
 
 def test_the_readme_tour_runs_as_written():
