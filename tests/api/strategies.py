@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from hypothesis import strategies as st
 from lorarl.api import types as api
@@ -220,3 +221,34 @@ def expected_words(spec: dict) -> dict[str, str]:
     if "tracking" in spec:
         out["--wandb-project"] = spec["tracking"]["wandb"]["project"]
     return out
+
+
+def trainer_and_reporter_read(received: list[str]) -> tuple[Any, list[str]]:
+    """What the head's `python3` got (``received``), read by the real parsers that read it: the
+    in-job reporter's options (lorarl.reporter.cli), then train.py's argv by miles' parser (its
+    dump, hack/images/job/miles/miles_standin/options.py). Returns train.py's namespace and argv;
+    a word that parses as an option fails here with argparse's message, as it would in the pod."""
+    import contextlib
+    import io
+    import sys
+
+    from lorarl.reporter.cli import build_parser, split_argv
+
+    from tests.standins.standin_lib import MILES
+
+    if str(MILES) not in sys.path:
+        sys.path.insert(0, str(MILES))
+    from miles_standin import options
+
+    reporter_options, train = split_argv(received[1:])
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            build_parser().parse_args(reporter_options)
+            namespace = _MILES_PARSER.setdefault("parser", options.build_parser()).parse_args(train[2:])
+    except SystemExit as exit_:
+        raise AssertionError(f"the pod's parsers refuse the command ({exit_.code}): {err.getvalue().strip().splitlines()[-1:]}") from None
+    return namespace, train
+
+
+_MILES_PARSER: dict[str, Any] = {}  # built once: 2,208 options

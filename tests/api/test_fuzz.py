@@ -19,7 +19,7 @@ from lorarl.admission.validation import validate
 from lorarl.job import command, render
 
 from tests.api.quoting_chain import Chain, every_variant
-from tests.api.strategies import FUZZ_EXAMPLES, expected_words, flag_value, valid_specs
+from tests.api.strategies import FUZZ_EXAMPLES, expected_words, flag_value, trainer_and_reporter_read, valid_specs
 from tests.helpers import seed_doc
 from tests.kuberay_schema import rayjob_errors
 
@@ -204,6 +204,35 @@ def test_strings_never_change_the_command(chain, field, value, variant):
         assert train[-1] == value
     else:
         assert flag_value(train, flag) == shown(value), (field, value)
+
+
+def assert_the_trainer_reads(received, flag, expected):
+    """The pod's real parsers read the command, and the flag's value is the spec's word (not an
+    option, not swallowed by one)."""
+    namespace, _ = trainer_and_reporter_read(received)
+    dest = "eval_prompt_data" if flag == "n" else flag.lstrip("-").replace("-", "_")
+    parsed = getattr(namespace, dest)
+    assert expected == parsed or (isinstance(parsed, list) and expected in parsed), (flag, expected, parsed)
+
+
+# Words that parse as options wherever they stand as a word of their own (argparse, click)
+OPTION_LIKE = ["--help", "-h", "-x", "--", "-1", "--lr=1"]
+
+
+@pytest.mark.parametrize("value", OPTION_LIKE)
+@pytest.mark.parametrize("field", sorted(f for f in STRING_FIELDS if not f.startswith("spec.extraArgs")))
+def test_no_spec_string_parses_as_an_option(chain, field, value):
+    """Issue 24: a spec string that reaches a command line either is refused, naming its field,
+    or reaches the pod's parsers as a value (inside a path, after its flag), never as an option."""
+    setter, flag, shown = STRING_FIELDS[field]
+    doc = seed_doc()
+    setter(doc["spec"], value)
+    job, problems = validate(copy.deepcopy(doc))
+    if problems:
+        assert field in {p.field for p in problems}, problems
+        return
+    received = chain.run(command.entrypoint(job)).argv
+    assert_the_trainer_reads(received, flag, shown(value))
 
 
 def test_known_metacharacters_are_rejected_with_field_names():
