@@ -84,6 +84,26 @@ def test_validate_never_prints_a_traceback():
     assert "spec.hardware.nodes" in run("validate", "-f", "-", stdin=hostile[1]).stderr
 
 
+def test_validate_reads_every_document_of_the_files_of_a_directory(tmp_path):
+    """-f DIR with multi-document files: each LoraRLJob judged and named by file and document
+    (a Secret beside them skipped); a bad one names its document and field; -R adds the
+    subdirectories. (The file choice and order against the real kubectl:
+    tests/api/test_yaml_differential.py.)"""
+    seed = SEED.read_text()
+    secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "jobs.yaml").write_text(seed + "---\n" + secret + "---\n" + seed.replace("name: qwen3-4b-lora-amd\n", "name: second\n", 1))
+    (tmp_path / "sub" / "bad.yml").write_text(
+        "---\n" + seed.replace("name: qwen3-4b-lora-amd\n", "name: nested\n", 1).replace("accelerator: MI355X", "accelerator: MI355X\n    nodes: 0")
+    )
+    flat = run("validate", "-f", str(tmp_path))
+    assert flat.returncode == 0, flat.stderr
+    assert flat.stdout.splitlines() == [f"{tmp_path}/jobs.yaml#1 (qwen3-4b-lora-amd): valid", f"{tmp_path}/jobs.yaml#3 (second): valid"]
+    deep = run("validate", "-f", str(tmp_path), "-R")
+    assert deep.returncode == 1 and deep.stdout == flat.stdout, deep.stdout
+    assert deep.stderr.startswith(f"{tmp_path}/sub/bad.yml#1 (nested): spec.hardware.nodes:"), deep.stderr
+
+
 # ------------------------------------------------------------------- render for a person to read
 
 
