@@ -124,3 +124,57 @@ def test_the_script_exits_2_with_usage_on_stderr():
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("usage: train.py [-h]")
     assert result.stderr.rstrip().endswith("train.py: error: argument --normalization: invalid choice: 'rmsnorm' (choose from 'LayerNorm', 'RMSNorm')")
+
+
+def _schema_choices(node: dict) -> list | None:
+    """The values a schema property admits when it is an enum (Optional included), else None."""
+    if "enum" in node:
+        return node["enum"]
+    if "const" in node:
+        return [node["const"]]
+    if "anyOf" in node:
+        out = []
+        for member in node["anyOf"]:
+            if member.get("type") == "null":
+                continue
+            choices = _schema_choices(member)
+            if choices is None:
+                return None
+            out += choices
+        return out
+    return None
+
+
+def test_a_field_whose_flag_has_choices_admits_only_those(parser):
+    """A spec field that renders to a flag with choices in miles' parser must be an enum inside them:
+    a free string there would be admitted and then refused by the trainer's argparse (found by the
+    fuzz: sglang.attentionBackend `0`)."""
+    from lorarl.api.types import LoraRLJob
+
+    schema = LoraRLJob.model_json_schema()
+    fields = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("flag"), str):
+                fields.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    checked = 0
+    for field in fields:
+        # a field may render to more than one spelling ("--a / --b"): each must agree
+        spellings = [f for f in field["flag"].split(" / ") if f in parser._option_string_actions]
+        assert spellings, f"{field['flag']}: not an option of miles' parser"
+        action = parser._option_string_actions[spellings[0]]
+        if not action.choices or not all(isinstance(c, str) for c in action.choices):
+            continue
+        admitted = _schema_choices(field)
+        assert admitted is not None, f"{field['flag']}: the spec admits any string, miles' parser only {list(action.choices)}"
+        assert set(admitted) <= set(action.choices), f"{field['flag']}: {set(admitted) - set(action.choices)} not in miles' choices"
+        checked += 1
+    assert checked >= 6

@@ -637,6 +637,33 @@ class AlgorithmSpec(ApiModel):
     eps_clip_high: float = Field(0.28, gt=0.0, le=10.0, description="Upper PPO clip range (clip-higher).", json_schema_extra=flag("--eps-clip-high"))
 
 
+SGLangLoraBackend = Literal["triton", "csgmv", "ascend", "torch_native"]
+SGLangAttentionBackend = Literal[
+    "triton",
+    "torch_native",
+    "flex_attention",
+    "dsa",
+    "nsa",
+    "dsv4",
+    "compressed",
+    "cutlass_mla",
+    "fa3",
+    "fa4",
+    "flashinfer",
+    "flashmla",
+    "trtllm_mla",
+    "cutedsl_mla",
+    "tokenspeed_mla",
+    "trtllm_mha",
+    "dual_chunk_flash_attn",
+    "aiter",
+    "wave",
+    "intel_amx",
+    "ascend",
+    "intel_xpu",
+]
+
+
 class SGLangSpec(ApiModel):
     """The SGLang rollout engine (colocated with training)."""
 
@@ -656,17 +683,15 @@ class SGLangSpec(ApiModel):
     )
     decode_log_interval: int = Field(1000, ge=1, description="SGLang decode log interval.", json_schema_extra=flag("--sglang-decode-log-interval"))
     chunked_prefill_size: int = Field(4096, ge=-1, description="Chunked prefill size (-1 disables).", json_schema_extra=flag("--sglang-chunked-prefill-size"))
-    lora_backend: str | None = Field(
+    # these two take the choices of miles' parser (its dump, train-py-options-miles-31f1ca9.json):
+    # any other identifier would pass admission and fail the trainer's argparse
+    lora_backend: SGLangLoraBackend | None = Field(
         None,
-        max_length=32,
-        pattern=IDENTIFIER,
         description="SGLang LoRA backend; default: the profile's (triton on ROCm, SGLang's own default on CUDA).",
         json_schema_extra=flag("--sglang-lora-backend"),
     )
-    attention_backend: str | None = Field(
+    attention_backend: SGLangAttentionBackend | None = Field(
         None,
-        max_length=32,
-        pattern=IDENTIFIER,
         description="SGLang attention backend; default: the profile's (triton on ROCm, SGLang's own default on CUDA).",
         json_schema_extra=flag("--sglang-attention-backend"),
     )
