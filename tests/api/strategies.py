@@ -230,15 +230,12 @@ def trainer_and_reporter_read(received: list[str]) -> tuple[Any, list[str]]:
     a word that parses as an option fails here with argparse's message, as it would in the pod."""
     import contextlib
     import io
-    import sys
 
     from lorarl.reporter.cli import build_parser, split_argv
 
-    from tests.standins.standin_lib import MILES
+    from tests.standins.standin_lib import miles_options
 
-    if str(MILES) not in sys.path:
-        sys.path.insert(0, str(MILES))
-    from miles_standin import options
+    options = miles_options()
 
     reporter_options, train = split_argv(received[1:])
     err = io.StringIO()

@@ -179,7 +179,7 @@ def test_render_command_pasted_into_a_shell_is_what_the_rayjob_runs(tmp_path, sh
     the head's sh): with eval datasets, W&B and extraArgs, nothing reads differently."""
     from tests.api.quoting_chain import Chain
     from tests.helpers import REPO, job_from, lorarl_cli, with_spec
-    from tests.standins.standin_lib import MILES
+    from tests.standins.standin_lib import MILES, miles_options
 
     doc = with_spec(
         tracking={"wandb": {"project": "p-1", "group": "g.2", "apiKeySecretRef": {"name": "w", "key": "k"}}},
@@ -197,10 +197,7 @@ def test_render_command_pasted_into_a_shell_is_what_the_rayjob_runs(tmp_path, sh
     stub.chmod(0o755)
     pasted = subprocess.run([shell, "-c", printed.stdout], env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}, capture_output=True, text=True, cwd=REPO)
     assert pasted.returncode == 0, pasted.stderr
-    if str(MILES) not in sys.path:
-        sys.path.insert(0, str(MILES))
-    from miles_standin import options
-
+    options = miles_options()
     with Chain() as chain:
         received = chain.run(render_rayjob(job_from(doc))["spec"]["entrypoint"]).argv
     train = received[received.index("--") + 1 :]

@@ -19,6 +19,15 @@ TRAIN_PY = MILES / "train.py"
 MANIFEST_NAMES = ("qwen3-4b-lora-amd", "mi300x-2node", "h200", "kueue")
 
 
+def miles_options():
+    """The trainer stand-in's ``options`` module: miles' train.py parser rebuilt from its dump."""
+    if str(MILES) not in sys.path:
+        sys.path.insert(0, str(MILES))
+    from miles_standin import options
+
+    return options
+
+
 def rendered_argv(name: str = "qwen3-4b-lora-amd") -> list[str]:
     """train.py's arguments as lorarl renders them for manifests/<name>.yaml."""
     argv = command.train_argv(job_from(load(MANIFESTS / f"{name}.yaml")))
