@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
-from tests.standins.standin_lib import MANIFEST_NAMES, MILES, TRAIN_PY, rendered_argv
+from tests.standins.standin_lib import MANIFEST_NAMES, TRAIN_PY, miles_options, rendered_argv
 
-sys.path.insert(0, str(MILES))
-from miles_standin import options  # noqa: E402
+options = miles_options()
 
 
 @pytest.fixture(scope="module")
