@@ -1,6 +1,6 @@
 """Every failure a user can meet, caused for real on the real node, as the LoraRLJob's status
 shows it: an image that is not there, more GPUs than the node has, a download the Hub stand-in
-refuses, a missing Secret, a memory limit the trainer stand-in exceeds, a trainer that exits 1, a
+refuses, a missing Secret, a memory limit the trainer stand-in exceeds (the kernel or Ray's memory monitor may kill it: both are OOMKilled), a trainer that exits 1, a
 trainer that hangs. (``lorarl logs -f`` against a real submitter: its test failed its first
 run on the node and waits on branch pending-e2e.)
 

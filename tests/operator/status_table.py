@@ -170,6 +170,27 @@ TABLE = {
         F,
         "Failed",
     ),
+    # Ray's memory monitor was first (recorded on the real node, Ray 2.55.1, the CPU busy): Ray's words,
+    # as KubeRay copied them into the RayJob's message (cut where the status cut it)
+    "oom-killed-by-ray": (
+        (
+            "Complete",
+            "FAILED",
+            "AppFailed",
+            "Unexpected error occurred: 1 worker(s) were killed due to the node running low on memory. Memory on the node "
+            "(IP: 10.213.0.8, ID: d7e5356f998e05b945c70bb0315c01c91b7c123ff1788fa2768625cb) was 1.92GB",
+        ),
+        {},
+        "Failed",
+        F,
+        "OOMKilled",
+        F,
+        T,
+        F,
+        T,
+        F,
+        "Failed",
+    ),
     **{
         f"failed-{reason}": (("Failed", "FAILED", reason), {}, "Failed", F, reason, F, T, F, T, F, "Failed")
         for reason in (

@@ -201,11 +201,11 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
             return Observation(SUCCEEDED, "Succeeded", message or "the training run succeeded")
         if job_status == "STOPPED":
             return Observation(FAILED, "Stopped", message or "the Ray job was stopped")
-        if trainer_oom_killed(st):
-            return oom_observation(rayjob["metadata"]["name"])
+        if trainer_oom_killed(st) or ray_memory_monitor_killed(st):
+            return oom_observation(rayjob["metadata"]["name"], by_ray=not trainer_oom_killed(st))
         return Observation(FAILED, reason or "AppFailed", message or f"the Ray job ended with {job_status or 'an unknown status'}")
-    if deployment == "Failed" and trainer_oom_killed(st):
-        return oom_observation(rayjob["metadata"]["name"])
+    if deployment == "Failed" and (trainer_oom_killed(st) or ray_memory_monitor_killed(st)):
+        return oom_observation(rayjob["metadata"]["name"], by_ray=not trainer_oom_killed(st))
     if deployment == "Failed":
         return Observation(FAILED, reason or "Failed", _retries_used_up(rayjob, reason) + (message or "the RayJob failed"))
     if deployment == "ValidationFailed":
@@ -228,11 +228,27 @@ def trainer_oom_killed(rayjob_status: dict[str, Any]) -> bool:
     return rayjob_status.get("jobStatus") == "FAILED" and any(line.strip().endswith(oom.MARKER) for line in (rayjob_status.get("message") or "").splitlines())
 
 
-def oom_observation(rayjob_name: str) -> Observation:
+# Ray's memory monitor (in the raylet, on by default: RAY_memory_usage_threshold 0.95, checked every
+# 250 ms; Ray's docs, ray-core/scheduling/ray-oom-prevention.rst) kills a worker before the kernel's
+# OOM killer would; the job then fails with Ray's fixed words, which KubeRay copies into the RayJob's
+# message: "N worker(s) were killed due to the node running low on memory" since Ray 2.55 (seen on
+# the real node with Ray 2.55.1, the entrypoint's supervisor killed), "Task was killed ..." before.
+# Which of the two acts first is a race of allocation speed against that interval.
+_RAY_MEMORY_MONITOR_WORDS = ("were killed due to the node running low on memory", "was killed due to the node running low on memory")
+
+
+def ray_memory_monitor_killed(rayjob_status: dict[str, Any]) -> bool:
+    """The trainer's Ray worker was killed by Ray's memory monitor (only Ray's fixed words matched)."""
+    message = rayjob_status.get("message") or ""
+    return rayjob_status.get("jobStatus") == "FAILED" and any(words in message for words in _RAY_MEMORY_MONITOR_WORDS)
+
+
+def oom_observation(rayjob_name: str, by_ray: bool = False) -> Observation:
+    killer = "Ray's memory monitor, at RAY_memory_usage_threshold of it" if by_ray else f"the kernel's OOM killer, exit code {oom.SIGKILL_EXIT}"
     return Observation(
         FAILED,
         pods.OOM_KILLED,
-        f"the trainer was killed for exceeding the memory limit of its Ray container (the kernel's OOM killer, exit code {oom.SIGKILL_EXIT}): "
+        f"the trainer was killed for exceeding the memory limit of its Ray container ({killer}): "
         f"raise spec.hardware.memory or lower the batch; the trainer's output: kubectl logs job/{rayjob_name}",
     )
 
