@@ -367,10 +367,14 @@ def api_node(kube, name: str) -> str:
     return name
 
 
-def gpu_pod(kube, namespace: str, job: str, name: str, node: str, scheduled: float, gpus: int = 8, uid_out: dict | None = None) -> dict:
+def gpu_pod(
+    kube, namespace: str, job: str, name: str, node: str, scheduled: float, gpus: int = 8, uid_out: dict | None = None, finished: float | None = None
+) -> dict:
     """A Ray pod of ``job`` as the API server holds it once the scheduler bound it and the kubelet
     reported it running: created through the API with ``nodeName`` (no scheduler), then its status
-    patched as the kubelet would (PodScheduled at ``scheduled``, the container running). No kubelet runs it."""
+    patched as the kubelet would (PodScheduled at ``scheduled``, the container running; with
+    ``finished``, already ended then: a watcher first sees it ended, as a pod whose end is in the
+    past must be seen, never running after it). No kubelet runs it."""
     core = k8s.CoreV1Api(kube.client)
     body = {
         "apiVersion": "v1",
@@ -384,12 +388,13 @@ def gpu_pod(kube, namespace: str, job: str, name: str, node: str, scheduled: flo
     }
     wait_for(lambda: core.read_namespaced_service_account("default", namespace), timeout=30, what="the namespace's default ServiceAccount")
     core.create_namespaced_pod(namespace, body)
+    state = {"running": {"startedAt": rfc3339(scheduled)}}
+    if finished is not None:
+        state = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": rfc3339(scheduled), "finishedAt": rfc3339(finished)}}
     status = {
-        "phase": "Running",
+        "phase": "Running" if finished is None else "Failed",
         "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(scheduled)}],
-        "containerStatuses": [
-            {"name": "ray-head", "image": "job", "imageID": "", "ready": True, "restartCount": 0, "state": {"running": {"startedAt": rfc3339(scheduled)}}}
-        ],
+        "containerStatuses": [{"name": "ray-head", "image": "job", "imageID": "", "ready": finished is None, "restartCount": 0, "state": state}],
     }
     return core.patch_namespaced_pod_status(name, namespace, {"status": status}).to_dict()
 

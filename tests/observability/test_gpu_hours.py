@@ -112,6 +112,20 @@ def test_every_attempt_counts_and_the_total_never_decreases_when_pods_go():
     assert account(st, [second, worker], {}, at("2026-12-01T12:31:00Z")).total == 4.0 + 16.0 + 16.0
 
 
+def test_a_release_reported_late_counts_from_the_kubelets_times_not_from_the_last_write():
+    """The kubelet reports an end a few seconds after it: a write that fell in between counted
+    those seconds; the report corrects them, for a pod still present and for one already gone."""
+    st = status_after({}, account({}, [head_pod(uid="a1")], {}, at("2026-12-01T10:30:09Z")))  # still running as far as the API says
+    assert st["progress"]["gpuHours"] == round(8 * (30 * 60 + 9) / 3600, 4)
+    ended = head_pod(uid="a1", phase="Failed", finished="2026-12-01T10:30:00Z")  # reported at 10:30:10: it ended at 10:30:00
+    usage = account(st, [ended], {}, at("2026-12-01T10:30:10Z"))
+    assert usage.total == 4.0 and usage.due and not usage.holding
+    gone = head_pod(uid="a1", deleting="2026-12-01T10:30:00Z")  # or deleted, its grace period over before the last write
+    assert account(st, [], {"a1": gone}, at("2026-12-01T10:31:00Z")).fields["gpuAccounting"]["settledHours"] == 4.0
+    # while it holds, what was recorded is a floor (a restart never counts less than was written)
+    assert account(st, [head_pod(uid="a1")], {}, at("2026-12-01T10:30:05Z")).total == st["progress"]["gpuHours"]
+
+
 def test_the_pods_as_the_cache_keeps_them_give_the_same_hours():
     pods = [head_pod(uid="a1", phase="Failed", finished="2026-12-01T10:30:00Z"), head_pod(uid="a2", deleting="2026-12-01T11:00:30Z")]
     now = at("2026-12-01T12:00:00Z")

@@ -18,9 +18,11 @@ A pod never scheduled holds nothing. The job's total is the sum over its pods; p
 attempts are gone from the API once their RayCluster is deleted, so ``account`` keeps the
 accounting in the job's status (``status.gpuAccounting``, operator-owned): the hours of pods that
 are gone (``settledHours``) and each present pod's hours by uid. The total,
-``status.progress.gpuHours`` = settledHours + the present pods' hours, never decreases, survives an
-operator restart or a fail-over (the present pods are recomputed from their own timestamps), and
-is exact at every pod transition; between transitions it is written at most once per
+``status.progress.gpuHours`` = settledHours + the present pods' hours survives an operator restart
+or a fail-over (the present pods are recomputed from their own timestamps) and is exact at every
+pod transition: while a pod holds GPUs its hours only grow, and once its release is reported they
+are its own timestamps' (a write in the seconds between the release and the kubelet's report of
+it counted a little too much; the total then goes back by those seconds, never below the truth); between transitions it is written at most once per
 ``REFRESH_SECONDS`` (piggybacked on any other status write), so a running job costs no extra
 write per report of the trainer.
 """
@@ -111,6 +113,16 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
 
 
+def _hours(pod: dict[str, Any], record: dict[str, Any] | None, now: float) -> float:
+    """A pod's hours given what was recorded of it: exact from its own timestamps once its
+    release is known (the kubelet reports the end a few seconds late, so a write that fell in
+    between counted those seconds too much: corrected here), else never less than recorded."""
+    hours = pod_gpu_hours(pod, now)
+    if release_time(pod) is not None and release_time(pod) <= now:
+        return hours
+    return max(_number((record or {}).get(POD_HOURS)), hours)
+
+
 @dataclass(frozen=True)
 class Usage:
     """What ``account`` decided: the status fields, and whether they are worth a write of their own."""
@@ -149,19 +161,18 @@ def account(
         created = parse_time(meta.get("creationTimestamp"))
         if not uid or not pod_gpus(pod) or scheduled_at(pod) is None or (since is not None and created is not None and created < since):
             continue
-        old = _number((recorded.get(uid) or {}).get(POD_HOURS))
         present[uid] = {
             POD_NAME: str(meta.get("name", ""))[:253],
             POD_UID: uid,
             POD_GPUS: pod_gpus(pod),
-            POD_HOURS: round(max(old, pod_gpu_hours(pod, now)), 6),
+            POD_HOURS: round(_hours(pod, recorded.get(uid), now), 6),
             POD_HOLDING: holding(pod, now),
         }
     folded = set()
     for uid, record in recorded.items():
         if uid not in present:  # gone: its last state if the watch delivered it, else what was recorded
             last = gone.get(uid)
-            settled += max(_number(record.get(POD_HOURS)), pod_gpu_hours(last, now) if last is not None else 0.0)
+            settled += _hours(last, record, now) if last is not None else _number(record.get(POD_HOURS))
             folded.add(uid)
     for uid, last in gone.items():
         if uid not in recorded and uid not in present and pod_gpu_hours(last, now) > 0:
