@@ -17,6 +17,7 @@ import sys
 
 import pytest
 from lorarl.job import render
+from lorarl_dev import moto
 
 from tests.helpers import job_from, wait_for, with_spec
 
@@ -319,37 +320,15 @@ def test_an_https_input_is_fetched_with_the_token_from_its_secret(volume, https_
         _Files.token = None
 
 
-MOTO = "5.2.5"  # moto[server]: a real S3 implementation (its own venv: its botocore pins python-dateutil<3, kubernetes needs >=3)
-
-
 @pytest.fixture(scope="module")
 def moto_python():
-    """The interpreter of a venv holding moto[server] (and with it botocore), cached by version
-    under ~/.cache/lorarl/venvs (built once: pip from PyPI)."""
-    venv = pathlib.Path.home() / ".cache/lorarl/venvs" / f"moto-{MOTO}"
-    python = venv / "bin/python3"
-    if not (venv / ".installed").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"moto[server]=={MOTO}"], check=True, timeout=1800)
-        (venv / ".installed").touch()
-    return python
+    return moto.python()
 
 
 @pytest.fixture
-def s3_server(moto_python, tmp_path):
+def s3_server(tmp_path):
     """moto's S3 server on a loopback port, with a bucket of model files and one of data."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = (tmp_path / "moto.log").open("w")
-    server = subprocess.Popen([str(moto_python.with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "not-a-real-secret", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}
     seed = """
-import botocore.session
-s3 = botocore.session.get_session().create_client("s3")
 s3.create_bucket(Bucket="models")
 s3.create_bucket(Bucket="data")
 s3.put_object(Bucket="models", Key="qwen/sft/config.json", Body=b"{}")
@@ -357,16 +336,8 @@ s3.put_object(Bucket="models", Key="qwen/sft/shards/model-1.safetensors", Body=b
 s3.put_object(Bucket="models", Key="other/config.json", Body=b"not this one")
 s3.put_object(Bucket="data", Key="rl/prompts.jsonl", Body=b'{"prompt": "3+3", "label": "6"}\\n')
 """
-    try:
-        wait_for(
-            lambda: subprocess.run([str(moto_python), "-c", seed], env={**os.environ, **env}, capture_output=True).returncode == 0,
-            timeout=60,
-            what="moto's S3 server",
-        )
-        yield endpoint, env
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with moto.server(tmp_path / "moto.log", seed) as served:
+        yield served
 
 
 def test_s3_inputs_are_fetched_with_credentials_from_the_secret(volume, s3_server, moto_python, tmp_path):
