@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import secrets
 import subprocess
 import sys
 import time
@@ -42,11 +43,11 @@ def run(code: str, env: Mapping[str, str], timeout: float = 60) -> subprocess.Co
 
 
 @contextlib.contextmanager
-def server(
-    log: pathlib.Path, seed: str, key_id: str = "AKIDTEST", secret: str = "not-a-real-secret", timeout: float = 60
-) -> Iterator[tuple[str, dict[str, str]]]:
+def server(log: pathlib.Path, seed: str, key_id: str = "AKIDTEST", secret: str | None = None, timeout: float = 60) -> Iterator[tuple[str, dict[str, str]]]:
     """moto's S3 server on a free 127.0.0.1 port; ready once ``seed`` (botocore code, e.g. the
-    buckets a test needs) ran against it. Yields (endpoint, the client environment)."""
+    buckets a test needs) ran against it. Yields (endpoint, the client environment). Without a
+    ``secret`` the clients get a fresh random one (moto accepts any)."""
+    secret = secret or secrets.token_hex(16)
     endpoint = f"http://127.0.0.1:{free_port()}"
     env = client_env(endpoint, key_id, secret)
     with log.open("w") as out:
