@@ -1,8 +1,8 @@
 """Every failure a user can meet, caused for real on the real node, as the LoraRLJob's status
 shows it: an image that is not there, more GPUs than the node has, a download the Hub stand-in
-refuses, a missing Secret, a memory limit the trainer stand-in exceeds (the kernel or Ray's memory monitor may kill it: both are OOMKilled), a trainer that exits 1, a
-trainer that hangs. (``lorarl logs -f`` against a real submitter: its test failed its first
-run on the node and waits on branch pending-e2e.)
+refuses, a missing Secret, a memory limit the trainer stand-in exceeds (the kernel or Ray's memory
+monitor may kill it: both are OOMKilled), a trainer that exits 1, a trainer that hangs. Then
+``lorarl logs -f`` against the hanging job's real submitter.
 
 The oracles are outside the operator's mapping: the kubelet, the scheduler, containerd's OOM
 report, real Ray's job status as KubeRay copies it, the real submitter's log. Each case asserts
@@ -17,6 +17,8 @@ the GPU case (2 x 16 GPUs) runs alone first, since its scheduled head takes ever
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -174,12 +176,39 @@ def _ray_up(cp, ns: str, name: str) -> bool:
     return (rayjob.get("status") or {}).get("jobDeploymentStatus") in ("Running", "Complete", "Failed")
 
 
+class Follower:
+    """``lorarl logs -f JOB`` started before the job's submitter exists, each line it prints
+    recorded with the moment it arrived."""
+
+    def __init__(self, cp, ns: str, name: str) -> None:
+        env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig)}
+        cmd = [sys.executable, "-m", "lorarl.cli", "logs", "-f", name, "-n", ns]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        self.lines: list[tuple[float, str]] = []
+        threading.Thread(target=lambda: [self.lines.append((time.monotonic(), line)) for line in self.proc.stdout], daemon=True).start()
+
+    def arrival(self, words: str) -> float | None:
+        return next((t for t, line in list(self.lines) if words in line), None)
+
+    def text(self) -> str:
+        return "".join(line for _, line in list(self.lines))[-3000:]
+
+    def close(self) -> str:
+        self.proc.terminate()
+        try:
+            return self.proc.communicate(timeout=10)[1]
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return ""
+
+
 @pytest.fixture(scope="module")
 def failures(real_node_cluster, hub, node_images, lorarl_operator):
-    """Every case applied in one namespace (the GPU case first and alone); the watcher's record."""
+    """Every case applied in one namespace (the GPU case first and alone), ``lorarl logs -f``
+    following the hanging job from before its submitter starts; the watcher's record."""
     cp, ns = real_node_cluster, f"fail-{uuid.uuid4().hex[:6]}"
     cp.kubectl("create", "namespace", ns)
-    watcher = Watcher(cp, ns)
+    watcher, follower = Watcher(cp, ns), None
     explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
     try:
         _apply(cp, hub, node_images, ns, watcher, GPU_CASE)
@@ -194,11 +223,15 @@ def failures(real_node_cluster, hub, node_images, lorarl_operator):
         # shared cores miss (and crash-loop)
         for case in CASES:
             if case.knobs is not None and "tracking" not in case.spec:
+                if case.name == "f-hang":
+                    follower = Follower(cp, ns, case.name)
                 _apply(cp, hub, node_images, ns, watcher, case)
                 seedrun.wait_for(f"{case.name}'s Ray head up", lambda c=case: _ray_up(cp, ns, c.name), SHOW_TIMEOUT, explain=explain)
-        yield ns, watcher, explain
+        yield ns, watcher, follower, explain
     finally:
         watcher.stop.set()
+        if follower is not None:
+            follower.close()
         report = {name: {reason: seconds for reason, (seconds, _) in seen.first.items()} for name, seen in watcher.seen.items()}
         print(f"\nseconds from apply to each Ready reason: {json.dumps(report, indent=1)}", file=sys.stderr)
         cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
@@ -206,7 +239,7 @@ def failures(real_node_cluster, hub, node_images, lorarl_operator):
 
 @pytest.mark.parametrize("case", (GPU_CASE, *CASES), ids=lambda c: c.name)
 def test_the_status_says_why_the_job_waits_is_stuck_or_failed(failures, case):
-    ns, watcher, explain = failures
+    ns, watcher, _, explain = failures
     seconds, st = watcher.wait(case, explain)
     ready = next(c for c in st["conditions"] if c["type"] == "Ready")
     stalled = next(c for c in st["conditions"] if c["type"] == "Stalled")
@@ -215,3 +248,16 @@ def test_the_status_says_why_the_job_waits_is_stuck_or_failed(failures, case):
     for word in case.words:
         assert word in ready["message"], (word, ready["message"])
     assert "\n" not in ready["message"]
+
+
+def test_lorarl_logs_follows_the_trainer_as_it_prints(failures):
+    """The hanging job's trainer logs a rollout every 2 s until rollout 4: ``lorarl logs -f``
+    (started before the submitter existed) shows those lines as the real submitter's log grows,
+    and is still following once the trainer hangs."""
+    ns, watcher, follower, explain = failures
+    first = seedrun.wait_for("rollout 0 logged", lambda: follower.arrival("rollout 0: "), SHOW_TIMEOUT, explain=lambda: follower.text() + explain())
+    last = seedrun.wait_for("rollout 3 logged", lambda: follower.arrival("rollout 3: "), 120, explain=follower.text)
+    # three rollouts of 2 s each lie between them: the lines came as the trainer printed them
+    assert last - first >= 3, follower.text()
+    assert "log_utils.py:123" in follower.text()  # the trainer's own line (miles' log header), through Ray
+    assert follower.proc.poll() is None, follower.close()  # still following: the job has not ended

@@ -15,8 +15,6 @@ suspended and resumed, and the run's deadline. KubeRay's own end-to-end cases mi
   AppFailed, failed = backoffLimit + 1, succeeded 0, and the submitter Job itself succeeded (an
   app failure is not a submitter failure, line 65). Here the trainer stand-in exits 1 in every
   attempt (``exit_at_rollout``), and the LoraRLJob's message says the attempts were used up.
-  That test has not yet passed on the node (its one run, at load 17-21, crash-looped the Ray head)
-  and waits on branch pending-e2e; the message itself is unit-tested (tests/operator/test_status.py).
 
 Oracles: KubeRay's RayJob status, pod UIDs from the kubelet, the Lease, the new operator Pod's
 own log, the attempt ledger the reporter keeps on the volume."""
@@ -139,4 +137,45 @@ def test_the_deadline_fails_the_run_once_whatever_the_backoff_limit(real_node_cl
     assert final["rayJob"]["reason"] == "DeadlineExceeded"
     assert (final.get("progress") or {}).get("attempts", 1) == 1
     # ttlSecondsAfterFinished 0: KubeRay deletes the RayCluster at once and its pods go
+    seedrun.wait_for("the Ray pods gone", lambda: not seedrun.pods(cp, ns, "ray.io/node-type"), 300, explain=explain)
+
+
+def test_a_trainer_that_fails_every_attempt_uses_up_the_retries(real_node_cluster, hub, node_images, job_ns):
+    cp, ns, name = real_node_cluster, job_ns, "seed-retry"
+    revision = hub.revision({"exit_at_rollout": 1})  # a RuntimeError, exit 1, in every attempt
+    explain = seedrun.apply_seed(
+        cp,
+        image=node_images["job"],
+        endpoint=hub.endpoint,
+        name=name,
+        namespace=ns,
+        model_revision=revision,
+        spec={"hardware": {"gpusPerNode": 1}, "runPolicy": {"backoffLimit": 1, "submitterBackoffLimit": 6, "ttlSecondsAfterFinished": 0}},
+    )
+    heads: set[str] = set()  # the head pods' UIDs seen: one per attempt (KubeRay's retry is a new RayCluster)
+
+    def finished():
+        heads.update(p["metadata"]["uid"] for p in seedrun.pods(cp, ns, "ray.io/node-type=head"))
+        st = seedrun.job_status(cp, ns, name)
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    final = seedrun.wait_for(f"LoraRLJob {ns}/{name} finished", finished, RUN_TIMEOUT, explain=explain)
+    assert final["phase"] == "Failed", explain()
+    rayjob = seedrun.get(cp, "rayjob", name, ns)
+    st = rayjob["status"]
+    # KubeRay's own account (rayjob_retry_test.go:47-60): one try and one retry, both failed
+    assert (st["jobDeploymentStatus"], st["jobStatus"], st["reason"], st["failed"], st.get("succeeded", 0)) == ("Failed", "FAILED", "AppFailed", 2, 0), st
+    assert len(heads) >= 2, heads  # two attempts, two head pods (a poll may miss neither: each lives ~a minute)
+    # the submitter Job ran `ray job submit` to its end: the app failed, not the submission
+    # (rayjob_retry_test.go:62-66); with shutdownAfterJobFinishes KubeRay keeps it (line 134-135)
+    submitter = seedrun.get(cp, "job", name, ns)
+    if submitter is not None:
+        assert submitter["spec"]["backoffLimit"] == 6
+        assert (submitter["status"].get("failed", 0), submitter["status"].get("succeeded")) == (0, 1), submitter["status"]
+    failed = next(c for c in final["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "AppFailed"), failed
+    assert failed["message"].startswith("all 2 attempts failed, no retry left (runPolicy.backoffLimit 1); the last: "), failed["message"]
+    assert "exit code 1" in failed["message"], failed["message"]  # KubeRay's words for the last attempt
+    assert final["progress"]["attempts"] == 2, final["progress"]
+    assert final["rayJob"]["reason"] == "AppFailed"
     seedrun.wait_for("the Ray pods gone", lambda: not seedrun.pods(cp, ns, "ray.io/node-type"), 300, explain=explain)

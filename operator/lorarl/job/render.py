@@ -29,6 +29,7 @@ JOB_LABEL = "lorarl.dev/job"
 MANAGED_BY = "lorarl-operator"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
+RUNTIME_ENV_AGENT_PORT = "8266"  # Ray's dashboard is 8265; nothing of Ray's listens on 8266 by default
 REPORTER_VOLUME = "lorarl"
 # The reporter's API credentials: a projected, short-lived token of the pod's ServiceAccount,
 # mounted only in the head's Ray container (where the entrypoint, and so the reporter, runs).
@@ -455,7 +456,11 @@ def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "enableInTreeAutoscaling": False,
         "headGroupSpec": {
-            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": gpus},
+            # A fixed runtime-env-agent port: left at 0 the agent picks one and the head's Ray
+            # client server asks the GCS for it for at most 30 s, then exits and takes the head
+            # down (ray 2.55.1 util/client/server/proxier.py:146-159, _private/services.py:598-628);
+            # a head short of CPU registers later than that and crash-looped on the real node.
+            "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": gpus, "runtime-env-agent-port": RUNTIME_ENV_AGENT_PORT},
             "template": pod_template(job, "ray-head", head=True),
         },
     }

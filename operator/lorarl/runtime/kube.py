@@ -40,6 +40,7 @@ PLURALS = {
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
     ("v1", "Secret"): "secrets",
     ("v1", "Event"): "events",
+    ("v1", "Pod"): "pods",  # read only: `lorarl logs` finds the submitter's and the head's pods
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("ray.io/v1", "RayJob"): "rayjobs",
