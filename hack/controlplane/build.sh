@@ -6,7 +6,7 @@
 # every k8s.io/kubernetes command) that are missing are built by one `go build`,
 # so their shared dependency graph is compiled and loaded once.
 #
-# Idempotent: a binary that is already in the cache is not rebuilt. Each
+# Idempotent: a binary that is already in the cache is not rebuilt; concurrent runs take turns. Each
 # binary is written to a temporary name and renamed into place, so an
 # interrupted build never leaves a half-written binary behind.
 #
@@ -53,6 +53,10 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 mkdir -p "$bin_dir"
+# One build at a time per cache: a second caller (a test session started while .ci/run builds)
+# waits here and then finds the binaries built, instead of compiling the same graph beside it.
+exec {build_lock}>"$bin_dir/.build.lock"
+flock "$build_lock"
 
 ver="${k8s_version#v}"
 major="${ver%%.*}"
