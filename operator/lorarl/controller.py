@@ -14,7 +14,8 @@
 * The operator's own writes come back as watch events; those are recognised (the
   resourceVersion the write returned, or the fingerprint it was to leave) and enqueue nothing.
 * One ``WorkQueue`` keyed by (namespace, name): a key is queued once however many events arrive,
-  handled by one worker at a time; time-based checks (the startup deadline, the TTL of a finished
+  handled by one worker at a time, due keys taken from the namespaces in turn (one tenant's burst
+  does not starve another's new job); time-based checks (the startup deadline, the TTL of a finished
   job) are scheduled for the moment they fall due; a refused apply or an API error backs off per
   key (the one retry path).
 * ``--resync-seconds``: every unfinished cached job is queued again (respecting a backoff); it
