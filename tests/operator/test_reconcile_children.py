@@ -45,8 +45,9 @@ def test_an_edit_that_changes_no_render_applies_nothing():
 
 def test_an_edit_applies_only_the_children_whose_render_changed():
     seed = digests(with_spec())
-    assert to_apply(digests(with_spec(lora={"rank": 8})), seed) == {"RayJob"}
-    # the claim's size: the PVC, and the RayJob that carries the record
+    assert to_apply(digests(with_spec(runPolicy={"backoffLimit": 3})), seed) == {"RayJob"}
+    # a claim rendered otherwise (spec.checkpoint is immutable: an operator upgrade, say): the
+    # PVC, and the RayJob that carries the record
     bigger = digests(with_spec(checkpoint={"storage": {"size": "999Gi"}}))
     assert to_apply(bigger, seed) == {"PersistentVolumeClaim", "RayJob"}
 

@@ -4,8 +4,9 @@ Nothing watches the children other than the RayJob (the operator may only create
 no RBAC to read ConfigMaps or ServiceAccounts), so one deleted or edited by hand is not seen. A
 reconcile applies only the children whose render changed (``reconcile.children_to_apply``); this
 schedule makes a resync apply every child of a job once per period, so such drift is repaired
-within a period. A job first seen gets its first repair at a moment spread over one period by its
-key, so that a restart does not apply every job's children at once.
+within a period. A job first seen gets its first repair one to two periods later, at a moment
+spread by its key, so that a restart does not apply every job's children at once (and nothing is
+applied in the first period after a job is seen: a new job's children were all just applied).
 
 Pure of I/O; the clock is injectable.
 """
@@ -35,7 +36,7 @@ class Repairs:
             return False
         with self._lock:
             now = self._clock()
-            last = self._last.setdefault(key, now - self._period * spread(key))
+            last = self._last.setdefault(key, now + self._period * spread(key))
             return now - last >= self._period
 
     def done(self, key: Hashable) -> None:
