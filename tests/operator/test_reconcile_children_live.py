@@ -13,9 +13,9 @@ import re
 import pytest
 from lorarl.control.cache import CHILDREN_DIGEST, child_digests, decode_digests
 from lorarl.job import render
+from lorarl_dev.operatorproc import OperatorProcess
 
 from tests.helpers import NAME, apply_job, job, job_from, phase_is, rayjob, seed_doc, wait_for
-from tests.operator.conftest import OperatorProcess
 
 pytestmark = pytest.mark.controlplane
 
