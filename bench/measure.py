@@ -46,6 +46,7 @@ class Request:
     resource: str  # resource or resource/subresource; "" for a non-resource URL
     code: int
     agent: str
+    namespace: str = ""
 
     @property
     def write(self) -> bool:
@@ -90,7 +91,14 @@ class AuditTail:
             resource = ref.get("resource", "")
             if ref.get("subresource"):
                 resource += "/" + ref["subresource"]
-            req = Request(user, event.get("verb", ""), resource, int((event.get("responseStatus") or {}).get("code", 0)), event.get("userAgent", ""))
+            req = Request(
+                user,
+                event.get("verb", ""),
+                resource,
+                int((event.get("responseStatus") or {}).get("code", 0)),
+                event.get("userAgent", ""),
+                ref.get("namespace", ""),
+            )
             self.requests.append(req)
             self.last_request_at[user] = now
             if req.write:

@@ -281,6 +281,7 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
         "make bench                          # = .venv/bin/python -m bench --full (~30 min on 2 quiet cores)",
         ".venv/bin/python -m bench --quick   # small N, short windows: a smoke run",
         ".venv/bin/python -m bench --jobs 100,500 --systems ours,ceiling --phases burst,idle --out /tmp/b",
+        ".venv/bin/python -m bench --phases churn --baseline main   # one tenant's edits vs another's new jobs (bench/churn.py)",
         "```",
         "",
         "It writes `docs/benchmarks.md` (this page), `docs/benchmarks.png` and the raw figures `docs/benchmarks.json`, and",

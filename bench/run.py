@@ -17,6 +17,9 @@ Phases (each system in a fresh namespace, its process started for the phase and 
    RayJob (ours and the ceiling), and from a SIGKILLed leader to the same with ours as two
    replicas with leader election; peak RSS, and idle CPU once started.
 
+``--phases churn`` (bench/churn.py) and ``--phases realnode`` (bench/realnode.py) run on control
+planes of their own and write their own figures (see bench/__main__.py).
+
 Not a test: nothing here asserts a duration; it prints each target as met or not.
 """
 

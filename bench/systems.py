@@ -68,6 +68,7 @@ class System:
         self.proc: subprocess.Popen | None = None
         self.meter: ProcMeter | None = None
         self.metrics_port: int | None = None
+        self.extra_env: dict[str, str] = {}  # e.g. PYTHONPATH: another revision's operator (bench/churn.py)
 
     def command(self, namespace: str) -> list[str]:
         raise NotImplementedError
@@ -82,7 +83,7 @@ class System:
         """Start the process (not waiting for it to be ready)."""
         self.log_path = self.logdir / f"{self.name}-{namespace}{label}.log"
         log = open(self.log_path, "wb")
-        env = {**os.environ, **self.cp.env(), "KUBECONFIG": str(self.kubeconfig)}
+        env = {**os.environ, **self.cp.env(), "KUBECONFIG": str(self.kubeconfig), **self.extra_env}
         self.proc = subprocess.Popen(
             self.command(namespace), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=REPO
         )

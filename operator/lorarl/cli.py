@@ -16,7 +16,7 @@ import click
 from . import __version__, curves, follow
 from .adapter import cli as adapter_cli
 from .api import types as api
-from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
+from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 
 
 def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
@@ -148,6 +148,13 @@ def crd() -> None:
     help="Period of the resync: every unfinished job is reconciled from the cache (nothing is written unless something changed).",
 )
 @click.option(
+    "--repair-seconds",
+    default=DEFAULT_REPAIR_SECONDS,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Every child of an unfinished job is applied again at most this often (at a resync), so that children deleted or edited by hand come back; 0: never.",
+)
+@click.option(
     "--finished-metrics-seconds",
     default=DEFAULT_FINISHED_METRICS_SECONDS,
     show_default=True,
@@ -170,6 +177,7 @@ def run(
     metrics_port: int,
     metrics_address: str,
     resync_seconds: float,
+    repair_seconds: float,
     finished_metrics_seconds: float,
     workers: int,
     log_format: str,
@@ -219,6 +227,7 @@ def run(
         namespaces=() if all_namespaces else tuple(namespaces),
         workers=workers,
         resync_seconds=resync_seconds,
+        repair_seconds=repair_seconds,
         finished_metrics_seconds=finished_metrics_seconds,
     )
     runner.run(

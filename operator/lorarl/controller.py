@@ -14,11 +14,14 @@
 * The operator's own writes come back as watch events; those are recognised (the
   resourceVersion the write returned, or the fingerprint it was to leave) and enqueue nothing.
 * One ``WorkQueue`` keyed by (namespace, name): a key is queued once however many events arrive,
-  handled by one worker at a time; time-based checks (the startup deadline, the TTL of a finished
+  handled by one worker at a time, due keys taken from the namespaces in turn (one tenant's burst
+  does not starve another's new job); time-based checks (the startup deadline, the TTL of a finished
   job) are scheduled for the moment they fall due; a refused apply or an API error backs off per
   key (the one retry path).
 * ``--resync-seconds``: every unfinished cached job is queued again (respecting a backoff); it
   reconciles from the cache and writes nothing when nothing changed. Finished jobs are not resynced.
+  Once per ``--repair-seconds`` a job's resync applies every child (``control/repair.py``): the
+  children other than the RayJob are not watched, so one deleted or edited by hand comes back then.
 * Worker threads (``--workers``, ``control.options.DEFAULT_WORKERS``) run the blocking reconcile: see
   docs/architecture.md for the measurement behind threads rather than asyncio.
 
@@ -45,6 +48,7 @@ from .control import gpuhours, jobmetrics, reconcile, status
 from .control.cache import Caches, compact_job, key_of
 from .control.options import Options
 from .control.reconcile import Reconciler, timed
+from .control.repair import Repairs
 from .control.workqueue import WorkQueue
 from .job import render
 from .runtime import metrics
@@ -155,6 +159,7 @@ class Controller:
         self.reconciler = Reconciler(kube, caches=self.caches)
         self.recorder = EventRecorder(kube)
         self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
+        self.repairs = Repairs(options.repair_seconds)
         self.stopping = threading.Event()
         self.synced = threading.Event()
         where = scopes(options.namespaces)
@@ -292,6 +297,7 @@ class Controller:
             jobs.delete(body)
             if jobs.get(key) is None:
                 self.queue.remove(key)
+                self.repairs.forget(key)
             return
         if listed and reconcile.settled_finished(body) and not _has_ttl(body):
             jobs.put_compact(body, compact_job)  # nothing left to do: no reconcile, no whole copy
@@ -368,13 +374,14 @@ class Controller:
         ref = body or {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"namespace": namespace, "name": name}}
         return kopf.LocalObjectLogger(body=ref, settings=self.settings)  # type: ignore[arg-type]
 
-    def run_reconcile(self, namespace: str, name: str, trigger: str) -> str | None:
+    def run_reconcile(self, namespace: str, name: str, trigger: str, repair: bool = False) -> str | None:
         """One reconcile with metrics, a log line and its Events; schedules what comes next
-        (a due time, a backoff). The queue guarantees one reconcile per job at a time."""
+        (a due time, a backoff). The queue guarantees one reconcile per job at a time.
+        ``repair``: apply every child, not only those whose render changed (``control/repair.py``)."""
         key = (namespace, name)
         reconcile_id = uuid.uuid4().hex[:8]
         try:
-            outcome, seconds = timed(self.reconciler.reconcile, namespace, name, False)
+            outcome, seconds = timed(self.reconciler.reconcile, namespace, name, repair)
         except ApiError as err:
             metrics.RECONCILES.labels(trigger, "error").inc()
             delay = self.queue.add_rate_limited(key, "retry", error_backoff(err.transient, err.retry_after))
@@ -402,6 +409,7 @@ class Controller:
                 extra={"reconcile_id": reconcile_id, "trigger": trigger, "phase": outcome.phase, "deleted": True, "duration": round(seconds, 6)},
             )
             self.queue.remove(key)
+            self.repairs.forget(key)
             return outcome.phase
         logger.info(
             "reconcile %s (%s): %s, %d applied, status %s, %.3fs",
@@ -418,10 +426,12 @@ class Controller:
                 "applied": outcome.applied,
                 "status_written": outcome.status_written,
                 "duration": round(seconds, 6),
+                "repair": repair,
             },
         )
         if outcome.body is None:
             self.queue.remove(key)
+            self.repairs.forget(key)
             return None
         now = reconcile.utcnow()
         for event in outcome.events:
@@ -441,6 +451,8 @@ class Controller:
             )
         else:
             self.queue.forget(key)
+            if repair:
+                self.repairs.done(key)
             if outcome.requeue_after is not None:
                 self.queue.add(key, "timer", after=outcome.requeue_after)
             if outcome.phase in status.TERMINAL:  # its last write is done: keep it compact
@@ -458,7 +470,7 @@ class Controller:
                     continue
                 if trigger == "resync" and self._finished((namespace, name)):
                     continue  # queued before its last write (the resync's snapshot): finished jobs are not resynced
-                self.run_reconcile(namespace, name, trigger)
+                self.run_reconcile(namespace, name, trigger, repair=trigger == "resync" and self.repairs.due((namespace, name)))
             except Exception as err:  # keep the worker alive whatever happens
                 self.object_log(namespace, name).exception("reconcile failed: %s", err)
                 self.queue.add_rate_limited((namespace, name), "retry", error_backoff(False))

@@ -130,3 +130,73 @@ def test_a_run_is_named_by_what_makes_it_run():
     q.add("b", "job-event")
     q.add("b", "timer", after=60)  # later than what is queued: the run stays the event's
     assert q.get(timeout=0) == ("b", "job-event")
+
+
+# -- fairness across namespaces --------------------------------------------------------------------
+
+
+def test_a_burst_in_one_namespace_does_not_starve_a_new_key_of_another():
+    q = WorkQueue(Clock())
+    for i in range(100):
+        q.add(("churn", f"job-{i}"), "change")
+    q.add(("quiet", "new-job"), "change")  # added after the whole burst
+    order = [key for key, _ in drain(q)]
+    assert order.index(("quiet", "new-job")) <= 1  # one namespace's key at most before it, not 100
+    assert [k for k in order if k[0] == "churn"] == [("churn", f"job-{i}") for i in range(100)]  # in order within a namespace
+
+
+def test_namespaces_take_turns_and_each_keeps_its_order():
+    q = WorkQueue(Clock())
+    for i in range(3):
+        q.add(("a", f"a{i}"), "change")
+    for i in range(2):
+        q.add(("b", f"b{i}"), "change")
+    q.add(("c", "c0"), "change")
+    assert [key[1] for key, _ in drain(q)] == ["a0", "b0", "c0", "a1", "b1", "a2"]
+
+
+def test_a_busy_namespace_re_adding_its_keys_still_takes_turns():
+    q = WorkQueue(Clock())
+    served = []
+    for i in range(10):
+        q.add(("churn", f"job-{i}"), "change")
+    for step in range(30):  # each reconcile of a churning job is followed by another edit of it
+        if step == 5:
+            q.add(("quiet", "new-job"), "change")
+        key, _ = q.get(timeout=0)
+        served.append(key)
+        q.done(key)
+        if key[0] == "churn":
+            q.add(key, "change")
+    assert served.index(("quiet", "new-job")) <= 6
+    assert served.count(("quiet", "new-job")) == 1
+
+
+def test_fairness_keeps_dedup_due_times_and_removal():
+    clock = Clock()
+    q = WorkQueue(clock)
+    q.add(("a", "x"), "resync")
+    q.add(("b", "later"), "timer", after=30)  # not due: no turn yet
+    q.add(("a", "y"), "resync")
+    q.add(("a", "x"), "job-event")  # waiting already: merged, not queued twice
+    assert len(q) == 3
+    q.add(("a", "z"), "change")
+    q.remove(("a", "z"))
+    q.add(("a", "z"), "timer", after=10)  # removed, then added again for later: not handed out now
+    assert drain(q) == [(("a", "x"), "job-event"), (("a", "y"), "resync")]
+    clock.now += 10
+    assert drain(q) == [(("a", "z"), "timer")]
+    clock.now += 20
+    assert drain(q) == [(("b", "later"), "timer")]
+    assert len(q) == 0
+
+
+def test_a_due_key_removed_and_added_again_is_handed_out_once():
+    q = WorkQueue(Clock())
+    q.add(("a", "x"), "change")
+    q.add(("b", "y"), "change")
+    assert q.get(timeout=0) == (("a", "x"), "change")  # ("b", "y") now waits in its namespace's FIFO
+    q.done(("a", "x"))
+    q.remove(("b", "y"))
+    q.add(("b", "y"), "job-event")
+    assert drain(q) == [(("b", "y"), "job-event")]

@@ -26,6 +26,7 @@ writer's thread, the first one whose content the API server normalised.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections import OrderedDict
@@ -130,8 +131,50 @@ def compact_job(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# the digest of the rendered children, on the RayJob: a reconcile re-applies when it differs
+# the digests of the rendered children, one per child, on the RayJob ("Kind=digest,..." in apply
+# order): a reconcile applies the children whose render differs from what is recorded there
 CHILDREN_DIGEST = "lorarl.dev/children-digest"
+
+
+def child_digest(child: dict[str, Any]) -> str:
+    """The digest of one rendered child (the RayJob's before the operator sets its suspend)."""
+    return hashlib.sha256(json.dumps(child, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+
+
+def child_digests(children: list[dict[str, Any]]) -> dict[str, str]:
+    """Kind -> digest of each rendered child, in apply order (a job renders one child per kind)."""
+    out = {child["kind"]: child_digest(child) for child in children}
+    if len(out) != len(children):
+        raise ValueError("two rendered children of one kind: the children digest is keyed by kind")
+    return out
+
+
+def encode_digests(digests: dict[str, str]) -> str:
+    """The annotation's value: ``Kind=digest,...``."""
+    return ",".join(f"{kind}={digest}" for kind, digest in digests.items())
+
+
+def decode_digests(text: Any) -> dict[str, str]:
+    """The annotation read back; {} for anything not of that shape (absent, edited by hand, an
+    older operator's single digest of all children): then every child is taken as changed."""
+    if not isinstance(text, str) or not text:
+        return {}
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        kind, sep, digest = part.partition("=")
+        if not sep or not kind or not digest:
+            return {}
+        out[kind] = digest
+    return out
+
+
+def stale_children(rendered: dict[str, str], recorded: dict[str, str]) -> set[str]:
+    """The kinds whose render differs from what the RayJob records (all of them when nothing is
+    recorded); the RayJob too when any is stale or the record differs, as it carries the record."""
+    stale = {kind for kind, digest in rendered.items() if recorded.get(kind) != digest}
+    if stale or recorded != rendered:
+        stale.add("RayJob")
+    return stale
 
 
 def job_fingerprint(body: dict[str, Any]) -> Any:
@@ -337,7 +380,7 @@ class Caches:
         self.rayjobs = Store(trim_rayjob, rayjob_fingerprint)
         self.pods = Store(pods.trim_pod, lambda body: None)  # never written by us: no echoes
         self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~15 KiB each
-        self.digests = Memo()  # (uid, generation) -> digest of the rendered children
+        self.digests = Memo()  # (uid, generation) -> Kind -> digest of each rendered child
         # GPU accounting (gpuhours.account) reads the pods only once their listing is complete
         # (None: the whole cluster), else a pod not yet listed would look gone
         self.pods_listed: set[str | None] = set()

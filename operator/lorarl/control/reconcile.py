@@ -7,10 +7,14 @@ changed, a due time, a periodic resync) and converge, and it writes nothing when
 * children are server-side applied under deterministic names (never a duplicate RayJob);
 * a RayJob that disappears under an unfinished job is re-created (with checkpoint.resume the
   run continues from its newest checkpoint); a finished job is never re-run;
-* the children are applied when the job's generation was not yet observed, the RayJob is missing,
-  its suspend differs, a refused apply is retried, or the RayJob's ``lorarl.dev/children-digest``
-  annotation is not the digest of what this operator renders (a spec edit, an operator upgrade);
-  parsing and rendering happen once per job generation (memoised with the caches);
+* a child is applied when its render differs from the digest the RayJob records for it
+  (``lorarl.dev/children-digest``: ``Kind=digest,...``; a spec edit, an operator upgrade), so an
+  edit that changes no child's render writes no child, and one that changes the RayJob's alone
+  applies the RayJob alone (it carries the record, so it is applied whenever any child is); every
+  child is applied when the RayJob is missing, its record unreadable, a refused apply is retried,
+  or the caller asks (``apply_children``: the controller's periodic repair of children deleted or
+  edited by hand, which nothing watches); the RayJob alone when its suspend differs; parsing and
+  rendering happen once per job generation (memoised with the caches);
 * the status is written as a merge patch of the operator's own fields, only when it changed;
 * time-based checks (the startup deadline, ``ttlSecondsAfterFinished``) come back as
   ``Outcome.requeue_after``: the caller schedules the job for that moment instead of polling.
@@ -19,8 +23,6 @@ changed, a due time, a periodic resync) and converge, and it writes nothing when
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -34,7 +36,18 @@ from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
 from . import gpuhours, health, pods, queueing, status
-from .cache import CHILDREN_DIGEST, Caches, job_fingerprint, merge_patch, rayjob_fingerprint, whole_job
+from .cache import (
+    CHILDREN_DIGEST,
+    Caches,
+    child_digests,
+    decode_digests,
+    encode_digests,
+    job_fingerprint,
+    merge_patch,
+    rayjob_fingerprint,
+    stale_children,
+    whole_job,
+)
 from .stored import parse_stored
 
 log = logging.getLogger("lorarl.reconcile")
@@ -157,9 +170,23 @@ def next_check(
     return (min(due) - now).total_seconds() + 1.0
 
 
-def children_digest(children: list[dict[str, Any]]) -> str:
-    """A digest of the rendered children (before the operator sets the RayJob's suspend)."""
-    return hashlib.sha256(json.dumps(children, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+def children_to_apply(
+    rendered: dict[str, str],
+    rayjob: dict[str, Any] | None,
+    *,
+    everything: bool,
+    suspend_differs: bool,
+) -> set[str]:
+    """The kinds of the children to apply (pure): every one when ``everything`` or the RayJob is
+    missing or its record unreadable; else those whose render differs from the RayJob's record
+    (``stale_children``), and the RayJob when its suspend differs."""
+    recorded = decode_digests((((rayjob or {}).get("metadata") or {}).get("annotations") or {}).get(CHILDREN_DIGEST))
+    if everything or rayjob is None or not recorded:
+        return set(rendered)
+    stale = stale_children(rendered, recorded)
+    if suspend_differs:
+        stale.add("RayJob")
+    return stale
 
 
 @dataclass
@@ -210,6 +237,8 @@ class Reconciler:
         return getattr(self.caches, which).get((meta.get("uid"), meta.get("generation")), make)
 
     def reconcile(self, namespace: str, name: str, apply_children: bool = True) -> Outcome:
+        """``apply_children``: apply every child whatever the records say (one-off tools and
+        tests; the controller's periodic repair); False: only the children whose render changed."""
         body = self._read(api.API_VERSION, api.KIND, namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return Outcome(body=None)  # owner references let the garbage collector clean up
@@ -236,7 +265,7 @@ class Reconciler:
                 rendered.append(render.children(job))
             return rendered[0]
 
-        digest = None if finished else self._memo("digests", body, lambda: children_digest(children().in_apply_order()))
+        digests: dict[str, str] = {} if finished else self._memo("digests", body, lambda: child_digests(children().in_apply_order()))
         notes: list[status.Event] = []
         stopped = False
         applied = 0
@@ -256,13 +285,14 @@ class Reconciler:
                 notes.append(status.Event("Warning", "StoppingUnhealthy", f"deleted RayJob {rayjob['metadata']['name']}: {verdict.message}"))
             rayjob, stopped = None, True
         elif not finished and (
-            apply_children
-            or rayjob is None
-            or generation != previous.get(status.OBSERVED_GENERATION)
-            or suspend_drifted(job, rayjob, verdict)
-            or status.condition(previous, status.STALLED, "reason") == status.APPLY_FAILED  # retry until it goes through
-            or ((rayjob.get("metadata") or {}).get("annotations") or {}).get(CHILDREN_DIGEST) != digest  # rendered differently now
+            to_apply := children_to_apply(
+                digests,
+                rayjob,
+                everything=apply_children or status.condition(previous, status.STALLED, "reason") == status.APPLY_FAILED,  # retry until it goes through
+                suspend_differs=suspend_drifted(job, rayjob, verdict),
+            )
         ):
+            digest = encode_digests(digests)
             if rayjob is None and (previous.get(status.RAY_JOB) or {}).get("name"):
                 notes.append(
                     status.Event(
@@ -288,6 +318,8 @@ class Reconciler:
                 }
                 self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), rayjob_fingerprint(after))
             for child in [*rendered_children.before_rayjob, rayjob_child]:  # the RayJob mounts what comes before it
+                if child["kind"] not in to_apply:
+                    continue  # rendered as the RayJob records it
                 try:
                     is_rayjob = child is rayjob_child  # the one answer read (below)
                     result = self.kube.apply(child, field_manager=rayjob_manager if is_rayjob else kube_field_manager, answer=is_rayjob)

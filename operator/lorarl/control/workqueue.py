@@ -9,6 +9,12 @@ and the earlier of two moments wins; failures back off per key (default_rate_lim
 backed off when a periodic resync adds it (``respect_backoff``), so a refused apply is retried by
 one path only, the backoff; an event of the job itself (the user edited it) still runs at once.
 
+Fair across tenants (client-go's queue is one FIFO): keys that are due wait in one FIFO per tenant
+(``tenant(key)``: the namespace of a (namespace, name) key), and ``get`` takes from the tenants in
+turn, round-robin. A burst of one namespace's keys then delays another namespace's new key by at
+most one key per busy namespace, not by the whole burst. Within a tenant, keys run in the order
+they fell due, as before.
+
 Pure of I/O; the clock is injectable, so the unit tests drive time by hand.
 """
 
@@ -18,6 +24,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -45,11 +52,20 @@ def merge(old: tuple[float, str] | None, due: float, trigger: str, now: float) -
     return (due, trigger) if due < old_due else (old_due, old_trigger)
 
 
+def namespace_of(key: Hashable) -> Hashable:
+    """The tenant of a (namespace, name) key; every other key is of one tenant (None)."""
+    return key[0] if isinstance(key, tuple) and key else None
+
+
 class WorkQueue(Generic[K]):
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, tenant: Callable[[K], Hashable] = namespace_of) -> None:
         self._clock = clock
+        self._tenant = tenant
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, K]] = []  # (due, seq, key); stale entries are skipped
+        self._heap: list[tuple[float, int, K]] = []  # (due, seq, key) of keys not yet due; stale entries are skipped
+        self._ready: dict[Hashable, deque[K]] = {}  # tenant -> its due keys, in the order they fell due
+        self._turns: deque[Hashable] = deque()  # tenants with due keys, in the order they are served
+        self._in_ready: set[K] = set()  # keys in a ready FIFO (an entry whose key was taken or removed is skipped)
         self._due: dict[K, float] = {}  # key -> when it runs (waiting keys only)
         self._trigger: dict[K, str] = {}
         self._processing: set[K] = set()
@@ -105,22 +121,55 @@ class WorkQueue(Generic[K]):
 
     # -- taking ---------------------------------------------------------------------------------
 
+    def _promote(self, now: float) -> None:
+        """Move the keys that fell due from the heap to their tenant's FIFO, in due order."""
+        while self._heap:
+            due, _, key = self._heap[0]
+            if self._due.get(key) != due:  # superseded by an earlier schedule, or taken
+                heapq.heappop(self._heap)
+                continue
+            if due > now:
+                return
+            heapq.heappop(self._heap)
+            if key in self._in_ready:
+                continue  # an entry of it waits already (it was removed and added again)
+            tenant = self._tenant(key)
+            fifo = self._ready.get(tenant)
+            if fifo is None:
+                fifo = self._ready[tenant] = deque()
+                self._turns.append(tenant)
+            fifo.append(key)
+            self._in_ready.add(key)
+
+    def _next_ready(self, now: float) -> K | None:
+        """The next tenant's oldest due key (round-robin over tenants), or None."""
+        while self._turns:
+            tenant = self._turns.popleft()
+            fifo = self._ready[tenant]
+            key = fifo.popleft()
+            self._in_ready.discard(key)
+            if fifo:
+                self._turns.append(tenant)  # its next key after every other tenant's
+            else:
+                del self._ready[tenant]
+            due = self._due.get(key)
+            if due is None or due > now:
+                continue  # taken, removed, or removed and added again for later: its heap entry brings it back
+            return key
+        return None
+
     def get(self, timeout: float | None = None) -> tuple[K, str] | None:
-        """The next due key and its trigger, marked as processing; None on shutdown or timeout."""
+        """The next due key and its trigger, marked as processing; None on shutdown or timeout.
+        Due keys are taken from the tenants in turn."""
         deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
             while True:
                 if self._shutdown:
                     return None
                 now = self._clock()
-                while self._heap:
-                    due, _, key = self._heap[0]
-                    if self._due.get(key) != due:  # superseded by an earlier schedule, or taken
-                        heapq.heappop(self._heap)
-                        continue
-                    if due > now:
-                        break
-                    heapq.heappop(self._heap)
+                self._promote(now)
+                key = self._next_ready(now)
+                if key is not None:
                     del self._due[key]
                     self._processing.add(key)
                     return key, self._trigger.pop(key)
