@@ -9,7 +9,11 @@ import os
 import subprocess
 import sys
 
-from helpers import NAME, apply_job, seed_doc
+import pytest
+
+from tests.helpers import NAME, apply_job, seed_doc
+
+pytestmark = pytest.mark.controlplane
 
 
 def lorarl_logs(control_plane, namespace: str, *args: str) -> subprocess.CompletedProcess:
