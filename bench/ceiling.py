@@ -3,7 +3,7 @@
 A tight asyncio client that watches LoraRLJobs and, for each new one, does exactly the create
 path's writes that a perfect operator must do and nothing else: parse the stored job and render
 its children with the operator's own pure functions (``parse_stored``, ``render.render``), server-
-side apply the six children in order, write the status once (``status.compute`` on the applied
+side apply the children in order, write the status once (``status.compute`` on the applied
 RayJob, as a merge patch) and post the one ``Pending`` Event. No reads besides the watch, no
 retries of successful work, ``--concurrency`` jobs in flight; at start-up, a listed job whose
 status already has its generation observed (handled before: e.g. finished) is left alone. Run as its own process so that its

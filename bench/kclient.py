@@ -24,6 +24,7 @@ PLURALS = {
     ("v1", "Namespace"): "namespaces",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("ray.io/v1", "RayJob"): "rayjobs",
     ("ray.io/v1", "RayCluster"): "rayclusters",
     ("lorarl.dev/v1alpha1", "LoraRLJob"): "lorarljobs",

@@ -72,7 +72,7 @@ from .workload import (
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SYSTEMS = ("ours", "ceiling", "kuberay")
-CHILDREN = ("serviceaccounts", "roles", "rolebindings", "configmaps", "persistentvolumeclaims", "rayjobs")
+CHILDREN = ("serviceaccounts", "roles", "rolebindings", "configmaps", "persistentvolumeclaims", "networkpolicies", "rayjobs")
 
 
 @dataclass

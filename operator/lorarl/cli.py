@@ -17,6 +17,7 @@ from . import __version__, curves, follow
 from .adapter import cli as adapter_cli
 from .api import types as api
 from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
+from .job.settings import DEFAULT_KUBERAY_POD_LABELS, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
 
 
 def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
@@ -161,6 +162,26 @@ def crd() -> None:
     type=click.FloatRange(0),
     help="Seconds a finished job's per-job series stay on /metrics after its completionTime (docs/observability.md).",
 )
+@click.option(
+    "--network-policy/--no-network-policy",
+    default=True,
+    show_default=True,
+    help="Render each job's NetworkPolicy: its Ray pods admit only the job's own pods, and KubeRay's operator on the dashboard port (docs/security.md).",
+)
+@click.option(
+    "--kuberay-operator-namespace-labels",
+    default="",
+    show_default=True,
+    metavar="K=V,...",
+    help="The labels of KubeRay's operator's namespace, for the NetworkPolicy ('': any namespace).",
+)
+@click.option(
+    "--kuberay-operator-pod-labels",
+    default=format_labels(DEFAULT_KUBERAY_POD_LABELS),
+    show_default=True,
+    metavar="K=V,...",
+    help="The labels of KubeRay's operator's pods, for the NetworkPolicy ('': every pod of those namespaces).",
+)
 @click.option("--workers", default=DEFAULT_WORKERS, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
@@ -179,6 +200,9 @@ def run(
     resync_seconds: float,
     repair_seconds: float,
     finished_metrics_seconds: float,
+    network_policy: bool,
+    kuberay_operator_namespace_labels: str,
+    kuberay_operator_pod_labels: str,
     workers: int,
     log_format: str,
     verbose: bool,
@@ -206,6 +230,10 @@ def run(
             probes.parse(liveness)
         except ValueError as err:
             raise click.UsageError(str(err)) from None
+    try:
+        policy = NetworkPolicySettings(network_policy, parse_labels(kuberay_operator_namespace_labels), parse_labels(kuberay_operator_pod_labels))
+    except ValueError as err:
+        raise click.UsageError(f"--kuberay-operator-*-labels: {err}") from None
     election = None
     if leader_elect:
         timings = leader.Timings(lease_duration, renew_deadline, retry_period)
@@ -229,6 +257,7 @@ def run(
         resync_seconds=resync_seconds,
         repair_seconds=repair_seconds,
         finished_metrics_seconds=finished_metrics_seconds,
+        render=RenderSettings(network_policy=policy),
     )
     runner.run(
         register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),

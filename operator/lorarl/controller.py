@@ -156,7 +156,7 @@ class Controller:
     def __init__(self, kube: Api, options: Options, settings: kopf.OperatorSettings) -> None:
         self.options, self.settings, self.kube = options, settings, kube
         self.caches = Caches(rayjobs_listed=False)  # listed after start-up: see start()
-        self.reconciler = Reconciler(kube, caches=self.caches)
+        self.reconciler = Reconciler(kube, caches=self.caches, render_settings=options.render)
         self.recorder = EventRecorder(kube)
         self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
         self.repairs = Repairs(options.repair_seconds)

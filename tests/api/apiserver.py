@@ -95,6 +95,7 @@ _PLURALS = {
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "Role": "roles",
     "RoleBinding": "rolebindings",
+    "NetworkPolicy": "networkpolicies",
     "RayJob": "rayjobs",
     "Pod": "pods",
     "Job": "jobs",

@@ -27,7 +27,7 @@ def test_render_seed_example():
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     kinds = [d["kind"] for d in docs]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim", "RayJob"]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim", "NetworkPolicy", "RayJob"]
     rayjob = docs[-1]
     assert "amd.com/gpu" in rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
 

@@ -51,6 +51,7 @@ def test_quick_bench_writes_its_table(tmp_path):
         "create events": 5,
         "patch configmaps": 5,
         "patch lorarljobs/status": 5,
+        "patch networkpolicies": 5,
         "patch persistentvolumeclaims": 5,
         "patch rayjobs": 5,
         "patch rolebindings": 5,

@@ -20,6 +20,7 @@ CHILD_KINDS = [
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("v1", "ConfigMap"),
     ("v1", "PersistentVolumeClaim"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     ("ray.io/v1", "RayJob"),
 ]
 

@@ -130,6 +130,10 @@ def test_default_render(helm):
         "9090",
         "--log-format",
         "json",
+        "--kuberay-operator-namespace-labels",
+        "",
+        "--kuberay-operator-pod-labels",
+        "app.kubernetes.io/name=kuberay-operator",
         "--leader-elect",
         "--leader-election-namespace",
         "$(POD_NAMESPACE)",
@@ -158,6 +162,7 @@ def test_default_render(helm):
 
     cluster_rules = rules_of(pick(docs, "ClusterRole"))
     assert ("lorarl.dev", "lorarljobs/finalizers", "update") in cluster_rules
+    assert [r for r in cluster_rules if r[1] == "networkpolicies"] == [("networking.k8s.io", "networkpolicies", v) for v in ("create", "patch")]
     assert ("apiextensions.k8s.io", "customresourcedefinitions", "watch") in cluster_rules
     assert not any(r == "namespaces" for _, r, _ in cluster_rules)  # kopf lists namespaces only when namespaced
     lease_role = pick(docs, "Role", f"{FULLNAME}-leader-election")
@@ -193,6 +198,29 @@ def test_helm_test_pod_is_restricted_and_validates_the_seed(helm, tmp_path):
 
 
 # -- non-default values ---------------------------------------------------------------------------
+
+
+@needs_helm
+def test_network_policy_value(helm):
+    """networkPolicy.enabled=false: `lorarl run --no-network-policy` and no rule on NetworkPolicies
+    (the operator would not use it); KubeRay's operator's labels reach the flags as K=V,..."""
+
+    def args_and_rules(*values):
+        docs = helm.render(*values)
+        [container] = pick(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+        return container["args"], [r for r in rules_of(pick(docs, "ClusterRole")) if r[1] == "networkpolicies"]
+
+    args, rules = args_and_rules("--set", "networkPolicy.enabled=false")
+    assert "--no-network-policy" in args and not [a for a in args if a.startswith("--kuberay-operator")]
+    assert rules == []
+    args, rules = args_and_rules(
+        "--set-json",
+        'networkPolicy.kuberayOperator={"namespaceLabels": {"kubernetes.io/metadata.name": "ray-system", "team": "ml"}, "podLabels": {"app.kubernetes.io/name": null}}',
+    )
+    assert "--no-network-policy" not in args
+    assert args[args.index("--kuberay-operator-namespace-labels") + 1] == "kubernetes.io/metadata.name=ray-system,team=ml"
+    assert args[args.index("--kuberay-operator-pod-labels") + 1] == ""
+    assert rules == [("networking.k8s.io", "networkpolicies", v) for v in ("create", "patch")]
 
 
 @needs_helm

@@ -84,7 +84,14 @@ def test_the_run_survives_its_submitter_pod_and_a_deleted_job_leaves_nothing(rea
 
     def nothing_left():
         out = cp.kubectl(
-            "get", "rayjobs,rayclusters,jobs,pods,configmaps,pvc,serviceaccounts,roles,rolebindings", "-n", ns, "-l", f"lorarl.dev/job={name}", "-o", "name"
+            "get",
+            "rayjobs,rayclusters,jobs,pods,configmaps,pvc,serviceaccounts,roles,rolebindings,networkpolicies",
+            "-n",
+            ns,
+            "-l",
+            f"lorarl.dev/job={name}",
+            "-o",
+            "name",
         ).stdout.split()
         pods = seedrun.pods(cp, ns)
         rayjobs = cp.kubectl("get", "rayjobs,rayclusters", "-n", ns, "-o", "name").stdout.split()

@@ -36,8 +36,8 @@ def test_settled_job_is_resynced_from_the_cache_and_nothing_is_written(control_p
     versions = (job(kube, namespace)["metadata"]["resourceVersion"], rayjob(kube, namespace)["metadata"]["resourceVersion"])
     await_reconciles(operator, namespace, "(resync): phase Pending, 0 applied, status unchanged", 3)
     assert (job(kube, namespace)["metadata"]["resourceVersion"], rayjob(kube, namespace)["metadata"]["resourceVersion"]) == versions
-    # the create path: one reconcile applied the six children and wrote the status once
-    assert count_reconciles(operator, namespace, "(change): phase Pending, 6 applied, status written") == 1
+    # the create path: one reconcile applied the seven children and wrote the status once
+    assert count_reconciles(operator, namespace, "(change): phase Pending, 7 applied, status written") == 1
     assert count_reconciles(operator, namespace, " applied, status written") == 1
     assert count_reconciles(operator, namespace, "(change)") == 1
 
@@ -55,7 +55,7 @@ def test_own_writes_trigger_no_reconcile(control_plane, namespace, kube, tmp_pat
         poke_and_await(kube, op, namespace, "Pending", 1)
         lines = [line for line in op.output().splitlines() if f"[{namespace}/{NAME}] reconcile " in line]
         assert len(lines) == 2, lines  # the creation, the reporter's patch: no reconcile of an echo
-        assert "(change): phase Pending, 6 applied, status written" in lines[0]
+        assert "(change): phase Pending, 7 applied, status written" in lines[0]
         assert "(job-event): phase Pending, 0 applied, status unchanged" in lines[1]
     finally:
         op.stop()

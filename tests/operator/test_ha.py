@@ -427,7 +427,7 @@ def test_log_lines_name_their_object(control_plane, namespace, kube, tmp_path, l
             assert isinstance(rec["duration"], float) and len(rec["reconcile_id"]) == 8
             assert rec["trigger"] in ("change", "job-event", "rayjob-event", "resync", "timer", "retry")
             assert {"phase", "applied", "status_written"} <= rec.keys()
-        assert any(r["trigger"] == "change" and r["applied"] == 6 for r in reconciles)
+        assert any(r["trigger"] == "change" and r["applied"] == 7 for r in reconciles)
         assert len({r["reconcile_id"] for r in reconciles}) == len(reconciles)
     assert reconciles
 

@@ -254,9 +254,9 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
         doc["metadata"]["name"] = "clean"
         apply_job(control_plane, namespace, doc)
         clean = wait_for(lambda: _reconciled(operator_kube, namespace, "clean"), what="a reconcile as the operator")
-        assert clean.apply_failed is None and clean.applied == 6
+        assert clean.apply_failed is None and clean.applied == 7
         again = _reconcile_as_the_operator(operator_kube, namespace, "clean")  # updates of owned children pass
-        assert again.apply_failed is None and again.applied == 6
+        assert again.apply_failed is None and again.applied == 7
     finally:
         control_plane.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(cluster_scoped))
 

@@ -19,6 +19,7 @@ CHILD_KINDS = [
     ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"),
     ("v1", "ConfigMap", f"{NAME}-lorarl"),
     ("v1", "PersistentVolumeClaim", f"{NAME}-data"),
+    ("networking.k8s.io/v1", "NetworkPolicy", f"{NAME}-ray"),
     ("ray.io/v1", "RayJob", NAME),
 ]
 

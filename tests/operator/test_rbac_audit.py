@@ -41,6 +41,7 @@ CHILD_RESOURCES = {
     ("rbac.authorization.k8s.io", "rolebindings"),
     ("", "configmaps"),
     ("", "persistentvolumeclaims"),
+    ("networking.k8s.io", "networkpolicies"),
     ("ray.io", "rayjobs"),
 }
 FINALIZERS_REFUSAL = "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"

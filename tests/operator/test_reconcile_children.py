@@ -6,10 +6,11 @@ import pytest
 from lorarl.control.cache import CHILDREN_DIGEST, child_digests, decode_digests, encode_digests, stale_children
 from lorarl.control.reconcile import children_to_apply
 from lorarl.job import render
+from lorarl.job.settings import NetworkPolicySettings, RenderSettings
 
 from tests.helpers import job_from, with_spec
 
-ALL = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim", "RayJob"}
+ALL = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim", "NetworkPolicy", "RayJob"}
 
 
 def digests(doc):
@@ -27,9 +28,9 @@ def to_apply(now, recorded, everything=False, suspend_differs=False):
 
 def test_the_record_is_one_digest_per_child_in_apply_order_and_reads_back():
     seed = digests(with_spec())
-    assert list(seed) == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim", "RayJob"]
+    assert list(seed) == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "PersistentVolumeClaim", "NetworkPolicy", "RayJob"]
     text = encode_digests(seed)
-    assert text.count(",") == 5 and text.startswith("ServiceAccount=")
+    assert text.count(",") == 6 and text.startswith("ServiceAccount=")
     assert decode_digests(text) == seed
     # an older operator's one digest of all children, an edit by hand, nothing: not a record
     for other in ("0123456789abcdef0123456789abcdef", "RayJob=", "=abc", "", None, 7):
@@ -58,6 +59,18 @@ def test_a_child_no_longer_rendered_updates_the_record():
     assert "ServiceAccount" not in own_account
     assert "RayJob" in to_apply(own_account, seed)
     assert stale_children({"RayJob": "a"}, {"RayJob": "a", "ServiceAccount": "b"}) == {"RayJob"}
+
+
+def test_the_network_policy_turned_off_or_given_another_peer_applies_it_and_the_record():
+    """`lorarl run --no-network-policy`: the policy is no longer rendered (the one applied stays
+    until its job goes) and the RayJob carries the new record; another KubeRay peer: the policy."""
+    job = job_from(with_spec())
+    seed = child_digests(render.render(job))
+    off = child_digests(render.render(job, RenderSettings(NetworkPolicySettings(enabled=False))))
+    assert set(seed) - set(off) == {"NetworkPolicy"}
+    assert to_apply(off, seed) == {"RayJob"}
+    elsewhere = child_digests(render.render(job, RenderSettings(NetworkPolicySettings(kuberay_namespace_labels=(("team", "ray"),)))))
+    assert to_apply(elsewhere, seed) == {"NetworkPolicy", "RayJob"}
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ CHILDREN = [
     ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"),
     ("v1", "ConfigMap", f"{NAME}-lorarl"),
     ("v1", "PersistentVolumeClaim", f"{NAME}-data"),
+    ("networking.k8s.io/v1", "NetworkPolicy", f"{NAME}-ray"),
     ("ray.io/v1", "RayJob", NAME),
 ]
 APPLIED = re.compile(r"reconcile \w+ \(([\w-]+)\): phase \w+, (\d+) applied")
@@ -53,7 +54,7 @@ def edit_and_observe(kube, operator, namespace, spec_patch):
 def test_an_edit_that_changes_no_render_applies_no_child(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, seed_doc())
     wait_for(phase_is(kube, namespace, "Pending"), what="Pending")
-    assert applies(operator.reconciles(namespace, NAME))[0] == ("change", 6)  # the create applied every child
+    assert applies(operator.reconciles(namespace, NAME))[0] == ("change", 7)  # the create applied every child
     children = versions(kube, namespace)
     for seconds in (1200, 1300, 1400):
         since = edit_and_observe(kube, operator, namespace, {"runPolicy": {"startupTimeoutSeconds": seconds}})
@@ -89,12 +90,12 @@ def test_children_deleted_or_edited_by_hand_come_back(control_plane, namespace, 
         back = wait_for(lambda: kube.get("v1", "ConfigMap", namespace, f"{NAME}-lorarl"), what="the ConfigMap re-created")
         assert back["metadata"]["uid"] != configmap["metadata"]["uid"] and back["binaryData"] == configmap["binaryData"]
         wait_for(lambda: kube.get("rbac.authorization.k8s.io/v1", "Role", namespace, f"{NAME}-reporter"), what="the Role re-created")
-        assert ("resync", 6) in applies(op.reconciles(namespace, NAME))
+        assert ("resync", 7) in applies(op.reconciles(namespace, NAME))
         # the record on the RayJob edited by hand: every child applied again at once, the record restored
         control_plane.kubectl("annotate", "rayjob", NAME, "-n", namespace, "--overwrite", f"{CHILDREN_DIGEST}=edited")
         wanted = child_digests(render.render(job_from(job(kube, namespace))))
         wait_for(lambda: decode_digests(rayjob(kube, namespace)["metadata"]["annotations"].get(CHILDREN_DIGEST)) == wanted, what="the record restored")
-        assert ("rayjob-event", 6) in applies(op.reconciles(namespace, NAME))
+        assert ("rayjob-event", 7) in applies(op.reconciles(namespace, NAME))
     finally:
         op.stop()
     op.assert_no_tracebacks()

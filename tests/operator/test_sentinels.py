@@ -32,6 +32,7 @@ SCANNED_KINDS = (
     "rolebindings.rbac.authorization.k8s.io",
     "configmaps",
     "persistentvolumeclaims",
+    "networkpolicies.networking.k8s.io",
     "rayjobs.ray.io",
     "lorarljobs.lorarl.dev",
     "events",

@@ -102,3 +102,14 @@ matchResources:
         values: {{ .Values.watch.namespaces | toJson }}
 {{- end }}
 {{- end }}
+
+{{/*
+A label map as `lorarl run`'s K=V,... (sorted by key; "" for none).
+*/}}
+{{- define "lorarl-operator.labelList" -}}
+{{- $pairs := list }}
+{{- range $k, $v := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}

@@ -3,7 +3,9 @@ the offline commands of the CLI show these defaults without importing the contro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..job.settings import RenderSettings
 
 DEFAULT_WORKERS = 32  # reconcile threads = API requests in flight (docs/architecture.md: 8 to 64 measured)
 DEFAULT_RESYNC_SECONDS = 30.0
@@ -20,3 +22,4 @@ class Options:
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
     repair_seconds: float = DEFAULT_REPAIR_SECONDS
     finished_metrics_seconds: float = DEFAULT_FINISHED_METRICS_SECONDS
+    render: RenderSettings = field(default_factory=RenderSettings)  # what the children's render takes besides the job

@@ -32,6 +32,7 @@ from typing import Any
 from ..api import types as api
 from ..api.problems import InvalidJob
 from ..job import render
+from ..job.settings import RenderSettings
 from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
@@ -216,6 +217,7 @@ class Reconciler:
     kube: Api
     clock: Callable[[], datetime.datetime] = utcnow
     caches: Caches | None = None  # None: read with GETs (tests and one-off tools)
+    render_settings: RenderSettings = field(default_factory=RenderSettings)  # `lorarl run`'s (control.options.Options.render)
 
     def _read(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         if self.caches is None:
@@ -262,7 +264,7 @@ class Reconciler:
 
         def children() -> render.Children:
             if not rendered:
-                rendered.append(render.children(job))
+                rendered.append(render.children(job, self.render_settings))
             return rendered[0]
 
         digests: dict[str, str] = {} if finished else self._memo("digests", body, lambda: child_digests(children().in_apply_order()))

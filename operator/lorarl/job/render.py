@@ -3,7 +3,9 @@
 Children, in apply order: the per-job ServiceAccount, Role and RoleBinding (the in-job reporter
 may update this job's status and nothing else; the chart's ValidatingAdmissionPolicy narrows
 that to the reporter's own status keys), the ConfigMap with the reporter and the
-prepare script, the owned PVC (unless an existing claim is used) and the RayJob.
+prepare script, the owned PVC (unless an existing claim is used), the NetworkPolicy that admits
+to the job's Ray pods only the job's own pods and KubeRay's operator on the dashboard port (unless
+the operator's settings turn it off: ``settings.RenderSettings``) and the RayJob.
 
 Nothing secret is rendered: Secrets are referenced through ``secretKeyRef`` only. Labels and
 annotations of the LoraRLJob are not copied to children (GitOps tools track resources by them).
@@ -21,6 +23,8 @@ import yaml
 
 from ..api.types import API_VERSION, KIND, LoraRLJob
 from . import artifact, command, paths, profiles
+from .settings import DEFAULT as DEFAULT_SETTINGS
+from .settings import NetworkPolicySettings, RenderSettings
 
 RAYJOB_API_VERSION = "ray.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -29,6 +33,7 @@ JOB_LABEL = "lorarl.dev/job"
 MANAGED_BY = "lorarl-operator"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
+DASHBOARD_PORT = 8265  # Ray's dashboard / job API: KubeRay's dashboard client polls it (utils/constant.go:98 in v1.5.0)
 RUNTIME_ENV_AGENT_PORT = "8266"  # Ray's dashboard is 8265; nothing of Ray's listens on 8266 by default
 REPORTER_VOLUME = "lorarl"
 # The reporter's API credentials: a projected, short-lived token of the pod's ServiceAccount,
@@ -66,11 +71,19 @@ def claim_name(job: LoraRLJob) -> str:
     return job.spec.checkpoint.storage.existing_claim or pvc_name(job)
 
 
+def network_policy_name(job: LoraRLJob) -> str:
+    return f"{job.metadata.name}-ray"
+
+
 def pod_service_account(job: LoraRLJob) -> str:
     return job.spec.scheduling.service_account_name or reporter_account_name(job)
 
 
 # ---------------------------------------------------------------------------------- metadata
+
+COMPONENT_LABEL = "app.kubernetes.io/component"
+RAY_COMPONENTS = ("ray-head", "ray-worker")  # the pods the NetworkPolicy protects
+JOB_COMPONENTS = (*RAY_COMPONENTS, "submitter")  # the pods it admits on every port
 
 
 def labels(job: LoraRLJob, component: str) -> dict[str, str]:
@@ -109,6 +122,46 @@ def metadata(job: LoraRLJob, name: str, component: str, extra_labels: dict[str, 
     if refs:
         meta["ownerReferences"] = refs
     return meta
+
+
+# ---------------------------------------------------------------------------- NetworkPolicy
+
+
+def job_pods_selector(job: LoraRLJob, components: tuple[str, ...]) -> dict[str, Any]:
+    """This job's pods of these components: the labels the pod templates carry (KubeRay keeps a
+    template's labels on the pods it makes, common/pod.go labelPod; the submitter's template is
+    the Job's as given, rayjob_controller.go getSubmitterTemplate)."""
+    return {
+        "matchLabels": {JOB_LABEL: job.metadata.name, "app.kubernetes.io/managed-by": MANAGED_BY},
+        "matchExpressions": [{"key": COMPONENT_LABEL, "operator": "In", "values": list(components)}],
+    }
+
+
+def network_policy(job: LoraRLJob, settings: NetworkPolicySettings) -> dict[str, Any]:
+    """Ingress to the job's Ray head and workers: from the job's own pods (head, workers and the
+    submitter) on every port (Ray's GCS, raylet, object manager and worker ports are many and
+    partly dynamic), and from KubeRay's operator on the dashboard port only (its dashboard client
+    polls the job there: rayjob_controller.go:280-285 in KubeRay v1.5.0, at the head Service's
+    dashboard port, utils/util.go:846-876). Egress stays open (downloads, W&B). `kubectl
+    port-forward` goes through the kubelet, which NetworkPolicy does not filter."""
+    namespaces, pods = dict(settings.kuberay_namespace_labels), dict(settings.kuberay_pod_labels)
+    kuberay: dict[str, Any] = {  # {}: every namespace, every pod
+        "namespaceSelector": {"matchLabels": namespaces} if namespaces else {},
+        "podSelector": {"matchLabels": pods} if pods else {},
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(job, network_policy_name(job), "network-policy"),
+        "spec": {
+            "podSelector": job_pods_selector(job, RAY_COMPONENTS),
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": job_pods_selector(job, JOB_COMPONENTS)}]},
+                {"from": [kuberay], "ports": [{"protocol": "TCP", "port": DASHBOARD_PORT}]},
+            ],
+        },
+    }
 
 
 # ------------------------------------------------------------------------------------ assets
@@ -535,18 +588,20 @@ class Children:
         return [*self.before_rayjob, self.rayjob]
 
 
-def children(job: LoraRLJob) -> Children:
+def children(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> Children:
     before = [] if job.spec.scheduling.service_account_name else [service_account(job)]
     before += [reporter_role(job), reporter_role_binding(job), configmap(job)]
     pvc = persistent_volume_claim(job)
     if pvc is not None:
         before.append(pvc)
+    if settings.network_policy.enabled:  # in place before the RayJob's pods start
+        before.append(network_policy(job, settings.network_policy))
     return Children(tuple(before), rayjob(job))
 
 
-def render(job: LoraRLJob) -> list[dict[str, Any]]:
+def render(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
     """All children of ``job`` in apply order."""
-    return children(job).in_apply_order()
+    return children(job, settings).in_apply_order()
 
 
 class _BlockDumper(yaml.SafeDumper):

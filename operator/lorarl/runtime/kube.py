@@ -43,6 +43,7 @@ PLURALS = {
     ("v1", "Pod"): "pods",  # read only: `lorarl logs` finds the submitter's and the head's pods
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("ray.io/v1", "RayJob"): "rayjobs",
     ("lorarl.dev/v1alpha1", "LoraRLJob"): "lorarljobs",
     ("kueue.x-k8s.io/v1beta2", "Workload"): "workloads",

@@ -1,0 +1,46 @@
+"""Operator-level settings of the pure render (stdlib only: `lorarl run` parses them into
+``control.options.Options`` and the reconciler hands them to ``render.children``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# KubeRay's own helm chart labels its operator's pods app.kubernetes.io/name: kuberay-operator
+# (helm-chart/kuberay-operator/templates/_helpers.tpl, the "kuberay-operator.name" helper).
+DEFAULT_KUBERAY_POD_LABELS: tuple[tuple[str, str], ...] = (("app.kubernetes.io/name", "kuberay-operator"),)
+
+
+def parse_labels(text: str) -> tuple[tuple[str, str], ...]:
+    """``k=v,k2=v2`` (kubectl's -l equality form) as sorted pairs; '' is no label at all."""
+    pairs: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{part!r}: expected key=value")
+        pairs[key.strip()] = value.strip()
+    return tuple(sorted(pairs.items()))
+
+
+def format_labels(labels: tuple[tuple[str, str], ...]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels)
+
+
+@dataclass(frozen=True)
+class NetworkPolicySettings:
+    """The per-job NetworkPolicy (render.network_policy): rendered or not, and the peer that is
+    KubeRay's operator (admitted on the dashboard port only): its namespace's labels (() = any
+    namespace) and its pods' labels (() = every pod of those namespaces)."""
+
+    enabled: bool = True
+    kuberay_namespace_labels: tuple[tuple[str, str], ...] = ()
+    kuberay_pod_labels: tuple[tuple[str, str], ...] = DEFAULT_KUBERAY_POD_LABELS
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    network_policy: NetworkPolicySettings = field(default_factory=NetworkPolicySettings)
+
+
+DEFAULT = RenderSettings()
