@@ -10,6 +10,8 @@ a reconcile against it creates the policy owned by its LoraRLJob.
 from __future__ import annotations
 
 import copy
+import json
+import pathlib
 from dataclasses import dataclass, field
 
 import pytest
@@ -234,3 +236,21 @@ def test_a_reconcile_creates_the_policy_owned_by_its_job(control_plane, namespac
     Reconciler(kube, render_settings=RenderSettings(NetworkPolicySettings(kuberay_namespace_labels=(("team", "ray"),)))).reconcile(namespace, "netpol")
     policy = kube.get("networking.k8s.io/v1", "NetworkPolicy", namespace, "netpol-ray")
     assert policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"] == {"matchLabels": {"team": "ray"}}
+
+
+def test_the_head_pods_the_real_kubelet_ran_are_isolated_and_admitted_as_their_jobs_own():
+    """The oracle is the pods the real node ran (KubeRay's labels merged into the template's by
+    KubeRay itself, recorded from the kubelet: tests/operator/recorded_pods), not the render's own
+    label function: each head is protected by its job's policy and may reach its own job's pods."""
+    recorded = sorted((pathlib.Path(__file__).parents[1] / "operator" / "recorded_pods").glob("*.json"))
+    assert recorded
+    for path in recorded:
+        pod = json.loads(path.read_text())
+        meta = pod["metadata"]
+        if meta["labels"].get("ray.io/node-type") != "head":
+            continue
+        job = job_in(meta["namespace"], meta["labels"][render.JOB_LABEL])
+        policy, real = policy_of(job), Pod(meta["namespace"], meta["labels"])
+        assert selects(policy["spec"]["podSelector"], real.labels), path.name
+        assert admits(policy, pods_of(job)["worker"], real, 6379), path.name  # the real head reaches its worker
+        assert not admits(policy, real, Pod("elsewhere", {}), 8265), path.name
