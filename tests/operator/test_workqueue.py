@@ -132,6 +132,35 @@ def test_a_run_is_named_by_what_makes_it_run():
     assert q.get(timeout=0) == ("b", "job-event")
 
 
+def test_a_timer_a_resync_pulled_forward_comes_back_after_the_run():
+    """The controller skips a resync of a finished job; the timer a resync absorbed must come
+    back at ``done`` (the ttlSecondsAfterFinished deletion was lost once: the reconcile that wrote
+    Failed asked for a timer in 1 s while a resync queued from the older cached copy came in)."""
+    clock = Clock()
+    q = WorkQueue(clock)
+    assert q.get(timeout=0) is None
+    q.add("a", "change")
+    assert q.get(timeout=0) == ("a", "change")
+    q.add("a", "timer", after=1)  # while processing: the TTL's check
+    q.add("a", "resync")  # the stale resync, due now: it runs first and is named so
+    q.done("a")
+    assert q.get(timeout=0) == ("a", "resync")
+    q.done("a")  # the worker skipped it (the job is finished)
+    assert q.waiting() == {"a": clock.now + 1}
+    clock.now += 1
+    assert q.get(timeout=0) == ("a", "timer")
+    q.done("a")
+    # the same for a waiting key: the startup deadline an hour away survives every resync
+    q.add("b", "timer", after=3600)
+    for _ in range(3):
+        q.add("b", "resync")
+        assert q.get(timeout=0) == ("b", "resync")
+        q.done("b")
+        assert q.waiting()["b"] == clock.now + 3600  # still there, neither pulled in nor lost
+    q.remove("b")
+    assert "b" not in q.waiting()
+
+
 # -- fairness across namespaces --------------------------------------------------------------------
 
 

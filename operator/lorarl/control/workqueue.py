@@ -32,6 +32,7 @@ K = TypeVar("K", bound=Hashable)
 
 # when two triggers of one key merge, the log names the most telling one
 TRIGGER_RANK = {"change": 0, "rayjob-event": 1, "job-event": 2, "timer": 3, "retry": 4, "resync": 5}
+RESYNC = "resync"  # the periodic backstop (controller._resync_loop), which a worker may skip
 
 
 def stronger(a: str | None, b: str) -> str:
@@ -70,6 +71,11 @@ class WorkQueue(Generic[K]):
         self._trigger: dict[K, str] = {}
         self._processing: set[K] = set()
         self._again: dict[K, tuple[float, str]] = {}  # added while processing: re-queue at done
+        # a schedule a resync pulled forward, put back at done: the controller skips a resync of
+        # a finished job, and a timer lost with it (the ttlSecondsAfterFinished deletion, due a
+        # second after the Failed write, absorbed by a resync queued from the older cached copy)
+        # would never come back
+        self._kept: dict[K, tuple[float, str]] = {}
         self._failures: dict[K, int] = {}
         self._backoff_until: dict[K, float] = {}
         self._seq = itertools.count()
@@ -86,6 +92,7 @@ class WorkQueue(Generic[K]):
                 return  # its retry is scheduled already (the backoff added it)
             due = now + max(0.0, after)
             if key in self._processing:
+                self._keep(key, self._again.get(key), due, trigger)
                 self._again[key] = merge(self._again.get(key), due, trigger, self._clock())
                 return
             self._schedule(key, due, trigger)
@@ -110,9 +117,15 @@ class WorkQueue(Generic[K]):
         with self._cond:
             return self._failures.get(key, 0)
 
+    def _keep(self, key: K, old: tuple[float, str] | None, due: float, trigger: str) -> None:
+        """Keep ``old`` aside when a resync due earlier takes its place (see ``_kept``)."""
+        if old is not None and trigger == RESYNC and old[1] != RESYNC and due < old[0]:
+            self._kept[key] = merge(self._kept.get(key), *old, self._clock())
+
     def _schedule(self, key: K, due: float, trigger: str) -> None:
         current = self._due.get(key)
         old = None if current is None else (current, self._trigger[key])
+        self._keep(key, old, due, trigger)
         self._due[key], self._trigger[key] = merge(old, due, trigger, self._clock())
         if current is not None and current <= due:
             return  # already waiting for an earlier (or the same) moment
@@ -187,6 +200,10 @@ class WorkQueue(Generic[K]):
             again = self._again.pop(key, None)
             if again is not None and not self._shutdown:
                 self._schedule(key, *again)
+            if key not in self._due and not self._shutdown:  # (a key queued again keeps it until its next run)
+                kept = self._kept.pop(key, None)
+                if kept is not None:
+                    self._schedule(key, *kept)  # at worst one reconcile more, at the time it asked for
 
     def remove(self, key: K) -> None:
         """Drop every trace of a key (its object is gone)."""
@@ -194,6 +211,7 @@ class WorkQueue(Generic[K]):
             self._due.pop(key, None)
             self._trigger.pop(key, None)
             self._again.pop(key, None)
+            self._kept.pop(key, None)
             self._failures.pop(key, None)
             self._backoff_until.pop(key, None)
 
