@@ -15,10 +15,11 @@ shift
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
-"$python" -m pytest -p no:cacheprovider -m "node or images" "$@" >"$logs/node.log" 2>&1 &
+# --durations: the slowest tests of each stream at its end, to keep the two streams balanced
+"$python" -m pytest -p no:cacheprovider --durations=25 -m "node or images" "$@" >"$logs/node.log" 2>&1 &
 node_pid=$!
 
-"$python" -m pytest -m "not node and not images" "$@" 2>&1 | tee "$logs/rest.log"
+"$python" -m pytest --durations=25 -m "not node and not images" "$@" 2>&1 | tee "$logs/rest.log"
 rest_rc=${PIPESTATUS[0]}
 wait "$node_pid"
 node_rc=$?
