@@ -11,6 +11,17 @@ import uuid
 import pytest
 from lorarl_dev import hubstub, seedrun
 
+# What the e2e tests measured, printed once at the end of the run (a fixture's own output is
+# kept by pytest for passing tests): the seconds each failure takes to show (docs/troubleshooting.md)
+MEASURED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if MEASURED:
+        terminalreporter.section("measured on the real node")
+        for line in MEASURED:
+            terminalreporter.write_line(line)
+
 
 @pytest.fixture(scope="session")
 def hub(real_node_cluster, tmp_path_factory):

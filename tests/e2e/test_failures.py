@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import pytest
 from lorarl_dev import seedrun
 
+from tests.e2e.conftest import MEASURED
+
 pytestmark = pytest.mark.node
 
 SHOW_TIMEOUT = 600  # a generous bound on 2 shared cores, not a measurement
@@ -233,7 +235,7 @@ def failures(real_node_cluster, hub, node_images, lorarl_operator):
         if follower is not None:
             follower.close()
         report = {name: {reason: seconds for reason, (seconds, _) in seen.first.items()} for name, seen in watcher.seen.items()}
-        print(f"\nseconds from apply to each Ready reason: {json.dumps(report, indent=1)}", file=sys.stderr)
+        MEASURED.append(f"test_failures: seconds from apply to each Ready reason: {json.dumps(report, sort_keys=True)}")
         cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
