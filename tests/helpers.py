@@ -74,6 +74,16 @@ def http_get(port: int, path: str) -> tuple[int | None, str]:
 
 
 NAME = "qwen3-4b-lora-amd"
+# the seed's children, in apply order: (apiVersion, kind, name)
+CHILD_KINDS = [
+    ("v1", "ServiceAccount", f"{NAME}-reporter"),
+    ("rbac.authorization.k8s.io/v1", "Role", f"{NAME}-reporter"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"),
+    ("v1", "ConfigMap", f"{NAME}-lorarl"),
+    ("v1", "PersistentVolumeClaim", f"{NAME}-data"),
+    ("networking.k8s.io/v1", "NetworkPolicy", f"{NAME}-ray"),
+    ("ray.io/v1", "RayJob", NAME),
+]
 
 
 def kubectl_rows(text: str, having: str = "NAME") -> list[dict[str, str]]:

@@ -9,19 +9,24 @@ from kubernetes import client as k8s
 from lorarl.admission.validation import parse_job
 from lorarl.job import render
 
-from tests.helpers import NAME, apply_job, await_reconciles, conditions, events, job, phase_is, poke_and_await, rayjob, running, seed_doc, started, wait_for
+from tests.helpers import (
+    CHILD_KINDS,
+    NAME,
+    apply_job,
+    await_reconciles,
+    conditions,
+    events,
+    job,
+    phase_is,
+    poke_and_await,
+    rayjob,
+    running,
+    seed_doc,
+    started,
+    wait_for,
+)
 
 pytestmark = pytest.mark.controlplane
-
-CHILD_KINDS = [
-    ("v1", "ServiceAccount", f"{NAME}-reporter"),
-    ("rbac.authorization.k8s.io/v1", "Role", f"{NAME}-reporter"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"),
-    ("v1", "ConfigMap", f"{NAME}-lorarl"),
-    ("v1", "PersistentVolumeClaim", f"{NAME}-data"),
-    ("networking.k8s.io/v1", "NetworkPolicy", f"{NAME}-ray"),
-    ("ray.io/v1", "RayJob", NAME),
-]
 
 
 def test_seed_example_is_reconciled_into_children(control_plane, namespace, kube, operator):

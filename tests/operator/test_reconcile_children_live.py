@@ -15,19 +15,10 @@ from lorarl.control.cache import CHILDREN_DIGEST, child_digests, decode_digests
 from lorarl.job import render
 from lorarl_dev.operatorproc import OperatorProcess
 
-from tests.helpers import NAME, apply_job, job, job_from, phase_is, rayjob, seed_doc, wait_for
+from tests.helpers import CHILD_KINDS, NAME, apply_job, job, job_from, phase_is, rayjob, seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 
-CHILDREN = [
-    ("v1", "ServiceAccount", f"{NAME}-reporter"),
-    ("rbac.authorization.k8s.io/v1", "Role", f"{NAME}-reporter"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding", f"{NAME}-reporter"),
-    ("v1", "ConfigMap", f"{NAME}-lorarl"),
-    ("v1", "PersistentVolumeClaim", f"{NAME}-data"),
-    ("networking.k8s.io/v1", "NetworkPolicy", f"{NAME}-ray"),
-    ("ray.io/v1", "RayJob", NAME),
-]
 APPLIED = re.compile(r"reconcile \w+ \(([\w-]+)\): phase \w+, (\d+) applied")
 
 
@@ -37,7 +28,7 @@ def applies(lines):
 
 
 def versions(kube, namespace):
-    return {kind: kube.get(api_version, kind, namespace, name)["metadata"]["resourceVersion"] for api_version, kind, name in CHILDREN}
+    return {kind: kube.get(api_version, kind, namespace, name)["metadata"]["resourceVersion"] for api_version, kind, name in CHILD_KINDS}
 
 
 def edit_and_observe(kube, operator, namespace, spec_patch):
