@@ -457,6 +457,7 @@ class Controller:
                 self.queue.add(key, "timer", after=outcome.requeue_after)
             if outcome.phase in status.TERMINAL:  # its last write is done: keep it compact
                 self.caches.settle(key, reconcile.settled_finished)
+                self.repairs.forget(key)  # finished jobs are not resynced, so never repaired
         return outcome.phase
 
     def _work(self) -> None:
