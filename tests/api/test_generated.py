@@ -116,6 +116,7 @@ def test_status_schema_declares_what_writers_send():
         "loss",
         "responseLengthMean",
         "truncatedRatio",
+        "nonFinite",
     }
     assert set(status["checkpoints"]["properties"]) == {"latestIteration", "latestPath", "count", "saving"}
     assert set(status["eval"]["items"]["properties"]) == {"name", "latest", "latestRollout", "best", "bestRollout"}

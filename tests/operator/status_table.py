@@ -33,6 +33,7 @@ WAITING_POD_REASONS = (pods.UNSCHEDULABLE, pods.VOLUME_NOT_BOUND)  # they may re
 
 BAD = Verdict("False", "LogprobDiffTooHigh", "mean 0.05 >= 0.03")
 LOW_EVAL = Verdict("False", "EvalScoreTooLow", "eval/aime24 0.1 at rollout 20 < minimum 0.2")
+DIVERGED = Verdict("False", "NonFiniteMetric", "train/loss has been NaN in every rollout since rollout 12")
 
 
 REFUSED = (
@@ -112,6 +113,7 @@ TABLE = {
         for reason in pods.REASONS
     },
     "running-eval-too-low": (("Running", "RUNNING", ""), {"verdict": LOW_EVAL}, "Running", F, "EvalScoreTooLow", F, T, F, F, F, "Failed"),
+    "running-non-finite": (("Running", "RUNNING", ""), {"verdict": DIVERGED}, "Running", F, "NonFiniteMetric", F, T, F, F, F, "Failed"),
     "queued-preempted": (
         ("Suspended", "", ""),
         {"queue_name": "q", "admission": Admission(workload="w", evicted_reason="Preempted", evicted_message="Preempted to accommodate a workload")},

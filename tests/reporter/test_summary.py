@@ -151,13 +151,44 @@ def test_nan_metrics_are_dropped_and_nulled_in_the_patch(reporter):
     s.apply(reporter.Event("step", 0, {"train/loss": 0.5, "train/ppo_kl": 0.1, "train/train_rollout_logprob_abs_diff": 0.02}))
     s.apply(reporter.Event("step", 1, {"train/loss": math.nan, "train/ppo_kl": math.inf, "train/train_rollout_logprob_abs_diff": math.nan}))
     metrics = s.status()["metrics"]
-    assert metrics == {"step": 1, "trainRolloutLogprobAbsDiffMean": 0.02}
+    # the values are dropped; that the watched ones went non-finite is said, bounded (ppo_kl is not watched)
+    nan_at_1 = {"since": 1, "rollout": 1, "streak": 1}
+    assert metrics == {
+        "step": 1,
+        "trainRolloutLogprobAbsDiffMean": 0.02,
+        "nonFinite": [{"metric": "loss", "value": "NaN", **nan_at_1}, {"metric": "trainRolloutLogprobAbsDiff", "value": "NaN", **nan_at_1}],
+    }
     body = reporter.patch_body(s.status())
     json.dumps(body, allow_nan=False)
     assert set(body) == {"status"} and set(body["status"]) == {"progress", "metrics", "checkpoints", "history"}
     assert body["status"]["checkpoints"] == {"saving": None}  # a stale 'saving' of an earlier attempt goes
     assert body["status"]["metrics"]["loss"] is None and body["status"]["metrics"]["kl"] is None
     assert strip_nulls(body["status"]) == {**s.status(), "checkpoints": {}}
+
+
+def test_a_watched_metric_non_finite_rollouts_in_a_row_is_counted_once_per_rollout_and_cleared_by_a_finite_one(reporter):
+    """status.metrics.nonFinite: the rollouts in a row the reward, loss or logprob gap was
+    NaN/inf, as the trainer's lines give them (the ``rollout`` line and the ``perf`` line of a
+    rollout both carry its reward: one rollout, counted once)."""
+    s = reporter.Summary(10, clock=Clock())
+
+    def non_finite():
+        return {e["metric"]: e for e in s.status()["metrics"].get("nonFinite", [])}
+
+    for r in range(2, 5):
+        s.apply(reporter.Event("rollout", r, {"rollout/raw_reward": math.nan}))
+        s.apply(reporter.Event("perf", r, {"rollout/raw_reward": math.nan, "perf/rollout_time": 9.0}))
+        s.apply(reporter.Event("step", r, {"train/loss": math.inf if r < 4 else -math.inf, "train/train_rollout_logprob_abs_diff": 0.01}))
+    assert non_finite() == {
+        "rawReward": {"metric": "rawReward", "value": "NaN", "since": 2, "rollout": 4, "streak": 3},
+        "loss": {"metric": "loss", "value": "-Inf", "since": 2, "rollout": 4, "streak": 3},
+    }
+    assert "rawReward" not in s.status()["metrics"] and "loss" not in s.status()["metrics"]
+    s.apply(reporter.Event("step", 5, {"train/loss": 0.25}))
+    assert set(non_finite()) == {"rawReward"} and s.status()["metrics"]["loss"] == 0.25
+    s.apply(reporter.Event("rollout", 6, {"rollout/raw_reward": 0.5}))
+    assert "nonFinite" not in s.status()["metrics"]
+    assert reporter.patch_body(s.status())["status"]["metrics"]["nonFinite"] is None  # the stored one is deleted
 
 
 def test_patch_body_sends_only_owned_fields(reporter):

@@ -1279,6 +1279,21 @@ class Progress(ApiModel):
     )
 
 
+# The watched metrics that can go non-finite: status keys (the reporter's names), never the
+# trainer's own text, so the operator's message names a key it knows (control/health.py).
+NonFiniteKey = Literal["rawReward", "loss", "trainRolloutLogprobAbsDiff"]
+
+
+class NonFiniteMetric(ApiModel):
+    """A watched metric that was NaN or infinite in the latest rollouts (written by the in-job reporter)."""
+
+    metric: NonFiniteKey = Field(..., description="rawReward (rollout/raw_reward), loss (train/loss) or trainRolloutLogprobAbsDiff.")
+    value: Literal["NaN", "Inf", "-Inf"] = Field(..., description="What it was, the latest time.")
+    since: int = Field(..., ge=0, le=1_000_000_000, description="The first rollout of the streak (counted across attempts).")
+    rollout: int = Field(..., ge=0, le=1_000_000_000, description="The latest rollout it was non-finite at.")
+    streak: int = Field(..., ge=1, le=1_000_000_000, description="Rollouts in a row it was non-finite, the latest included (a finite value clears the entry).")
+
+
 class TrainingMetrics(ApiModel):
     """Latest training metrics (written by the in-job reporter)."""
 
@@ -1290,6 +1305,13 @@ class TrainingMetrics(ApiModel):
     loss: float | None = Field(None, description="train/loss.")
     response_length_mean: float | None = Field(None, description="rollout/response_len/mean.")
     truncated_ratio: float | None = Field(None, description="rollout/truncated_ratio.")
+    non_finite: list[NonFiniteMetric] | None = Field(
+        None,
+        max_length=3,
+        description="Watched metrics that were NaN or infinite in the latest rollouts (their value fields above keep the last finite one); "
+        "TrainingHealthy turns False (NonFiniteMetric) after 3 rollouts in a row (docs/troubleshooting.md).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["metric"]},
+    )
 
 
 class EvalScore(ApiModel):

@@ -19,10 +19,49 @@ class Verdict:
     message: str
 
 
+NON_FINITE_METRIC = "NonFiniteMetric"
+# A metric NaN/inf in this many rollouts in a row is unhealthy; once is not: miles skips the
+# optimizer step whose gradient norm is NaN/inf when Megatron's own guard is off (miles
+# backends/megatron_utils/model.py:591-600 at 31f1ca9, `--no-check-for-nan-in-loss-and-grad`),
+# so one bad batch leaves the weights as they were and the next rollout can be finite again,
+# and one NaN reward of a bad sample poisons only that rollout's mean. A run whose weights
+# diverged stays NaN: three rollouts in a row tell the two apart within a few rollouts. (With
+# the guard on, miles' default (its docs/user-guide/cli-reference.md:249), Megatron raises on a
+# NaN gradient, which should end the trainer: AppFailed. Nothing guards a NaN reward.)
+NON_FINITE_STREAK = 3
+# status key -> the trainer's metric key it is read from (reporter/summary.py WATCHED_FINITE)
+WATCHED_SOURCES = {K.RAW_REWARD: "rollout/raw_reward", K.LOSS: "train/loss", K.LOGPROB_DIFF: "train/train_rollout_logprob_abs_diff"}
+_NON_FINITE_WORDS = {"NaN": "NaN", "Inf": "+inf", "-Inf": "-inf"}
+
+
+def non_finite(status: dict[str, Any]) -> Verdict | None:
+    """The NonFiniteMetric verdict: a watched metric NaN/inf in NON_FINITE_STREAK rollouts in a
+    row (status.metrics.nonFinite, bounded by the CRD: a known key, NaN/Inf/-Inf and two
+    integers). The message is the operator's own words: the trainer's key, the rollout."""
+    for entry in (status.get(K.METRICS) or {}).get(K.NON_FINITE) or []:
+        source, word = WATCHED_SOURCES.get(entry.get(K.NF_METRIC)), _NON_FINITE_WORDS.get(entry.get(K.NF_VALUE))
+        streak, since = entry.get(K.NF_STREAK), entry.get(K.NF_SINCE)
+        if source is None or word is None or not isinstance(streak, int) or not isinstance(since, int) or streak < NON_FINITE_STREAK:
+            continue
+        # the streak's first rollout, not its length: the message stays the same while the run
+        # stays diverged, so the operator does not rewrite the condition at every rollout
+        return Verdict(
+            "False",
+            NON_FINITE_METRIC,
+            f"{source} has been {word} in every rollout since rollout {since} ({NON_FINITE_STREAK} or more in a row, "
+            f"status.metrics.{K.NON_FINITE}): training diverged; resume from a checkpoint saved before rollout {since} "
+            "with a lower learning rate (docs/troubleshooting.md)",
+        )
+    return None
+
+
 def evaluate(health: HealthSpec, status: dict[str, Any], eval_names: frozenset[str] | None = None) -> Verdict:
     """Judge the run from what the in-job reporter wrote (status.metrics and status.eval). Only
     eval entries named as the spec names its datasets (``eval_names``) are judged, so the
     verdict's message carries a name from the spec, never text the job made up."""
+    diverged = non_finite(status)
+    if diverged is not None:  # first: a NaN diff never reaches the mean, which would say AwaitingMetrics
+        return diverged
     metrics = status.get(K.METRICS) or {}
     diff = metrics.get(K.LOGPROB_DIFF_MEAN)
     if diff is None:

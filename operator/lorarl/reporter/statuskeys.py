@@ -18,6 +18,8 @@ GPU_HOURS = "gpuHours"  # the operator's (from the pods); the reporter never wri
 STEP, RAW_REWARD, LOSS, KL = "step", "rawReward", "loss", "kl"
 LOGPROB_DIFF, LOGPROB_DIFF_MEAN = "trainRolloutLogprobAbsDiff", "trainRolloutLogprobAbsDiffMean"
 RESPONSE_LENGTH_MEAN, TRUNCATED_RATIO = "responseLengthMean", "truncatedRatio"
+NON_FINITE = "nonFinite"  # status.metrics.nonFinite[]: {metric, value, since, rollout, streak}
+NF_METRIC, NF_VALUE, NF_SINCE, NF_ROLLOUT, NF_STREAK = "metric", "value", "since", "rollout", "streak"
 
 # status.eval[]
 EVAL_NAME, EVAL_LATEST, EVAL_LATEST_ROLLOUT, EVAL_BEST, EVAL_BEST_ROLLOUT = "name", "latest", "latestRollout", "best", "bestRollout"

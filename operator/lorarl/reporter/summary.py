@@ -15,7 +15,11 @@ When a rollout counts as finished (``progress.rollout`` = highest finished id + 
 * ``rollout r+1`` (printed when r+1 starts) finishes r;
 * a complete checkpoint of iteration N finishes N (this makes a resumed run right at once).
 
-Metrics are rounded to 4 significant digits (``rounding``); NaN/inf are never sent.
+Metrics are rounded to 4 significant digits (``rounding``); NaN/inf are never sent as values.
+A watched metric (WATCHED_FINITE) that is NaN/inf is recorded instead in ``metrics.nonFinite``:
+its key (a status key), NaN/Inf/-Inf, the first and latest rollout and how many in a row (a
+second line of the same rollout, e.g. ``perf`` after ``rollout``, is not counted twice; a
+finite value clears it). The operator judges it (control/health.py).
 
 Across attempts (the ledger, see attempts.py): GPU time and trained rollouts add up; evals and
 logprob diffs of earlier attempts count for the rollouts this attempt builds on (those before
@@ -47,6 +51,10 @@ METRIC_SOURCES = (
     (K.TRUNCATED_RATIO, "rollout/truncated_ratio"),
 )
 DIFF_KEY = "train/train_rollout_logprob_abs_diff"
+# the metrics whose NaN/inf is recorded (status.metrics.nonFinite): a diverged run says so
+# instead of looking quiet (its value fields keep the last finite value)
+WATCHED_FINITE = ((K.RAW_REWARD, "rollout/raw_reward"), (K.LOSS, "train/loss"), (K.LOGPROB_DIFF, DIFF_KEY))
+MAX_STREAK = 1_000_000_000  # the CRD's bound (api.types.NonFiniteMetric)
 
 
 def rfc3339(ts: float) -> str:
@@ -92,6 +100,7 @@ class Summary:
         self._training: int | None = None  # global id of the latest 'rollout' line
         self._step: int | None = None
         self._metrics: dict = {}
+        self._non_finite: dict = {}  # status key -> {metric, value, rollout, streak}
         self._diffs: dict = {}  # global step -> finite train_rollout_logprob_abs_diff
         # their exact sum, kept as they come, so that the mean costs the same at step 10 and
         # 10,000 (float() of it is the correctly rounded sum, as math.fsum gives)
@@ -170,6 +179,7 @@ class Summary:
             for field, source in METRIC_SOURCES:
                 if source in event.values:
                     self._metrics[field] = event.values[source]
+            self._watch_finite(event)
             reward = event.values.get("rollout/raw_reward")
             if kind in ("perf", "rollout") and _finite(reward):
                 self._reward_curve.add(event.id + self._id_offset, significant(float(reward)))
@@ -190,6 +200,29 @@ class Summary:
             elif kind == "perf" and not any(k.startswith("rollout/") for k in event.values):
                 self._finish(rollout)
         return self._refresh()
+
+    def _watch_finite(self, event: Event) -> None:
+        """Count the rollouts in a row a watched metric was NaN/inf (a finite value clears it)."""
+        if event.kind == "step":
+            rollout = self._training if self._training is not None else event.id // self.steps_per_rollout + self._id_offset
+        else:
+            rollout = event.id + self._id_offset
+        for field, source in WATCHED_FINITE:
+            value = event.values.get(source)
+            if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if math.isfinite(value):
+                self._non_finite.pop(field, None)
+                continue
+            word = "NaN" if math.isnan(value) else ("Inf" if value > 0 else "-Inf")
+            seen = self._non_finite.get(field)
+            if seen is None:
+                rollout = max(0, rollout)
+                self._non_finite[field] = {K.NF_METRIC: field, K.NF_VALUE: word, K.NF_SINCE: rollout, K.NF_ROLLOUT: rollout, K.NF_STREAK: 1}
+            elif rollout > seen[K.NF_ROLLOUT]:
+                seen.update({K.NF_VALUE: word, K.NF_ROLLOUT: rollout, K.NF_STREAK: min(MAX_STREAK, seen[K.NF_STREAK] + 1)})
+            else:  # the same rollout again (its perf line, another step): not one more in the row
+                seen[K.NF_VALUE] = word
 
     def _first_id(self, local: int) -> None:
         if self._first_id_seen:
@@ -324,6 +357,8 @@ class Summary:
                 metrics[field] = significant(float(value))
         if self._diffs:
             metrics[K.LOGPROB_DIFF_MEAN] = significant(float(self._diff_sum) / len(self._diffs))
+        if self._non_finite:
+            metrics[K.NON_FINITE] = [dict(self._non_finite[field]) for field, _ in WATCHED_FINITE if field in self._non_finite]
         status = {K.PROGRESS: progress, K.METRICS: metrics}
         if self._evals:
             status[K.EVAL] = [
