@@ -425,3 +425,43 @@ def end_gpu_pod(kube, namespace: str, name: str, started: float, finished: float
         "containerStatuses": [{"name": "ray-head", "image": "job", "imageID": "", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}],
     }
     k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+def ray_head_pod(kube, namespace: str, job: str, cluster: str, node: str, started: float) -> str:
+    """The head pod of RayCluster ``cluster`` as KubeRay labels it (common/pod.go: ray.io/cluster,
+    ray.io/node-type; render's lorarl.dev/job), created through the API bound to ``node`` (no
+    scheduler or kubelet), its Ray container reported running since ``started``."""
+    name = f"{cluster}-head-x7k2p"
+    labels = {render.JOB_LABEL: job, "ray.io/cluster": cluster, "ray.io/node-type": "head", "ray.io/is-ray-node": "yes"}
+    core = k8s.CoreV1Api(kube.client)
+    wait_for(lambda: core.read_namespaced_service_account("default", namespace), timeout=30, what="the namespace's default ServiceAccount")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "automountServiceAccountToken": False, "containers": [{"name": "ray-head", "image": "job"}]},
+    }
+    core.create_namespaced_pod(namespace, body)
+    restart_ray_head(kube, namespace, name, started, restarts=0)
+    return name
+
+
+def restart_ray_head(kube, namespace: str, name: str, started: float, restarts: int, ended: float | None = None, exit_code: int = 1) -> None:
+    """The kubelet's report of the head's Ray container: running since ``started``; with ``ended``,
+    restarted in place (restartPolicy Always) after it exited ``exit_code`` then."""
+    container: dict = {
+        "name": "ray-head",
+        "image": "job",
+        "imageID": "",
+        "ready": True,
+        "restartCount": restarts,
+        "state": {"running": {"startedAt": rfc3339(started)}},
+    }
+    if ended is not None:
+        container["lastState"] = {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": rfc3339(ended - 60), "finishedAt": rfc3339(ended)}}
+    status = {
+        "phase": "Running",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(started)}],
+        "containerStatuses": [container],
+    }
+    k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(name, namespace, {"status": status})

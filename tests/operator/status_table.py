@@ -153,6 +153,19 @@ TABLE = {
         F,
         "Failed",
     ),
+    "driver-lost": (
+        ("Running", "RUNNING", ""),
+        {"driver_lost": "the driver is gone: the Ray head pod j-head of RayCluster j-x was deleted", "no_progress": "no progress reported for 61s"},
+        "Running",
+        F,
+        "DriverLost",
+        F,
+        T,
+        F,
+        F,
+        F,
+        "Failed",
+    ),
     # the reporter's last line, in the last 10 log lines Ray puts into the message of a failed entrypoint
     "oom-killed": (
         (

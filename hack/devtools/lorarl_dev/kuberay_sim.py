@@ -122,9 +122,12 @@ class FakeKubeRay:
         submitter Job created (rjc:204-228); jobStatus is still New."""
         return self._write(self._with(jobDeploymentStatus="Running", dashboardURL=f"{self.cluster}-head-svc.{self.namespace}.svc.cluster.local:8265"))
 
-    def running(self, message: str = "Job is currently running.") -> dict[str, Any]:
-        """Running, with the Ray job's status from the dashboard (rjc:313-344)."""
-        return self._write(self._with(jobDeploymentStatus="Running", jobStatus="RUNNING", reason=None, message=message, rayJobInfo={"startTime": _now()}))
+    def running(self, message: str = "Job is currently running.", started: str | None = None) -> dict[str, Any]:
+        """Running, with the Ray job's status from the dashboard (rjc:313-344); ``started``: the
+        Ray job's start time the dashboard reported (rayJobInfo.startTime, rjc:338-341), else now."""
+        return self._write(
+            self._with(jobDeploymentStatus="Running", jobStatus="RUNNING", reason=None, message=message, rayJobInfo={"startTime": started or _now()})
+        )
 
     def succeeded(self, message: str = "Job finished successfully.") -> dict[str, Any]:
         """Running -> Complete, Ray job SUCCEEDED (rjc:322-335); succeeded + 1 (rjc:503-505)."""

@@ -26,6 +26,7 @@ writer's thread, the first one whose content the API server normalised.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import threading
@@ -33,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from . import gpuhours, pods, status
+from . import driver, gpuhours, pods, status
 
 Key = tuple[str, str]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -364,7 +365,11 @@ class Memo:
         return len(self._items)
 
 
-_MAX_GONE = 10000  # deleted GPU pods remembered until counted
+_MAX_GONE = 10000  # deleted GPU pods remembered until counted (and jobs whose deleted heads are remembered)
+
+
+def _utcnow() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Caches:
@@ -386,18 +391,21 @@ class Caches:
         self.pods_listed: set[str | None] = set()
         self._gone_lock = threading.Lock()
         self._gone: OrderedDict[Key, dict[str, dict[str, Any]]] = OrderedDict()  # (namespace, job) -> uid -> last state
+        self._gone_heads: OrderedDict[Key, dict[str, dict[str, Any]]] = OrderedDict()  # (namespace, job) -> cluster -> {name, at}
 
     def pods_complete(self, namespace: str) -> bool:
         return None in self.pods_listed or namespace in self.pods_listed
 
-    def forget_pod(self, body: dict[str, Any]) -> None:
+    def forget_pod(self, body: dict[str, Any], now: Callable[[], str] | None = None) -> None:
         """A pod was deleted: drop it, and keep its last state (the cached one: a re-list names a
-        deletion by name and uid only) until its job's accounting has counted it."""
+        deletion by name and uid only) until its job's accounting has counted it; a Ray head,
+        with when it went, for driver.lost (KubeRay v1.5.0 does not re-create it)."""
         cached = self.pods.get(key_of(body))
         if not self.pods.delete(body) or cached is None:
             return
         meta = cached["metadata"]
         job = (meta.get("labels") or {}).get(pods.JOB_LABEL)
+        self._note_gone_head(cached, job, now)
         if not job or not gpuhours.pod_gpus(cached):
             return
         with self._gone_lock:
@@ -405,6 +413,25 @@ class Caches:
             self._gone.move_to_end((meta["namespace"], job))
             while sum(len(v) for v in self._gone.values()) > _MAX_GONE:
                 self._gone.popitem(last=False)  # jobs never reconciled again (deleted): the oldest go
+
+    def _note_gone_head(self, cached: dict[str, Any], job: str | None, now: Callable[[], str] | None) -> None:
+        meta = cached["metadata"]
+        labels = meta.get("labels") or {}
+        cluster = labels.get(driver.CLUSTER_LABEL)
+        if not job or not cluster or labels.get(driver.NODE_TYPE_LABEL) != "head":
+            return
+        # since when: its deletionTimestamp (the end of its grace period), else when the watch said so
+        at = meta.get("deletionTimestamp") or (now or _utcnow)()
+        with self._gone_lock:
+            self._gone_heads.setdefault((meta["namespace"], job), {})[cluster] = {"name": meta.get("name"), "at": at}
+            self._gone_heads.move_to_end((meta["namespace"], job))
+            while len(self._gone_heads) > _MAX_GONE:
+                self._gone_heads.popitem(last=False)
+
+    def gone_heads(self, namespace: str, job: str) -> dict[str, dict[str, Any]]:
+        """RayCluster name -> {name, at} of the job's Ray head pods seen deleted (since this process started)."""
+        with self._gone_lock:
+            return dict(self._gone_heads.get((namespace, job)) or {})
 
     def gone_pods(self, namespace: str, job: str) -> dict[str, dict[str, Any]]:
         with self._gone_lock:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from ..api.types import HealthSpec
 from ..reporter import statuskeys as K
+from .driver import DRIVER_LOST
 
 Status = Literal["True", "False", "Unknown"]
 
@@ -129,16 +130,19 @@ def no_progress(
     ), None
 
 
-def gated(verdict: Verdict, quiet: str | None, policy: str, previous: dict[str, Any]) -> Verdict:
-    """NoProgress under the health gate's policy (``spec.health.stopOnUnhealthy``): with Suspend or
-    Stop a quiet run is unhealthy (TrainingHealthy=False, NoProgress), so the gate suspends or
-    stops it as it does for bad numbers. A run suspended for it cannot report, so the verdict
-    stays until the policy changes (as a LogprobDiffTooHigh one stays with its metrics)."""
+def gated(verdict: Verdict, quiet: str | None, policy: str, previous: dict[str, Any], lost: str | None = None) -> Verdict:
+    """NoProgress and DriverLost (``lost``: driver.lost's message) under the health gate's policy
+    (``spec.health.stopOnUnhealthy``): with Suspend or Stop such a run is unhealthy
+    (TrainingHealthy=False with that reason), so the gate suspends or stops it as it does for bad
+    numbers. A run suspended for it cannot report (nor has a driver), so the verdict stays until
+    the policy changes (as a LogprobDiffTooHigh one stays with its metrics)."""
     if policy == "Never" or verdict.status == "False":
         return verdict
+    if lost:  # the more precise: a run without a driver reports nothing either
+        return Verdict("False", DRIVER_LOST, lost)
     if quiet:
         return Verdict("False", NO_PROGRESS, quiet)
     old = next((c for c in previous.get("conditions") or [] if c.get("type") == "TrainingHealthy"), {})
-    if policy == "Suspend" and (old.get("status"), old.get("reason")) == ("False", NO_PROGRESS):
-        return Verdict("False", NO_PROGRESS, old.get("message") or "no progress reported while Running")
+    if policy == "Suspend" and old.get("status") == "False" and old.get("reason") in (NO_PROGRESS, DRIVER_LOST):
+        return Verdict("False", old["reason"], old.get("message") or f"{old['reason']} while Running")
     return verdict

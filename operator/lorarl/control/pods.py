@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..job.render import JOB_LABEL, PREPARE_CONTAINER
+from .driver import CLUSTER_LABEL, NODE_TYPE_LABEL
 from .gpuhours import GPU_RESOURCES
 
 # reasons in the LoraRLJob status (docs/troubleshooting.md has a section per reason)
@@ -54,7 +55,7 @@ def _gpu_resources(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What ``diagnose`` and ``gpuhours`` read of a pod (``cached`` unused: the signature of
+    """What ``diagnose``, ``driver`` and ``gpuhours`` read of a pod (``cached`` unused: the signature of
     cache.Store's trim)."""
     meta = body.get("metadata") or {}
     st = body.get("status") or {}
@@ -73,7 +74,8 @@ def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
     return {
         "metadata": {
             **{k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp") if k in meta},
-            "labels": {JOB_LABEL: (meta.get("labels") or {}).get(JOB_LABEL)},
+            # the job's, and KubeRay's cluster and node type (driver.py finds the head of the current cluster)
+            "labels": {k: v for k, v in (meta.get("labels") or {}).items() if k in (JOB_LABEL, CLUSTER_LABEL, NODE_TYPE_LABEL)},
         },
         "spec": {
             "images": {c.get("name"): c.get("image") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])},

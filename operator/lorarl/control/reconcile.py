@@ -36,7 +36,7 @@ from ..job.settings import RenderSettings
 from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
-from . import gpuhours, health, pods, queueing, status
+from . import driver, gpuhours, health, pods, queueing, status
 from .cache import (
     CHILDREN_DIGEST,
     Caches,
@@ -274,12 +274,17 @@ class Reconciler:
         apply_failed: str | None = None
 
         quiet, progress_due = None, None
+        lost, lost_due = None, None
         if previous.get(status.PHASE) == status.RUNNING and not finished:
             last_update = parse_time((previous.get(K.PROGRESS) or {}).get(K.LAST_UPDATE_TIME))
             attempt_start = parse_time(((rayjob or {}).get("status") or {}).get("startTime"))
             quiet, progress_due = health.no_progress(job.spec.health, previous, last_update, attempt_start, now)
-        if not finished:  # a quiet run is unhealthy where the spec asks the gate to act on it
-            verdict = health.gated(verdict, quiet, job.spec.health.stop_on_unhealthy, previous)
+        if not finished and self.caches is not None:  # the pods come from the cache, once listed
+            listed = self.caches.pods_complete(namespace)
+            job_pods = self.caches.pods_of(namespace, job.metadata.name) if listed else None
+            lost, lost_due = driver.lost(rayjob, job_pods, now, self.caches.gone_heads(namespace, job.metadata.name))
+        if not finished:  # a quiet run, or one without its driver, is unhealthy where the spec asks the gate to act on it
+            verdict = health.gated(verdict, quiet, job.spec.health.stop_on_unhealthy, previous, lost)
 
         if not finished and verdict.status == "False" and job.spec.health.stop_on_unhealthy == "Stop":
             if rayjob is not None:
@@ -338,7 +343,7 @@ class Reconciler:
                         self.caches.rayjobs.note_own_write(result)
 
         if stopped:
-            quiet, progress_due = None, None
+            quiet, progress_due, lost, lost_due = None, None, None, None
         admission = None
         if queueing.queued(job) and not finished and not stopped:
             admission = self._follow_kueue(job, rayjob, queueing.suspend_reason(job, verdict))
@@ -355,6 +360,7 @@ class Reconciler:
             health_suspended=queueing.suspend_reason(job, verdict) == queueing.HEALTH_SUSPENDED,
             admission=admission,
             no_progress=quiet,
+            driver_lost=lost,
             pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(self.caches.pods_of(namespace, job.metadata.name)),
         )
         new_status, events = status.compute(previous, rayjob, facts)
@@ -364,7 +370,8 @@ class Reconciler:
         written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
         if written and usage is not None and usage.folded and self.caches is not None:
             self.caches.counted(namespace, name, usage.folded)
-        requeue = next_check(job, rayjob, {**previous, **new_status}, now, progress_due)
+        due = [t for t in (progress_due, lost_due) if t is not None]
+        requeue = next_check(job, rayjob, {**previous, **new_status}, now, min(due) if due else None)
         if usage is not None and usage.holding:  # the GPU-hours grow with time alone
             requeue = min(requeue or gpuhours.REFRESH_SECONDS, gpuhours.REFRESH_SECONDS)
         return Outcome(

@@ -16,6 +16,7 @@ from typing import Any
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
 from ..reporter import oom
 from . import pods
+from .driver import DRIVER_LOST
 from .health import NO_PROGRESS, Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
 
@@ -94,6 +95,7 @@ class Facts:
     admission: Admission | None = None  # what Kueue says (queued jobs only)
     pod_trouble: pods.Trouble | None = None  # why the Ray cluster's pods do not start (pods.diagnose)
     no_progress: str | None = None  # message when a Running job's reporter has gone quiet (health.no_progress)
+    driver_lost: str | None = None  # message when KubeRay says RUNNING but the driver's head is gone (driver.lost)
 
 
 def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
@@ -326,6 +328,8 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
     if obs.stuck and not facts.user_suspended:
         # a pod that cannot start as it is (its image, a Secret, its inputs, its memory)
         return Summary(False, False, True, obs.reason, obs.message)
+    if facts.driver_lost and phase == RUNNING:
+        return Summary(False, False, True, DRIVER_LOST, facts.driver_lost)
     if facts.no_progress and phase == RUNNING:
         return Summary(False, False, True, NO_PROGRESS, facts.no_progress)
     if facts.startup_timed_out and phase in (PENDING, PREPARING) and not obs.queued:
