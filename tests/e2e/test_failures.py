@@ -104,6 +104,18 @@ CASES = (
         ("no progress reported for", "limit 60s", "spec.health.progressTimeoutSeconds"),
     ),
 )
+# after the others' heads: a run whose rewards turn NaN at rollout 2 and stay NaN (the stand-in's
+# workers.py nan_reward_from); the reporter's nonFinite -> TrainingHealthy=False after 3 rollouts
+NAN_CASE = Case(
+    "f-nan",
+    {"hardware": RUNS},
+    {"nan_reward_from": 2, "seconds_per_rollout": 1},
+    "Running",
+    "NonFiniteMetric",
+    True,
+    ("rollout/raw_reward has been NaN in every rollout since rollout 2", "status.metrics.nonFinite"),
+)
+CASES = (*CASES, NAN_CASE)
 GPU_CASE = Case(
     "f-gpus",
     {"hardware": {"nodes": 2, "gpusPerNode": 16, "cpu": "100m", "memory": "1Gi"}},
@@ -204,26 +216,37 @@ class Follower:
             return ""
 
 
+def _selected(session) -> set[str]:
+    """The cases the run selected (``-k f-nan`` applies that job alone; the logs test needs f-hang)."""
+    names = {item.callspec.params["case"].name for item in session.items if "case" in getattr(getattr(item, "callspec", None), "params", {})}
+    if any(item.originalname == "test_lorarl_logs_follows_the_trainer_as_it_prints" for item in session.items):
+        names.add("f-hang")
+    return names
+
+
 @pytest.fixture(scope="module")
-def failures(real_node_cluster, hub, node_images, lorarl_operator):
-    """Every case applied in one namespace (the GPU case first and alone), ``lorarl logs -f``
+def failures(request, real_node_cluster, hub, node_images, lorarl_operator):
+    """Every selected case applied in one namespace (the GPU case first and alone), ``lorarl logs -f``
     following the hanging job from before its submitter starts; the watcher's record."""
     cp, ns = real_node_cluster, f"fail-{uuid.uuid4().hex[:6]}"
+    selected = _selected(request.session)
     cp.kubectl("create", "namespace", ns)
     watcher, follower = Watcher(cp, ns), None
     explain = lambda: seedrun.describe(cp, ns)  # noqa: E731
     try:
-        _apply(cp, hub, node_images, ns, watcher, GPU_CASE)
-        watcher.wait(GPU_CASE, explain)
-        cp.kubectl("delete", "lorarljob", "-n", ns, GPU_CASE.name, "--wait=true", "--timeout=120s", timeout=150)
-        seedrun.wait_for("the GPU case's pods gone", lambda: not seedrun.pods(cp, ns), 180, explain=explain)
-        for case in CASES:
+        if GPU_CASE.name in selected:
+            _apply(cp, hub, node_images, ns, watcher, GPU_CASE)
+            watcher.wait(GPU_CASE, explain)
+            cp.kubectl("delete", "lorarljob", "-n", ns, GPU_CASE.name, "--wait=true", "--timeout=120s", timeout=150)
+            seedrun.wait_for("the GPU case's pods gone", lambda: not seedrun.pods(cp, ns), 180, explain=explain)
+        cases = [case for case in CASES if case.name in selected]
+        for case in cases:
             if case.knobs is None or "tracking" in case.spec:  # no Ray head ever starts: all at once
                 _apply(cp, hub, node_images, ns, watcher, case)
         # Ray heads one after another: `ray start` gives the raylet a fixed 30 s to register
         # (ray/_private/node.py:409-425, Ray 2.55.1), which three heads starting together on 2
         # shared cores miss (and crash-loop)
-        for case in CASES:
+        for case in cases:
             if case.knobs is not None and "tracking" not in case.spec:
                 if case.name == "f-hang":
                     follower = Follower(cp, ns, case.name)
