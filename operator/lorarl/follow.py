@@ -92,6 +92,11 @@ def status_text(body: dict[str, Any]) -> str:
     ]
     if any(v is not None for _, v in shown):
         lines.append("  metrics:   " + "  ".join(f"{label} {v}" for label, v in shown if v is not None))
+    for bad in metrics.get(K.NON_FINITE) or []:  # the values above are the last finite ones
+        lines.append(
+            f"  non-finite: {bad.get(K.NF_METRIC)} {bad.get(K.NF_VALUE)} since rollout {bad.get(K.NF_SINCE)} "
+            f"({bad.get(K.NF_STREAK)} rollouts in a row, the latest {bad.get(K.NF_ROLLOUT)})"
+        )
     for score in st.get(K.EVAL) or []:
         lines.append(
             f"  eval:      {score.get(K.EVAL_NAME)} {score.get(K.EVAL_LATEST)} (rollout {score.get(K.EVAL_LATEST_ROLLOUT)}; best {score.get(K.EVAL_BEST)})"

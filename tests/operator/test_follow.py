@@ -41,7 +41,12 @@ def test_status_text_shows_phase_reason_progress_numbers_and_where_to_look():
     body = job_with({"phase": "Preparing"}, rayjob("Running", "RUNNING"))
     body["status"].update(
         progress={"rollout": 25, "total": 100, "percent": 25, "etaSeconds": 3725, "gpuHours": 1.5, "attempts": 1},
-        metrics={"step": 25, "rawReward": 0.42, "trainRolloutLogprobAbsDiffMean": 0.011},
+        metrics={
+            "step": 25,
+            "rawReward": 0.42,
+            "trainRolloutLogprobAbsDiffMean": 0.011,
+            "nonFinite": [{"metric": "loss", "value": "NaN", "since": 23, "rollout": 24, "streak": 2}],
+        },
         eval=[{"name": "aime", "latest": 0.3, "latestRollout": 20, "best": 0.3, "bestRollout": 20}],
         checkpoints={"latestIteration": 19, "latestPath": "/root/shared_data/seed/checkpoints/iter_0000019/adapter"},
     )
@@ -50,6 +55,7 @@ def test_status_text_shows_phase_reason_progress_numbers_and_where_to_look():
     assert "reason:    Training: the trainer is running" in text
     assert "[#######.......................] 25/100 rollouts (25%)  ETA 1h02m" in text
     assert "reward 0.42" in text and "logprob-diff 0.011" in text
+    assert "non-finite: loss NaN since rollout 23 (2 rollouts in a row, the latest 24)" in text
     assert "eval:      aime 0.3 (rollout 20; best 0.3)" in text
     assert "iteration 19 at /root/shared_data/seed/checkpoints/iter_0000019/adapter" in text
     assert "lorarl logs -f seed -n team" in text
