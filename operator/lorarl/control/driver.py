@@ -12,19 +12,23 @@ job (no GCS fault tolerance in the render), and a head that is gone does not ans
 keeps the last status it read, Running/RUNNING (its most-reported RayJob bug: kuberay#1489,
 #2154, #3860, #3903, #4217). v1.5.0 resolves it itself only through the submitter: a submitter
 Job that failed its backoffLimit fails the RayJob (rayjob_controller.go:1035-1061), one that
-finished while the job is not terminal fails it 30 s later (39, 270-272, 1126-1148). A submitter
-that hangs on its log stream (a head whose node is gone sends no FIN) or is still retrying
-leaves the RayJob RUNNING.
+finished while the job is not terminal fails it 30 s later (39, 270-272, 1126-1148). Until
+then it stays RUNNING: the submitter's ``ray job logs --follow`` exits 1 on an abnormal close
+(Ray 2.55.1 dashboard/modules/job/sdk.py:517-537) and the Job retries it with back-off, each
+retry re-submitting the job to a restarted head that does not know it (common/job.go:114-125:
+the entrypoint starts again from its beginning); and a head whose node is gone sends no FIN, so
+the submitter may wait on its stream for good.
 
 So, without log access, from the pods the operator already watches: the driver is gone when the
 RayJob says Running/RUNNING and the head pod of its current RayCluster
 * is gone (deleted: KubeRay v1.5.0 deletes an ended head, raycluster_controller.go:605-612, 1034-1045,
   and does not re-create the head of a RayJob's provisioned cluster: 621-631), or
 * is being deleted, or has ended (phase Failed/Succeeded), or
-* its Ray container (restartPolicy Always: restarted in place) ended at or after the Ray job's start (``status.rayJobInfo.startTime``, the
-  dashboard's start time: rayjob_controller.go:338-341). A restart before the job started (a
-  raylet that missed its registration on a loaded node) does not count; without that start
-  time only a gone or ended head counts.
+* its Ray container (restartPolicy Always: restarted in place) ended at or after the Ray job's
+  start (``status.rayJobInfo.startTime``, the dashboard's: rayjob_controller.go:338-341). A
+  restart before the job started (a raylet that missed its registration on a loaded node) does
+  not count, nor one before a re-submitted job's new start; without that start time only a
+  gone or ended head counts.
 Each counts ``GRACE_SECONDS`` after it happened (so KubeRay's own verdict, which names the
 submitter, comes first when it comes). A head is known gone only when the operator saw it go
 (cache.Caches.gone_heads, kept in memory: after an operator restart a head deleted before it is
