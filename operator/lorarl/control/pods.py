@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..job.render import JOB_LABEL, PREPARE_CONTAINER
+from ..job.render import COMPONENT_LABEL, JOB_LABEL, PREPARE_CONTAINER
 from .gpuhours import GPU_RESOURCES
 
 # reasons in the LoraRLJob status (docs/troubleshooting.md has a section per reason)
@@ -73,7 +73,8 @@ def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
     return {
         "metadata": {
             **{k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp") if k in meta},
-            "labels": {JOB_LABEL: (meta.get("labels") or {}).get(JOB_LABEL)},
+            # the component tells the export Job's pod from the Ray cluster's (adapter_status.export_pods)
+            "labels": {k: v for k, v in (meta.get("labels") or {}).items() if k in (JOB_LABEL, COMPONENT_LABEL)},
         },
         "spec": {
             "images": {c.get("name"): c.get("image") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])},
