@@ -9,18 +9,27 @@ the real Job controller then marks the Job Complete or Failed. The real node run
 
 from __future__ import annotations
 
-import datetime
 import json
 
 import pytest
 from kubernetes import client as k8s
-from lorarl.adapter import export, plan
-from lorarl.api import types as api
-from lorarl.job import export_job
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
-from tests.adapter import saves
-from tests.helpers import NAME, apply_job, conditions, events, job, phase_is, poke_and_await, rayjob, seed_doc, wait_for
+from tests.helpers import (
+    NAME,
+    apply_job,
+    conditions,
+    end_export_pod,
+    events,
+    export_pod,
+    exporter_report,
+    job,
+    phase_is,
+    poke_and_await,
+    rayjob,
+    seed_doc,
+    wait_for,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -61,44 +70,6 @@ def _export_job(kube, namespace, name=NAME):
     return kube.get("batch/v1", "Job", namespace, f"{name}-export")
 
 
-def _export_pod(kube, namespace, name=NAME):
-    """The pod the real Job controller made for the export Job (the newest one)."""
-
-    def newest():
-        pods = k8s.CoreV1Api(kube.client).list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={name}-export").items
-        return max(pods, key=lambda p: p.metadata.creation_timestamp) if pods else None
-
-    return wait_for(newest, what="the export Job's pod")
-
-
-def _report(tmp_path, **write) -> str:
-    """The termination message of the real exporter on a real (tiny) save."""
-    saves.write_save(str(tmp_path / "ckpt"), 99, **write)
-    tiny = api.LoraRLJob.model_validate(saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "served"}}]}))
-    now = datetime.datetime(2026, 12, 2, tzinfo=datetime.UTC)
-    return export.termination_message(export.run(plan.export_plan(tiny), saves.STATUS, str(tmp_path / "ckpt"), now, claim_root=str(tmp_path / "mnt")))
-
-
-def _end_pod(kube, namespace: str, pod, message: str, ok: bool) -> None:
-    """What the kubelet writes when the export container ends (its terminationMessagePath read back)."""
-    terminated = {
-        "exitCode": 0 if ok else 1,
-        "reason": "Completed" if ok else "Error",
-        "message": message,
-        "startedAt": "2026-12-04T09:00:00Z",
-        "finishedAt": "2026-12-04T09:00:05Z",
-    }
-    body = {
-        "status": {
-            "phase": "Succeeded" if ok else "Failed",
-            "containerStatuses": [
-                {"name": export_job.CONTAINER, "image": "job", "imageID": "", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
-            ],
-        }
-    }
-    k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(pod.metadata.name, namespace, body)
-
-
 def _adapter_exported(kube, namespace, value: str, name=NAME):
     def check():
         st = (job(kube, namespace, name) or {}).get("status") or {}
@@ -125,7 +96,7 @@ def test_the_export_job_is_created_after_success_once_and_its_report_becomes_sta
     env = made["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {e["valueFrom"]["secretKeyRef"]["name"] for e in env if "valueFrom" in e} == {"adapters-rw"}
 
-    _end_pod(kube, namespace, _export_pod(kube, namespace), _report(tmp_path), ok=True)
+    end_export_pod(kube, namespace, export_pod(kube, namespace), exporter_report(tmp_path), ok=True)
     st = wait_for(_adapter_exported(kube, namespace, "True"), timeout=60, what="AdapterExported True")
     c = conditions(st)
     assert c["AdapterExported"] == ("True", "Exported") and c["Reconciling"][0] == "False" and c["Stalled"][0] == "False" and c["Ready"][0] == "True"
@@ -155,7 +126,7 @@ def test_a_refused_export_is_false_and_stalled_and_the_run_stays_succeeded(contr
     ray = _run(control_plane, kube, namespace, NAME, export=_export_spec(backoff_limit=0))
     ray.succeeded()
     wait_for(_adapter_exported(kube, namespace, "Unknown"), what="AdapterExported Unknown")
-    _end_pod(kube, namespace, _export_pod(kube, namespace), _report(tmp_path, states=False), ok=False)  # a save whose training states are missing
+    end_export_pod(kube, namespace, export_pod(kube, namespace), exporter_report(tmp_path, states=False), ok=False)  # a save whose training states are missing
     st = wait_for(_adapter_exported(kube, namespace, "False"), timeout=60, what="AdapterExported False")
     c = conditions(st)
     assert st["phase"] == "Succeeded" and c["Succeeded"][0] == "True" and c["Ready"] == ("True", "Succeeded")
@@ -180,5 +151,5 @@ def test_the_ttl_deletion_waits_for_the_export(control_plane, kube, namespace, o
     # a reconcile after the TTL ran out, while the export runs: the job stays
     poke_and_await(kube, operator, namespace, "Succeeded", 3)
     assert job(kube, namespace) is not None
-    _end_pod(kube, namespace, _export_pod(kube, namespace), _report(tmp_path), ok=True)
+    end_export_pod(kube, namespace, export_pod(kube, namespace), exporter_report(tmp_path), ok=True)
     wait_for(lambda: job(kube, namespace) is None, timeout=60, what="the job deleted once its export ended")
