@@ -465,3 +465,49 @@ def restart_ray_head(kube, namespace: str, name: str, started: float, restarts: 
         "containerStatuses": [container],
     }
     k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+# ------------------------------------------------------------------ the adapter's export Job
+
+
+def export_pod(kube, namespace: str, job_name: str = NAME):
+    """The newest pod the real Job controller made for a job's export Job."""
+
+    def newest():
+        pods = k8s.CoreV1Api(kube.client).list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job_name}-export").items
+        return max(pods, key=lambda p: p.metadata.creation_timestamp) if pods else None
+
+    return wait_for(newest, what="the export Job's pod")
+
+
+def exporter_report(directory: pathlib.Path, **write: Any) -> str:
+    """The termination message of the real exporter (lorarl.adapter.export) on a tiny save in
+    miles' layout (tests/adapter/saves.py; ``write``: its write_save options, e.g. states=False)."""
+    import datetime
+
+    from lorarl.adapter import export, plan
+
+    from tests.adapter import saves
+
+    saves.write_save(str(directory / "ckpt"), 99, **write)
+    tiny = api.LoraRLJob.model_validate(saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "served"}}]}))
+    now = datetime.datetime(2026, 12, 2, tzinfo=datetime.UTC)
+    report = export.termination_message(export.run(plan.export_plan(tiny), saves.STATUS, str(directory / "ckpt"), now, claim_root=str(directory / "mnt")))
+    return report.replace(str(directory / "ckpt"), "/root/shared_data/checkpoints")  # the save's path as the pod sees it: the same in every run
+
+
+def end_export_pod(kube, namespace: str, pod, message: str, ok: bool) -> None:
+    """What the kubelet writes when the export container ends: the pod's phase and the
+    container's terminated state with its termination message (no kubelet runs it here)."""
+    from lorarl.job import export_job
+
+    terminated = {
+        "exitCode": 0 if ok else 1,
+        "reason": "Completed" if ok else "Error",
+        "message": message,
+        "startedAt": "2026-12-04T09:00:00Z",
+        "finishedAt": "2026-12-04T09:00:05Z",
+    }
+    container = {"name": export_job.CONTAINER, "image": "job", "imageID": "", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+    body = {"status": {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [container]}}
+    k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(pod.metadata.name, namespace, body)

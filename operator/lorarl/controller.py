@@ -19,7 +19,8 @@
   job) are scheduled for the moment they fall due; a refused apply or an API error backs off per
   key (the one retry path).
 * ``--resync-seconds``: every unfinished cached job is queued again (respecting a backoff); it
-  reconciles from the cache and writes nothing when nothing changed. Finished jobs are not resynced.
+  reconciles from the cache and writes nothing when nothing changed. Finished jobs are not resynced
+  (a Succeeded job whose adapter export still runs is: control/adapter_status.exporting).
   Once per ``--repair-seconds`` a job's resync applies every child (``control/repair.py``): the
   children other than the RayJob are not watched, so one deleted or edited by hand comes back then.
 * Worker threads (``--workers``, ``control.options.DEFAULT_WORKERS``) run the blocking reconcile: see
@@ -44,13 +45,13 @@ import kopf
 import msgspec
 
 from .api import types as api
-from .control import gpuhours, jobmetrics, reconcile, status
+from .control import adapter_status, gpuhours, jobmetrics, reconcile, status
 from .control.cache import Caches, compact_job, key_of
 from .control.options import Options
 from .control.reconcile import Reconciler, timed
 from .control.repair import Repairs
 from .control.workqueue import WorkQueue
-from .job import render
+from .job import export_job, render
 from .runtime import metrics
 from .runtime.events import EventRecorder
 from .runtime.informer import Informer, decode_whole
@@ -61,6 +62,8 @@ RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL = "ray.io", "v1", "rayjobs"
 # the jobs listed before the operator is ready (the CRD's selectableFields; field selectors on a
 # custom resource take =, == and !=, joined by commas as AND: no "notin")
 UNFINISHED_JOBS = ",".join(f"status.phase!={phase}" for phase in status.TERMINAL)
+# the adapters' export Jobs (job/export_job.py): the operator's own, by their labels
+EXPORT_JOBS = f"{render.JOB_LABEL},{render.COMPONENT_LABEL}={export_job.COMPONENT}"
 
 
 def api_connections(workers: int) -> int:
@@ -176,6 +179,10 @@ class Controller:
         # the pods of the jobs' Ray clusters, for why one does not start (control/pods.py): listed
         # in their own threads after start-up (no reconcile waits for them), and optional
         self.pod_informers = [Informer(kube.client, "", "v1", "pods", ns, self.on_pod, label_selector=render.JOB_LABEL, stopping=self.stopping) for ns in where]
+        # the adapters' export Jobs (a Succeeded job with spec.export): listed after start-up too
+        self.export_informers = [
+            Informer(kube.client, "batch", "v1", "jobs", ns, self.on_export_job, label_selector=EXPORT_JOBS, stopping=self.stopping) for ns in where
+        ]
         self.threads: list[threading.Thread] = []
         caches = self.caches  # the cache gauges are read when scraped
         metrics.CACHED.labels("LoraRLJob", "whole").set_function(lambda: len(caches.jobs) - caches.jobs.compact_count())
@@ -236,6 +243,7 @@ class Controller:
         self.threads += [
             threading.Thread(target=self._follow_pods, args=(i,), name=f"lorarl-watch-pods-{i.namespace or 'all'}", daemon=True) for i in self.pod_informers
         ]
+        self.threads.append(threading.Thread(target=self._follow_export_jobs, name="lorarl-watch-export-jobs", daemon=True))
         self.threads += [threading.Thread(target=self._work, name=f"lorarl-worker-{n}", daemon=True) for n in range(self.options.workers)]
         self.threads.append(threading.Thread(target=self._resync_loop, name="lorarl-resync", daemon=True))
         for thread in self.threads:
@@ -349,6 +357,45 @@ class Controller:
                     self.queue.add(key_of(body), "pod-event")
             informer.watch(self.stopping)
             return
+
+    def _follow_export_jobs(self) -> None:
+        """List, then watch, the export Jobs; then queue every job whose export was waiting for
+        the listing. Without the chart's jobs RBAC (an older chart) the listing counts as done: an
+        export then fails its apply and says so in AdapterExported."""
+        for informer in self.export_informers:
+            while not self.stopping.is_set():
+                began = time.monotonic()
+                try:
+                    count = informer.list()
+                except Exception as err:  # noqa: BLE001 - retried; a 403 ends it
+                    if getattr(err, "status", None) == 403:
+                        log.warning("no access to batch Jobs (%s): adapters cannot be exported (docs/adapters.md)", informer.describe)
+                        count = None
+                        break
+                    log.warning("listing %s failed, retrying in 5s: %s", informer.describe, err)
+                    self.stopping.wait(5)
+                    continue
+                log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
+                threading.Thread(target=informer.watch, args=(self.stopping,), name=f"lorarl-watch-jobs-{informer.namespace or 'all'}", daemon=True).start()
+                break
+        self.caches.export_jobs_listed.set()
+        for body in self.caches.jobs.values():
+            if adapter_status.exporting(body.get("status") or {}):
+                self.queue.add(key_of(body), "export-event")
+
+    def on_export_job(self, type_: str, body: dict[str, Any], listed: bool) -> None:
+        """An export Job changed (its pods' progress, its Complete/Failed condition): its job looks again."""
+        key = key_of(body)
+        if not watched(self.options.namespaces, key[0]):
+            return
+        if type_ == "DELETED":
+            self.caches.export_jobs.delete(self.caches.export_jobs.get(key) or body)
+        elif self.caches.export_jobs.put(body):
+            return
+        owner = ((body.get("metadata") or {}).get("labels") or {}).get(render.JOB_LABEL)
+        job, whole = self.caches.jobs.read((key[0], owner)) if owner else (None, False)
+        if job is not None and whole:  # a compact job is settled: its export has ended
+            self.queue.add((key[0], owner), "export-event")
 
     def on_pod(self, type_: str, body: dict[str, Any], listed: bool) -> None:
         """A pod of a job's Ray cluster changed: its job looks again (when it is not finished)."""
@@ -470,7 +517,7 @@ class Controller:
                 if self.stopping.is_set():  # shutting down (maybe handing the lease over): write nothing more
                     continue
                 if trigger == "resync" and self._finished((namespace, name)):
-                    continue  # queued before its last write (the resync's snapshot): finished jobs are not resynced
+                    continue  # queued before its last write (the resync's snapshot): finished jobs are not resynced (but exporting ones)
                 self.run_reconcile(namespace, name, trigger, repair=trigger == "resync" and self.repairs.due((namespace, name)))
             except Exception as err:  # keep the worker alive whatever happens
                 self.object_log(namespace, name).exception("reconcile failed: %s", err)
@@ -479,8 +526,10 @@ class Controller:
                 self.queue.done((namespace, name))
 
     def _finished(self, key: tuple[str, str]) -> bool:
+        """Finished and not exporting its adapter (an exporting job is resynced like a running one)."""
         body = self.caches.jobs.get(key)
-        return body is not None and (body.get("status") or {}).get(status.PHASE) in status.TERMINAL
+        job_status = (body or {}).get("status") or {}
+        return body is not None and job_status.get(status.PHASE) in status.TERMINAL and not adapter_status.exporting(job_status)
 
     def _resync_loop(self) -> None:
         """Queue every unfinished cached job each ``resync_seconds`` (a backstop: it reads the
@@ -491,5 +540,6 @@ class Controller:
                 phase = job_status.get(status.PHASE)
                 # finished jobs cost nothing; a generation not yet observed is on its change path
                 # (queued by its event, or backing off): the resync leaves both alone
-                if phase not in status.TERMINAL and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation"):
+                running = phase not in status.TERMINAL or adapter_status.exporting(job_status)  # an export is followed to its end
+                if running and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation"):
                     self.queue.add((meta["namespace"], meta["name"]), "resync", respect_backoff=True)

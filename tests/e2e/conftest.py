@@ -37,12 +37,15 @@ class Hub:
     def __init__(self, root: pathlib.Path, endpoint: str) -> None:
         self.root, self.endpoint = root, endpoint
 
-    def revision(self, knobs: dict) -> str:
-        """A new revision of the seed model whose ``standin.json`` is ``knobs``."""
+    def revision(self, knobs: dict, config: dict | None = None) -> str:
+        """A new revision of the seed model whose ``standin.json`` is ``knobs`` (and whose
+        config.json is ``config``, e.g. hubstub.tiny_config())."""
         name = f"e2e-{uuid.uuid4().hex[:8]}"
         model = self.root / "models" / hubstub.SEED_MODEL
         shutil.copytree(model / "main", model / name)
         (model / name / "standin.json").write_text(json.dumps(knobs))
+        if config is not None:
+            (model / name / "config.json").write_text(json.dumps(config, indent=2))
         return name
 
 

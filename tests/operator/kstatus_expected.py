@@ -18,6 +18,11 @@ EXPECTED = {
     "running-unhealthy": ("Failed", False),
     "suspended": ("Current", True),
     "succeeded": ("Current", True),
+    # spec.export: the run is Ready once it succeeded; in progress while its adapter is exported
+    # (Reconciling=True, Exporting), Failed when the export failed for good (Stalled=True)
+    "exporting": ("InProgress", True),
+    "exported": ("Current", True),
+    "export-failed": ("Failed", True),
     "failed": ("Failed", False),
     "invalid-spec": ("Failed", False),
     "apply-failed": ("Failed", False),

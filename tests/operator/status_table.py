@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lorarl.control import pods, status
+from lorarl.control.adapter_status import ExportState
 from lorarl.control.health import Verdict
 from lorarl.control.queueing import Admission
 from lorarl.reporter import oom
@@ -41,6 +42,11 @@ REFUSED = (
 )
 
 
+EXPORTING = ExportState("Unknown", "Exporting", "the export Job j-export runs", None, False)
+EXPORTED = ExportState("True", "Exported", "s3://adapters/ns/j/rollout-0000099/ (sha256:ab, rollout 99)", {"uri": "s3://adapters/ns/j/rollout-0000099/"}, False)
+EXPORT_FAILED = ExportState("False", "SaveIncomplete", "the newest save is not complete", None, True)
+
+
 # Written by hand from docs/status.md (KubeRay states) and kstatus's rules (sigs.k8s.io/cli-utils
 # v0.37.2 pkg/kstatus/status: Reconciling=True -> InProgress, else Stalled=True -> Failed, else
 # Ready=True -> Current, Ready=False -> InProgress); never computed from lorarl.control.status.
@@ -76,6 +82,10 @@ TABLE = {
     "running-unhealthy": (("Running", "RUNNING", ""), {"verdict": BAD}, "Running", F, "LogprobDiffTooHigh", F, T, F, F, F, "Failed"),
     "finishing": (("Running", "SUCCEEDED", ""), {}, "Running", T, "Finishing", F, F, F, F, F, "Current"),
     "succeeded": (("Complete", "SUCCEEDED", ""), {}, "Succeeded", T, "Succeeded", F, F, T, F, F, "Current"),
+    # spec.export (docs/adapters.md): the run stays Ready; in progress while the adapter is exported, Failed when that failed for good
+    "succeeded-exporting": (("Complete", "SUCCEEDED", ""), {"export": EXPORTING}, "Succeeded", T, "Succeeded", T, F, T, F, F, "InProgress"),
+    "succeeded-exported": (("Complete", "SUCCEEDED", ""), {"export": EXPORTED}, "Succeeded", T, "Succeeded", F, F, T, F, F, "Current"),
+    "succeeded-export-failed": (("Complete", "SUCCEEDED", ""), {"export": EXPORT_FAILED}, "Succeeded", T, "Succeeded", F, T, T, F, F, "Failed"),
     "stopped": (("Complete", "STOPPED", ""), {}, "Failed", F, "Stopped", F, T, F, T, F, "Failed"),
     "complete-failed": (("Complete", "FAILED", "AppFailed"), {}, "Failed", F, "AppFailed", F, T, F, T, F, "Failed"),
     "retrying": (("Retrying", "FAILED", "AppFailed"), {}, "Preparing", F, "Retrying", T, F, F, F, F, "InProgress"),

@@ -16,7 +16,7 @@ import yaml
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from tests.gitops.kstatus_tool import kstatus
-from tests.helpers import NAME, REPO, apply_job, conditions, job, rayjob, seed_doc, wait_for
+from tests.helpers import NAME, REPO, apply_job, conditions, end_export_pod, export_pod, exporter_report, job, rayjob, seed_doc, wait_for
 from tests.operator.kstatus_expected import EXPECTED
 
 pytestmark = pytest.mark.controlplane
@@ -109,6 +109,23 @@ def drive(state, control_plane, kube, namespace, request):
     elif state == "succeeded":
         to_running(kube, namespace).succeeded()
         wait_for(has(kube, namespace, "Succeeded", "True"), what="Succeeded")
+    elif state in ("exporting", "exported", "export-failed"):
+        control_plane.kubectl(
+            "patch",
+            "lorarljob",
+            NAME,
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            '{"spec":{"export":{"backoffLimit":0,"destinations":[{"claim":{"claimName":"served"}}]}}}',
+        )
+        to_running(kube, namespace).succeeded()
+        wait_for(has(kube, namespace, "AdapterExported", "Unknown", "Exporting"), what="Exporting")
+        if state != "exporting":
+            ok = state == "exported"
+            end_export_pod(kube, namespace, export_pod(kube, namespace), exporter_report(request.getfixturevalue("tmp_path"), states=ok), ok=ok)
+            wait_for(has(kube, namespace, "AdapterExported", "True" if ok else "False"), timeout=60, what=state)
     elif state == "failed":
         to_running(kube, namespace).app_failed()
         wait_for(has(kube, namespace, "Failed", "True", "AppFailed"), what="Failed")

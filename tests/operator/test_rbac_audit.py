@@ -43,6 +43,7 @@ CHILD_RESOURCES = {
     ("", "persistentvolumeclaims"),
     ("networking.k8s.io", "networkpolicies"),
     ("ray.io", "rayjobs"),
+    ("batch", "jobs"),  # the adapter's export Job (spec.export, after Succeeded)
 }
 FINALIZERS_REFUSAL = "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"
 
@@ -273,10 +274,18 @@ def every_api_path(control_plane, kube, namespace) -> None:
     stop_on_unhealthy(control_plane, kube, namespace)
     expire_after_ttl(control_plane, kube, namespace)
 
+    # spec.export: after success the export ConfigMap and Job are applied, the Job followed
+    # through the operator's watch (its pod is never run here: no kubelet)
+    control_plane.kubectl(
+        "patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"export":{"destinations":[{"claim":{"claimName":"served"}}]}}}'
+    )
+    wait_for(lambda: job(kube, namespace)["status"]["observedGeneration"] == job(kube, namespace)["metadata"]["generation"], what="export observed")
     ray.succeeded()
     st = wait_for(phase_is(kube, namespace, "Succeeded"), what="Succeeded")
     assert conditions(st)["Succeeded"] == ("True", "Succeeded")
     wait_for(lambda: ("Normal", "Succeeded") in events(kube, namespace), what="the Succeeded event")
+    wait_for(lambda: kube.get("batch/v1", "Job", namespace, f"{NAME}-export"), what="the export Job")
+    wait_for(lambda: conditions(job(kube, namespace)["status"]).get("AdapterExported") == ("Unknown", "Exporting"), what="AdapterExported Unknown")
 
 
 # ---------------------------------------------------------------------------- what was used

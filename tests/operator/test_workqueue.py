@@ -161,6 +161,32 @@ def test_a_timer_a_resync_pulled_forward_comes_back_after_the_run():
     assert "b" not in q.waiting()
 
 
+def test_a_timer_asked_for_after_a_resync_was_queued_comes_back_too():
+    """The other order: a resync queued while the reconcile still runs (the cached job was
+    exporting its adapter, so it was resynced), then that reconcile asks for its TTL timer. The
+    resync runs first and is skipped (the job is finished now); the timer must still come (the
+    ttlSecondsAfterFinished deletion after an export was lost once: tests/operator/test_export_live.py)."""
+    clock = Clock()
+    q = WorkQueue(clock)
+    q.add("a", "pod-event")
+    assert q.get(timeout=0) == ("a", "pod-event")
+    q.add("a", "resync")  # the resync thread, from the cached copy
+    q.add("a", "timer", after=1)  # the reconcile's TTL check
+    q.done("a")
+    assert q.get(timeout=0) == ("a", "resync")
+    q.done("a")  # skipped by the worker
+    assert q.waiting() == {"a": clock.now + 1}
+    clock.now += 1
+    assert q.get(timeout=0) == ("a", "timer")
+    q.done("a")
+    # a waiting key: a timer added after a resync due now is kept for after it as well
+    q.add("b", "resync")
+    q.add("b", "timer", after=60)
+    assert q.get(timeout=0) == ("b", "resync")
+    q.done("b")
+    assert q.waiting() == {"b": clock.now + 60}
+
+
 # -- fairness across namespaces --------------------------------------------------------------------
 
 

@@ -242,3 +242,48 @@ def test_without_ray_it_fails_loudly(tmp_path):
     assert result.returncode == 1
     assert "runs its rollouts in Ray, and ray cannot be imported" in result.stderr
     assert of_kind(events(result.stderr), "rollout") == []
+
+
+def test_adapter_data_knob_writes_a_peft_export_the_real_exporter_converts(tmp_path):
+    """With ``adapter_data`` rank 0's adapter_model.bin holds the tensors (torch.save's layout):
+    lorarl's exporter (its restricted reader, the checks against the spec) converts the save, and
+    the real safetensors library reads every tensor back with the spec's shapes."""
+    import datetime
+
+    from lorarl.adapter import export, plan
+    from lorarl.job import command
+    from lorarl_dev import hubstub
+    from safetensors import safe_open
+
+    from tests.helpers import job_from, seed_doc
+
+    doc = seed_doc()
+    doc["spec"]["model"]["architecture"] = hubstub.TINY_ARCHITECTURE
+    doc["spec"]["lora"] = {"rank": 8, "alpha": 16}
+    doc["spec"]["export"] = {"destinations": [{"claim": {"claimName": "served"}}]}
+    job = job_from(doc)
+    tiny_flags = command.train_argv(job)[2:]
+    argv = seed_inputs(tmp_path, knobs={"seconds_per_rollout": 0, "adapter_data": 1})
+    pathlib.Path(flag(argv, "--hf-checkpoint"), "config.json").write_text(json.dumps(hubstub.tiny_config()))  # the model those flags describe
+    overrides = [
+        a
+        for name in (
+            "--num-layers",
+            "--hidden-size",
+            "--ffn-hidden-size",
+            "--num-attention-heads",
+            "--num-query-groups",
+            "--kv-channels",
+            "--lora-rank",
+            "--lora-alpha",
+        )
+        for a in (name, flag(tiny_flags, name))
+    ]
+    result = run_trainer(short(argv, rollouts=2, save_interval=2) + overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = export.run(plan.export_plan(job), {}, flag(argv, "--save"), datetime.datetime.now(datetime.UTC), claim_root=str(tmp_path / "mnt"))
+    assert report["ok"], report
+    (exported,) = pathlib.Path(tmp_path / "mnt").rglob("adapter_model.safetensors")
+    with safe_open(str(exported), "np") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+    assert len(shapes) == 2 * 7 * 2 and shapes["base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"] == (8, 64)

@@ -456,6 +456,22 @@ QWEN3_4B_CONFIG = {
     "torch_dtype": "bfloat16",
 }
 SEED_MODEL, SEED_PROMPTS, SEED_EVAL = "Qwen/Qwen3-4B", "zhuzilin/dapo-math-17k", "zhuzilin/aime-2024"
+# A two-layer Qwen3-shaped model for tests that need the adapter's tensors themselves (the
+# export): the seed's real adapter is ~264 MB per save. TINY_ARCHITECTURE is the LoraRLJob's
+# spec.model.architecture, tiny_config() the config.json miles validates those flags against.
+TINY_ARCHITECTURE = {"numLayers": 2, "hiddenSize": 64, "ffnHiddenSize": 96, "numAttentionHeads": 4, "numQueryGroups": 2, "kvChannels": 16}
+
+
+def tiny_config() -> dict:
+    return {
+        **QWEN3_4B_CONFIG,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    }
 
 
 def _jsonl(rows: list) -> str:

@@ -4,7 +4,9 @@ The export pod says what happened in its termination message (lorarl.adapter.exp
 line, {"ok": true, "adapter": {...}} or {"ok": false, "reason", "message"}). Until the Job has
 used its retries a failed attempt is Unknown (Retrying); after, False with the pod's reason, and
 the job is Stalled (AdapterExportFailed): kstatus reads that as Failed, Argo CD as Degraded
-(docs/adapters.md). Not yet called by the reconcile (the wiring is issue 21's open part)."""
+(docs/adapters.md). The reconcile (``control/reconcile.py``) calls it for a Succeeded job with
+spec.export, with the export Job and the pods labelled as its (``export_pods``); a final state
+(True or False) is kept as written (``written_state``): the export runs once."""
 
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ from typing import Any, NamedTuple
 import pydantic
 
 from ..api import types as api
+from ..job import export_job
+from ..job.render import COMPONENT_LABEL
 
 ADAPTER_EXPORTED = "AdapterExported"
 EXPORT_FAILED_STALL = "AdapterExportFailed"
+EXPORTING = "Exporting"
 
 
 class ExportState(NamedTuple):
@@ -56,7 +61,7 @@ def _why(pod: str, report: dict[str, Any] | None, ended: dict[str, Any]) -> tupl
 def export_state(export_job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> ExportState:
     """What the condition and status.adapter say, given the export Job (None: not created yet)."""
     if export_job is None:
-        return ExportState("Unknown", "Exporting", "the export Job is being created", None, False)
+        return ExportState("Unknown", EXPORTING, "the export Job is being created", None, False)
     reports = _reports(pods)
     for _pod, report, _ended in reversed(reports):
         if report is not None and report.get("ok") is True:
@@ -71,4 +76,33 @@ def export_state(export_job: dict[str, Any] | None, pods: list[dict[str, Any]]) 
     if reports:
         reason, message = _why(*reports[-1])
         return ExportState("Unknown", "Retrying", f"{reason}: {message}", None, False)
-    return ExportState("Unknown", "Exporting", f"the export Job {export_job.get('metadata', {}).get('name')} runs", None, False)
+    return ExportState("Unknown", EXPORTING, f"the export Job {export_job.get('metadata', {}).get('name')} runs", None, False)
+
+
+def _conditions(job_status: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in job_status.get("conditions") or [] if isinstance(c, dict)]
+
+
+def written(job_status: dict[str, Any]) -> str | None:
+    """The AdapterExported status written on the job (None: no export asked or begun)."""
+    return next((c.get("status") for c in _conditions(job_status) if c.get("type") == ADAPTER_EXPORTED), None)
+
+
+def exporting(job_status: dict[str, Any]) -> bool:
+    """The job's export has begun and not ended: a finished job the operator still follows
+    (it is not settled, its TTL deletion waits)."""
+    return written(job_status) == "Unknown"
+
+
+def written_state(job_status: dict[str, Any]) -> ExportState | None:
+    """The final state already written (True or False), kept as it is: None while none is."""
+    cond = next((c for c in _conditions(job_status) if c.get("type") == ADAPTER_EXPORTED), None)
+    if cond is None or cond.get("status") not in ("True", "False"):
+        return None
+    adapter = job_status.get("adapter") if cond["status"] == "True" else None
+    return ExportState(cond["status"], str(cond.get("reason") or ""), str(cond.get("message") or ""), adapter, cond["status"] == "False")
+
+
+def export_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The export Job's pods among a job's cached pods (the Ray pods carry the job label too)."""
+    return [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL) == export_job.COMPONENT]

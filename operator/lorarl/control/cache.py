@@ -112,6 +112,11 @@ def trim_rayjob(body: dict[str, Any], cached: dict[str, Any] | None = None) -> d
     return out
 
 
+def trim_export_job(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the reconcile reads of an export Job (adapter_status.export_state): its name and status."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(body.get("metadata") or {}), "status": body.get("status") or {}}
+
+
 def compact_job(body: dict[str, Any]) -> dict[str, Any]:
     """What stays cached of a finished job: enough to name it, count it by phase and tell a
     re-created job of the same name apart (the uid); and what its metrics show while finished
@@ -384,6 +389,12 @@ class Caches:
         self.jobs = Store(trim_job, job_fingerprint)
         self.rayjobs = Store(trim_rayjob, rayjob_fingerprint)
         self.pods = Store(pods.trim_pod, lambda body: None)  # never written by us: no echoes
+        # the adapters' export Jobs (job/export_job.py), listed after start-up like the pods; until
+        # then a reconcile neither creates one nor judges one (control/reconcile.py, _export)
+        self.export_jobs = Store(trim_export_job, lambda body: body.get("status") or {})
+        self.export_jobs_listed = threading.Event()
+        if rayjobs_listed:  # a cache filled by hand (tests, tools): every kind counts as listed
+            self.export_jobs_listed.set()
         self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~15 KiB each
         self.digests = Memo()  # (uid, generation) -> Kind -> digest of each rendered child
         # GPU accounting (gpuhours.account) reads the pods only once their listing is complete

@@ -17,11 +17,16 @@ changed, a due time, a periodic resync) and converge, and it writes nothing when
   rendering happen once per job generation (memoised with the caches);
 * the status is written as a merge patch of the operator's own fields, only when it changed;
 * time-based checks (the startup deadline, ``ttlSecondsAfterFinished``) come back as
-  ``Outcome.requeue_after``: the caller schedules the job for that moment instead of polling.
+  ``Outcome.requeue_after``: the caller schedules the job for that moment instead of polling;
+* a Succeeded job with spec.export gets its export ConfigMap and Job once (``_export``: when the
+  export Job is missing and no final AdapterExported is written), and AdapterExported and
+  status.adapter follow that Job and its pod (``adapter_status``); while it runs the job is not
+  settled (the controller keeps following it) and its TTL deletion waits (docs/adapters.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import time
@@ -31,12 +36,12 @@ from typing import Any
 
 from ..api import types as api
 from ..api.problems import InvalidJob
-from ..job import render
+from ..job import export_job, render
 from ..job.settings import RenderSettings
 from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
-from . import driver, gpuhours, health, pods, queueing, status
+from . import adapter_status, driver, gpuhours, health, pods, queueing, status
 from .cache import (
     CHILDREN_DIGEST,
     Caches,
@@ -125,9 +130,11 @@ def startup_deadline(job: api.LoraRLJob, rayjob: dict[str, Any] | None) -> datet
 
 
 def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> datetime.datetime | None:
-    """When a finished job with ``ttlSecondsAfterFinished`` is to be deleted (None: never)."""
+    """When a finished job with ``ttlSecondsAfterFinished`` is to be deleted (None: never, or not
+    yet known: while its adapter is being exported the deletion waits for the export's end, which
+    is an event; the TTL still counts from completionTime)."""
     ttl = job.spec.ttl_seconds_after_finished
-    if ttl is None or job_status.get(status.PHASE) not in status.TERMINAL:
+    if ttl is None or job_status.get(status.PHASE) not in status.TERMINAL or adapter_status.exporting(job_status):
         return None
     finished = parse_time(job_status.get(status.COMPLETION_TIME))
     return None if finished is None else finished + datetime.timedelta(seconds=ttl)
@@ -142,6 +149,7 @@ def settled_finished(body: dict[str, Any]) -> bool:
         and job_status.get(status.OBSERVED_GENERATION) == meta.get("generation")
         and not meta.get("deletionTimestamp")
         and not gpuhours.recorded_holding(job_status)  # its pods' release is still to be counted
+        and not adapter_status.exporting(job_status)  # its export Job is still to be followed
     )
 
 
@@ -253,7 +261,7 @@ class Reconciler:
         job, unknown = parsed
         _report_unknown(body, unknown)
 
-        expiry = ttl_expiry(job, previous)
+        expiry = ttl_expiry(job, previous)  # None while its export runs: the deletion waits for its end
         if expiry is not None and now >= expiry:
             return self._expire(body, previous)
 
@@ -364,6 +372,10 @@ class Reconciler:
             pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(self.caches.pods_of(namespace, job.metadata.name)),
         )
         new_status, events = status.compute(previous, rayjob, facts)
+        if new_status[status.PHASE] == status.SUCCEEDED and job.spec.export is not None and not stopped:
+            export_state, export_refused = self._export(job, body, previous)
+            apply_failed = apply_failed or export_refused
+            new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, export=export_state))
         usage = self._gpu_usage(body, previous, now)
         if usage is not None and (usage.due or status.changed(previous, new_status)):
             new_status.update(usage.fields)  # exact at transitions, else once a minute or with another write
@@ -383,6 +395,39 @@ class Reconciler:
             apply_failed=apply_failed,
             requeue_after=requeue,
         )
+
+    def _export(self, job: api.LoraRLJob, body: dict[str, Any], previous: dict[str, Any]) -> tuple[adapter_status.ExportState, str | None]:
+        """The export of a Succeeded job: its ConfigMap and Job applied once, then what they say;
+        and the message of a refused apply (retried with the apply backoff, the condition stays
+        Unknown). A final state already written is kept: the export is never re-run."""
+        kept = adapter_status.written_state(previous)
+        if kept is not None:
+            return kept, None
+        namespace, name = job.metadata.namespace, export_job.name(job)
+        if self.caches is not None and not self.caches.export_jobs_listed.is_set():
+            # until the listing is done an absent Job may exist; the listing queues exporting jobs
+            return adapter_status.ExportState("Unknown", adapter_status.EXPORTING, "waiting for the operator to list export Jobs", None, False), None
+        found = self.caches.export_jobs.get((namespace, name)) if self.caches is not None else self.kube.get("batch/v1", "Job", namespace, name)
+        if found is None:
+            # the status the exporter reads (status.history) as stored now, not as parsed for this generation
+            current = job.model_copy(update={"status": body.get("status") or {}})
+            for child in export_job.children(current):
+                try:
+                    answer = self.kube.apply(child, field_manager=kube_field_manager, answer=child["kind"] == "Job")
+                except ApiError as err:
+                    if not err.needs_fix:
+                        raise
+                    meta = child["metadata"]
+                    refused = status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
+                    return adapter_status.ExportState("Unknown", status.APPLY_FAILED, refused, None, False), refused
+            found = answer
+            if self.caches is not None:
+                self.caches.export_jobs.note_own_write(answer)
+        if self.caches is not None:
+            job_pods = self.caches.pods_of(namespace, job.metadata.name)
+        else:
+            job_pods = self.kube.list("v1", "Pod", namespace, f"{render.JOB_LABEL}={job.metadata.name}")
+        return adapter_status.export_state(found, adapter_status.export_pods(job_pods)), None
 
     def _gpu_usage(self, body: dict[str, Any], previous: dict[str, Any], now: datetime.datetime) -> gpuhours.Usage | None:
         """The job's GPU accounting from the pod cache (None without one, or before its listing is complete)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
 from ..reporter import oom
-from . import pods
+from . import adapter_status, pods
 from .driver import DRIVER_LOST
 from .health import NO_PROGRESS, Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
@@ -47,7 +47,7 @@ PROGRESS, GPU_HOURS = "progress", "gpuHours"
 OWNED_LEAVES = {PROGRESS: (GPU_HOURS,)}
 # condition types (Succeeded, Failed and Suspended are named as the phases)
 READY, RECONCILING, STALLED, TRAINING_HEALTHY, ADMITTED = "Ready", "Reconciling", "Stalled", "TrainingHealthy", "Admitted"
-CONDITION_TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, FAILED, SUSPENDED, TRAINING_HEALTHY, ADMITTED)
+CONDITION_TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, FAILED, SUSPENDED, TRAINING_HEALTHY, ADMITTED, adapter_status.ADAPTER_EXPORTED)
 APPLY_FAILED = "ApplyFailed"
 PREEMPTED, WORKLOAD_DEACTIVATED = "Preempted", "WorkloadDeactivated"
 MAX_APPLY_MESSAGE = 1024  # an Event's message limit (kube.post_event); conditions keep the same text
@@ -96,6 +96,7 @@ class Facts:
     pod_trouble: pods.Trouble | None = None  # why the Ray cluster's pods do not start (pods.diagnose)
     no_progress: str | None = None  # message when a Running job's reporter has gone quiet (health.no_progress)
     driver_lost: str | None = None  # message when KubeRay says RUNNING but the driver's head is gone (driver.lost)
+    export: adapter_status.ExportState | None = None  # a Succeeded job's export (spec.export; None: none asked)
 
 
 def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
@@ -295,6 +296,7 @@ class Summary:
     reason: str  # why Ready is what it is (the blocking reason when not ready)
     message: str
     from_health: bool = False  # Stalled because TrainingHealthy is False (already warned)
+    ready_because: tuple[str, str] | None = None  # Ready's own reason and message when the others say something else (the export)
 
 
 def summarize(obs: Observation, facts: Facts) -> Summary:
@@ -312,6 +314,15 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
         return Summary(False, False, True, "InvalidSpec", facts.invalid_spec)
     if phase == FAILED:
         return Summary(False, False, True, obs.reason, obs.message)
+    if phase == SUCCEEDED and facts.export is not None and facts.export.stalled:
+        # the run is done (Ready stays True) but its adapter is not out and will not be without a
+        # human: kstatus reads Stalled=True as Failed, Argo CD's health check as Degraded
+        return Summary(
+            True, False, True, adapter_status.EXPORT_FAILED_STALL, f"{facts.export.reason}: {facts.export.message}", ready_because=(obs.reason, obs.message)
+        )
+    if phase == SUCCEEDED and facts.export is not None and facts.export.status == "Unknown":
+        # the run is done, its adapter is being exported: in progress for kstatus and Argo CD
+        return Summary(True, True, False, facts.export.reason, facts.export.message, ready_because=(obs.reason, obs.message))
     if phase == SUCCEEDED:
         return Summary(True, False, False, obs.reason, obs.message)
     if facts.apply_failed:
@@ -374,7 +385,7 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     suspended = phase == SUSPENDED or obs.queued
     g, now = facts.generation, facts.now
     conditions = [
-        setcondition(prev_conditions, READY, _bool(summary.ready), summary.reason, summary.message, now, g),
+        setcondition(prev_conditions, READY, _bool(summary.ready), *(summary.ready_because or (summary.reason, summary.message)), now, g),
         setcondition(
             prev_conditions,
             RECONCILING,
@@ -410,6 +421,9 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     ]
     if facts.queue_name and facts.admission is not None:
         conditions.append(admitted_condition(prev_conditions, facts.queue_name, facts.admission, obs, now, g))
+    export = facts.export if phase == SUCCEEDED else None
+    if export is not None:
+        conditions.append(setcondition(prev_conditions, adapter_status.ADAPTER_EXPORTED, export.status, export.reason, export.message, now, g))
 
     out: dict[str, Any] = {
         PHASE: phase,
@@ -425,12 +439,16 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     if phase in TERMINAL:
         end = ((rayjob or {}).get("status") or {}).get("endTime")
         out[COMPLETION_TIME] = previous.get(COMPLETION_TIME) or end or now
+    if export is not None and export.adapter is not None:
+        out[ADAPTER] = export.adapter
 
     events = list(facts.notes)
     events += admission_events(prev_conditions, conditions)
     if phase != prev_phase:
         kind = "Warning" if phase == FAILED else "Normal"
         events.append(Event(kind, phase, f"{prev_phase or 'New'} -> {phase}: {obs.reason}: {obs.message}"[:1024]))
+    if export is not None and export.status == "True" and condition(previous, adapter_status.ADAPTER_EXPORTED, "status") != "True":
+        events.append(Event("Normal", adapter_status.ADAPTER_EXPORTED, export.message[:1024]))
     if healthy.status == "False" and condition(previous, TRAINING_HEALTHY, "status") != "False":
         events.append(Event("Warning", healthy.reason, healthy.message))
     stalled_now = summary.stalled and condition(previous, STALLED, "status") != "True"

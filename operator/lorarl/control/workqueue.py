@@ -118,9 +118,15 @@ class WorkQueue(Generic[K]):
             return self._failures.get(key, 0)
 
     def _keep(self, key: K, old: tuple[float, str] | None, due: float, trigger: str) -> None:
-        """Keep ``old`` aside when a resync due earlier takes its place (see ``_kept``)."""
-        if old is not None and trigger == RESYNC and old[1] != RESYNC and due < old[0]:
+        """Keep aside a schedule that a resync due earlier absorbs (see ``_kept``), whichever of
+        the two came first: the resync after the timer, or the timer after the resync (a resync
+        queued while the reconcile that asks for the timer still runs)."""
+        if old is None:
+            return
+        if trigger == RESYNC and old[1] != RESYNC and due < old[0]:
             self._kept[key] = merge(self._kept.get(key), *old, self._clock())
+        elif old[1] == RESYNC and trigger != RESYNC and old[0] < due:
+            self._kept[key] = merge(self._kept.get(key), due, trigger, self._clock())
 
     def _schedule(self, key: K, due: float, trigger: str) -> None:
         current = self._due.get(key)

@@ -15,6 +15,7 @@ from . import artifact, paths, render
 EXPORT_DIR = "/opt/lorarl-export"
 EXPORTER_FILE = "exporter.pyz"
 CONTAINER = "export"
+COMPONENT = "export"  # the app.kubernetes.io/component label of the export's objects and pod
 
 
 def name(job: LoraRLJob) -> str:
@@ -31,7 +32,7 @@ def configmap(job: LoraRLJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": render.metadata(job, name(job), "export"),
+        "metadata": render.metadata(job, name(job), COMPONENT),
         "data": {"plan.json": json.dumps(plan.export_plan(job), sort_keys=True), "status.json": json.dumps(_status_for_export(job.status), sort_keys=True)},
         "binaryData": {EXPORTER_FILE: base64.b64encode(artifact.exporter_zipapp()).decode("ascii")},
     }
@@ -90,11 +91,11 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": render.metadata(job, name(job), "export"),
+        "metadata": render.metadata(job, name(job), COMPONENT),
         "spec": {
             "backoffLimit": export_spec.backoff_limit,
             "template": {
-                "metadata": {"labels": render.labels(job, "export")},
+                "metadata": {"labels": render.labels(job, COMPONENT)},
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,  # the pod reports through its termination message

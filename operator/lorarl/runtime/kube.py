@@ -44,6 +44,7 @@ PLURALS = {
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    ("batch/v1", "Job"): "jobs",  # the adapter's export Job (job/export_job.py)
     ("ray.io/v1", "RayJob"): "rayjobs",
     ("lorarl.dev/v1alpha1", "LoraRLJob"): "lorarljobs",
     ("kueue.x-k8s.io/v1beta2", "Workload"): "workloads",

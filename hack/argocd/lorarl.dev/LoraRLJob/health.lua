@@ -31,7 +31,15 @@ local function says(name)
   return condition.reason
 end
 
-if is("Succeeded", "True") then
+if is("Succeeded", "True") and is("AdapterExported", "False") then
+  -- the run succeeded but its adapter (spec.export) was not exported: not Healthy
+  hs.status = "Degraded"
+  hs.message = says("AdapterExported")
+elseif is("Succeeded", "True") and is("AdapterExported", "Unknown") then
+  -- the run succeeded and its adapter is being exported
+  hs.status = "Progressing"
+  hs.message = says("AdapterExported")
+elseif is("Succeeded", "True") then
   hs.status = "Healthy"
   hs.message = says("Succeeded")
 elseif is("Failed", "True") then

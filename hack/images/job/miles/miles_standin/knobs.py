@@ -11,6 +11,7 @@ from the Hub stand-in carries it, so no LoraRLJob field is needed). Every key is
     allocate_at_rollout   K      ... when rollout K starts (default 0)
     cpu_scale             float  CPU share of miles' Ray requests (default 0.1, 1.0 = miles')
     seed                  int    the run's random seed (default 1234)
+    adapter_data          0|1    rank 0's adapter_model.bin holds the tensors' data (default 0: shapes only)
 
 K is the trainer's own (0-based) rollout id. A fault knob given as ``{"rollout": K, "times": T}``
 fires in at most T attempts: fires are counted in ``standin-faults.json`` in the save root
@@ -29,7 +30,7 @@ FILE = "standin.json"
 FAULTS_FILE = "standin-faults.json"
 FAULTS = ("exit_at_rollout", "hang_at_rollout", "sigkill_at_rollout")
 _FLOATS = {"seconds_per_rollout": 0.2, "seconds_per_step": 0.0, "cpu_scale": 0.1}
-_INTS = {"nan_reward_from": None, "allocate_mib": None, "allocate_at_rollout": 0, "seed": 1234}
+_INTS = {"nan_reward_from": None, "allocate_mib": None, "allocate_at_rollout": 0, "seed": 1234, "adapter_data": 0}
 
 
 class KnobError(ValueError):
@@ -51,6 +52,7 @@ class Knobs:
     allocate_mib: int | None = None
     allocate_at_rollout: int = 0
     seed: int = 1234
+    adapter_data: int = 0
     faults: dict = field(default_factory=dict)  # name -> Fault
     source: str | None = None  # the file read, if any
 

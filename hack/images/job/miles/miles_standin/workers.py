@@ -201,7 +201,7 @@ class MegatronTrainRayActor:
         if self.rank != 0:
             return
         adapter = lora_files.iter_dir(self.args.save, rollout_id)
-        count = lora_files.write_hf(adapter, self.args)
+        count = lora_files.write_hf(adapter, self.args, data=bool(self.knobs.adapter_data), trained_steps=self.trained_steps)
         self.log.info("lora_utils.py:496", f"Saved HF PEFT adapter to {adapter} with {count} tensors")
 
     def save_state(self, rollout_id: int) -> None:
