@@ -96,6 +96,7 @@ class Plan:
     # that a slow spell weighs on all of them) and the run with the median duration is reported
     rounds: int = 1
     repeat_max_jobs: int = 200
+    ours_args: tuple[str, ...] = ()  # extra `lorarl run` flags for every start of ours (an A/B of one flag)
 
 
 QUICK = Plan(sizes=[20, 100], steady_rate=10, steady_seconds=15, idle_seconds=30, history_jobs=200, history_idle_seconds=30, settled_jobs=100)
@@ -167,7 +168,7 @@ class Bench:
     def system(self, name: str, extra_args: tuple[str, ...] = ()) -> System:
         user, kubeconfig = self.ids[name]
         if name == "ours":
-            return Ours(self.cp, kubeconfig, user, self.workdir, extra_args=extra_args)
+            return Ours(self.cp, kubeconfig, user, self.workdir, extra_args=(*self.plan.ours_args, *extra_args))
         if name == "ceiling":
             return Ceiling(self.cp, kubeconfig, user, self.workdir, concurrency=self.plan.ceiling_concurrency)
         return KubeRay(self.cp, kubeconfig, user, self.workdir)
@@ -786,6 +787,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--full", action="store_true", help="N = 100 and 1000; 60 s steady; 120 s idle; 10,000 finished jobs")
     parser.add_argument("--jobs", type=lambda s: [int(x) for x in s.split(",")], help="burst sizes, comma-separated")
     parser.add_argument("--systems", type=lambda s: tuple(s.split(",")), help=f"subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--ours-args", help="extra `lorarl run` flags for ours, one string (e.g. '--resync-seconds 3600')")
     parser.add_argument("--phases", type=lambda s: tuple(s.split(",")), help="subset of burst,steady,idle,history,restart")
     parser.add_argument("--steady-seconds", type=float)
     parser.add_argument("--idle-seconds", type=float, help="idle window (settled jobs, history and restart)")
@@ -820,6 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         plan.sizes = args.jobs
         plan.settled_jobs = args.jobs[-2] if len(args.jobs) > 1 else args.jobs[0]
     plan.cleanup = args.cleanup
+    plan.ours_args = tuple(args.ours_args.split()) if args.ours_args else ()
     if args.restart:
         args.phases = ("restart",)
     for name in ("systems", "phases", "steady_seconds", "settled_jobs", "history_jobs", "restart_jobs", "ceiling_concurrency", "rounds"):

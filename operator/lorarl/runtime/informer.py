@@ -60,7 +60,7 @@ import kubernetes
 import msgspec
 from kubernetes.client.rest import ApiException
 
-from .kube import honouring_retry_after, retry_after
+from .kube import collection_path, honouring_retry_after, raw_requests, retry_after
 
 log = logging.getLogger("lorarl.informer")
 Key = tuple[str, str]
@@ -139,12 +139,12 @@ class Informer:
         decode: Decode = decode_whole,
         ready_selector: str | None = None,
     ) -> None:
-        self._api = kubernetes.client.CustomObjectsApi(client)
+        self._raw = raw_requests(client)
         self.group, self.version, self.plural, self.namespace = group, version, plural, namespace
         self._handle, self._selector, self._page_size, self._timeout = handle, label_selector, page_size, request_timeout
         self._stopping = stopping or threading.Event()  # set: stop waiting out a Retry-After
         self._decode = decode
-        self._api_version = f"{group}/{version}"
+        self._api_version = f"{group}/{version}" if group else version  # the core group: "v1"
         self._known: dict[Key, tuple[str | None, str | None]] = {}  # key -> (uid, resourceVersion)
         self._lock = threading.Lock()  # the watch and the backfill report from two threads: one at a time
         self._ready_selector = ready_selector
@@ -158,23 +158,13 @@ class Informer:
         return f"{self.plural}{'.' + self.group if self.group else ''} in {self.namespace or 'all namespaces'}"
 
     def _request(self, field_selector: str | None = None, **query: Any) -> Any:
+        """GET the collection (a listing page or a watch), unread: the caller streams the answer."""
         if field_selector:
             query["field_selector"] = field_selector
         if self._selector:
             query["label_selector"] = self._selector
-        if self.group == "" and self.plural == "pods":  # the core group: /api/v1, not /apis/<group>/<version>
-            core = kubernetes.client.CoreV1Api(self._api.api_client)
-            if self.namespace:
-                return honouring_retry_after(lambda: core.list_namespaced_pod(self.namespace, _preload_content=False, **query), self._stopping)
-            return honouring_retry_after(lambda: core.list_pod_for_all_namespaces(_preload_content=False, **query), self._stopping)
-        if self.namespace:
-            return honouring_retry_after(
-                lambda: self._api.list_namespaced_custom_object(self.group, self.version, self.namespace, self.plural, _preload_content=False, **query),
-                self._stopping,
-            )
-        return honouring_retry_after(
-            lambda: self._api.list_cluster_custom_object(self.group, self.version, self.plural, _preload_content=False, **query), self._stopping
-        )
+        where = collection_path(self._api_version, self.plural, self.namespace)
+        return honouring_retry_after(lambda: self._raw.request("GET", where, header_params={"Accept": "application/json"}, serialize=False, **query), self._stopping)
 
     def _page(self, limit: int | None, token: str | None, field_selector: str | None = None, from_cache: bool = False) -> Any:
         query: dict[str, Any] = {"_request_timeout": self._timeout, "field_selector": field_selector}

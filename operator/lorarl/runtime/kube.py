@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -110,16 +111,47 @@ class ApiError(Exception):
         return 400 <= self.status < 500 and self.status not in (409, 429)
 
 
-def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
-    """REST path; namespace None lists across all namespaces."""
+def collection_path(api_version: str, plural: str, namespace: str | None) -> str:
+    """REST path of a collection (the core group is /api/v1); namespace None: all namespaces."""
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     scope = f"/namespaces/{namespace}" if namespace else ""
-    out = f"{prefix}{scope}/{PLURALS[(api_version, kind)]}"
+    return f"{prefix}{scope}/{plural}"
+
+
+def path(api_version: str, kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+    """REST path; namespace None lists across all namespaces."""
+    out = collection_path(api_version, PLURALS[(api_version, kind)], namespace)
     if name:
         out += f"/{name}"
     if subresource:
         out += f"/{subresource}"
     return out
+
+
+class ThrottledRefresh:
+    """The client's token refresh hook, run at most once per ``period`` seconds.
+
+    The kubernetes client calls ``Configuration.refresh_api_key_hook`` before every request. The hooks
+    its config loaders install (in-cluster and kubeconfig) re-read the token only when it is due
+    (in-cluster: once a minute, as client-go's ``NewCachedFileTokenSource``,
+    k8s.io/client-go@v0.37.2 transport/token_source.go:67-81), but each call also sets the
+    configuration's host again, which looks up the proxy environment: 5% of the operator's GIL
+    time in a 1,000-job burst (py-spy). Once every 10 s keeps the token as fresh as the loaders'
+    own schedule within those 10 s."""
+
+    def __init__(self, hook: Callable[[Any], None], period: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.hook, self.period, self.clock = hook, period, clock
+        self._lock = threading.Lock()
+        self._next = float("-inf")
+
+    def __call__(self, configuration: Any) -> None:
+        if self.clock() < self._next:
+            return
+        with self._lock:
+            if self.clock() < self._next:
+                return  # another thread refreshed it meanwhile
+            self.hook(configuration)
+            self._next = self.clock() + self.period
 
 
 @dataclass
@@ -148,12 +180,12 @@ class Api:
         if connections is not None:
             config.connection_pool_maxsize = max(config.connection_pool_maxsize, connections)
         config.retries = CLIENT_RETRIES
+        if config.refresh_api_key_hook is not None and not isinstance(config.refresh_api_key_hook, ThrottledRefresh):
+            config.refresh_api_key_hook = ThrottledRefresh(config.refresh_api_key_hook)
         return cls(kubernetes.client.ApiClient(config))
 
     def __post_init__(self) -> None:
-        # DynamicClient.request is the client's public raw-request API, the same from kubernetes 30
-        # to 37 (ApiClient.call_api changed its signature in 37); we skip its API discovery.
-        self._dynamic = DynamicClient(self.client, discoverer=_NoDiscovery)
+        self._dynamic = raw_requests(self.client)
 
     def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None, answer: bool = True) -> dict[str, Any]:
         def send() -> Any:
@@ -276,6 +308,15 @@ class Api:
             if err.status == 404:
                 return False
             raise
+
+
+def raw_requests(client: kubernetes.client.ApiClient) -> DynamicClient:
+    """Requests by path through ``client`` (its auth, TLS and pool). DynamicClient.request is the
+    client's public raw-request API, the same from kubernetes 30 to 37 (ApiClient.call_api changed
+    its signature in 37); its API discovery is skipped. The typed API classes are not used: importing
+    CoreV1Api builds the client's models of every core type (pydantic, kubernetes 37), ~1.5 s of
+    CPU at start-up, measured with py-spy."""
+    return DynamicClient(client, discoverer=_NoDiscovery)
 
 
 class _NoDiscovery:
