@@ -33,7 +33,7 @@ JOB_LABEL = "lorarl.dev/job"
 MANAGED_BY = "lorarl-operator"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
-DASHBOARD_PORT = 8265  # Ray's dashboard / job API: KubeRay's dashboard client polls it (utils/constant.go:98 in v1.5.0)
+DASHBOARD_PORT = 8265  # Ray's dashboard / job API: KubeRay's dashboard client polls it (utils/constant.go:98 in v1.5.1)
 RUNTIME_ENV_AGENT_PORT = "8266"  # Ray's dashboard is 8265; nothing of Ray's listens on 8266 by default
 REPORTER_VOLUME = "lorarl"
 # The reporter's API credentials: a projected, short-lived token of the pod's ServiceAccount,
@@ -502,11 +502,28 @@ def submitter_pod_template(job: LoraRLJob) -> dict[str, Any]:
     return {"metadata": {"labels": labels(job, "submitter")}, "spec": spec}
 
 
+# Ray's token authentication: KubeRay (>= v1.5.1) creates a Secret named after the RayCluster
+# with a random token (raycluster_controller.go:361-411, reconcileAuthSecret) and gives it as
+# RAY_AUTH_TOKEN, with RAY_AUTH_MODE=token, to the Ray containers, the workers' wait-gcs-ready
+# init container and the submitter (common/pod.go:249-280, rayjob_controller.go:604-606); its own
+# dashboard client sends it (utils/util.go:922-975, GetRayDashboardClientFunc). Ray (>= 2.52) then refuses a dashboard or job
+# API request without it: 401, or 403 with a wrong one (ray 2.55.1
+# _private/authentication/http_token_authentication.py:28-80), and GCS calls likewise.
+RAY_AUTH = {"mode": "token"}
+# KubeRay refuses token mode without a rayVersion >= 2.52.0 and reads it for nothing else the
+# render uses (utils/validation.go:194-208; common/job.go:168 only with metadata). The Ray of the
+# job image (hack/images/job/requirements.txt); an image with Ray < 2.52 ignores RAY_AUTH_MODE
+# and its head stays open (docs/security.md).
+RAY_VERSION = "2.55.1"
+
+
 def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
     # num-gpus is explicit: KubeRay only infers it from limits keys ending in "gpu", which
     # partitioned AMD resources (amd.com/cpx_nps4, ...) do not.
     gpus = str(profiles.gpus_per_node(job))
     spec: dict[str, Any] = {
+        "rayVersion": RAY_VERSION,
+        "authOptions": dict(RAY_AUTH),
         "enableInTreeAutoscaling": False,
         "headGroupSpec": {
             # A fixed runtime-env-agent port: left at 0 the agent picks one and the head's Ray
