@@ -775,9 +775,7 @@ class WandbSpec(ApiModel):
         description="W&B project.",
         json_schema_extra=flag("--wandb-project"),
     )
-    team: str | None = Field(
-        None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team")
-    )
+    team: str | None = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
     group: str | None = Field(
         None,
         max_length=128,
