@@ -111,11 +111,12 @@ module_for() {
 	*) return 1 ;;
 	esac
 }
-# the version of that module the binary was built with (`go version -m`: its "dep" line)
+# the version of that module the binary was built with (`go version -m`: its "mod" line when the
+# command is in that module, kuberay-operator, kwok, ...; else its "dep" line)
 built_version() {
 	local mod
 	mod="$(module_for "$1")" || return 0
-	go version -m "$bin_dir/$1" 2>/dev/null | awk -v m="$mod" '$1 == "dep" && $2 == m {print $3; exit}'
+	go version -m "$bin_dir/$1" 2>/dev/null | awk -v m="$mod" '($1 == "mod" || $1 == "dep") && $2 == m {print $3; exit}'
 }
 
 # name -> (module dir, package, cold-build estimate)
