@@ -3,8 +3,8 @@ head"): the rendered RayJob asks KubeRay for `authOptions: {mode: token}`, KubeR
 per-cluster token Secret and hands it to Ray, and real Ray then refuses a job submission from a
 pod in another namespace that does not hold the token, and accepts it with the token.
 
-The oracle is Ray's own answer over the cluster network (the head Service, as any pod reaches
-it): 401 without a token, 403 with a wrong one (ray 2.55.1
+The oracle is Ray's own answer over the cluster network (the address KubeRay publishes in the
+RayJob's status.dashboardURL, as any pod reaches it): 401 without a token, 403 with a wrong one (ray 2.55.1
 _private/authentication/http_token_authentication.py:70-78), 200 with KubeRay's token. No CNI
 here enforces NetworkPolicy, so the prober does reach the head: the token is what refuses it."""
 
@@ -24,9 +24,9 @@ RUN_TIMEOUT = 900
 # What the prober pod runs: the job submission API of the head, with no token, a wrong one and
 # the right one (from its environment: never on a command line); it prints status codes only.
 PROBE = r"""
-import json, os, urllib.error, urllib.request
+import json, os, time, urllib.error, urllib.request
 url = os.environ["RAY_URL"] + "/api/jobs/"
-def call(method, token, body=None):
+def call(method, token, body=None, tries=20):
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = "Bearer " + token
@@ -36,6 +36,11 @@ def call(method, token, body=None):
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, None
+    except urllib.error.URLError:  # not reached yet (a new pod's first lookups): try again
+        if tries <= 1:
+            raise
+        time.sleep(3)
+        return call(method, token, body, tries - 1)
 job = {"entrypoint": "echo submitted-from-another-namespace"}
 out = {}
 out["post_without_token"] = call("POST", None, job)[0]
@@ -84,7 +89,7 @@ def test_a_pod_without_the_token_cannot_submit_to_the_ray_head(real_node_cluster
             "data": {"token": secret["data"]["auth_token"]},
         }
         cp.kubectl("apply", "-f", "-", input=json.dumps(token_copy))
-        cp.kubectl("apply", "-f", "-", input=json.dumps(_prober(probe_ns, node_images["job"], f"http://{name}-head-svc.{ns}.svc.cluster.local:8265")))
+        cp.kubectl("apply", "-f", "-", input=json.dumps(_prober(probe_ns, node_images["job"], "http://" + rayjob["status"]["dashboardURL"])))
         phase = seedrun.wait_for("the prober pod finished", lambda: _phase(cp, probe_ns), 300, explain=lambda: seedrun.describe(cp, probe_ns))
         logs = cp.kubectl("logs", "-n", probe_ns, "prober").stdout
         assert phase == "Succeeded", logs
@@ -105,7 +110,7 @@ def test_a_pod_without_the_token_cannot_submit_to_the_ray_head(real_node_cluster
 def _running(cp, ns, name):
     rayjob = seedrun.get(cp, "rayjob", name, ns)
     st = (rayjob or {}).get("status") or {}
-    if st.get("jobStatus") == "RUNNING" and st.get("rayClusterName") and st.get("jobId"):
+    if st.get("jobStatus") == "RUNNING" and st.get("rayClusterName") and st.get("jobId") and st.get("dashboardURL"):
         return rayjob
     if st.get("jobStatus") in ("SUCCEEDED", "FAILED", "STOPPED"):
         raise AssertionError(f"the Ray job ended before the probe: {st}")
