@@ -56,14 +56,23 @@ print(json.dumps(out))
 """
 
 
-def test_a_pod_without_the_token_cannot_submit_to_the_ray_head(real_node_cluster, hub, node_images, job_ns):
-    cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
-    # the trainer stand-in stays alive at rollout 2, so the head is up while the prober runs
+@pytest.fixture(scope="module")
+def hanging_job(real_node_cluster, hub, node_images, lorarl_operator):
+    """The seed job whose trainer stand-in stays alive at rollout 2: its head is up and its
+    trainer process alive while the tests look at them."""
+    cp, ns, name = real_node_cluster, f"e2e-{uuid.uuid4().hex[:6]}", "qwen3-4b-lora-amd"
+    cp.kubectl("create", "namespace", ns)
     revision = hub.revision({"seconds_per_rollout": 0.5, "hang_at_rollout": 2})
     explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision)
     # KubeRay's submitter got the token (its `ray job submit` went through) and so did its
     # dashboard client (it reports the Ray job's status): the job is RUNNING, as Ray says it
     rayjob = seedrun.wait_for("RayJob RUNNING", lambda: _running(cp, ns, name), RUN_TIMEOUT, explain=explain)
+    yield cp, ns, name, rayjob, explain
+    cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_a_pod_without_the_token_cannot_submit_to_the_ray_head(hanging_job, node_images):
+    cp, ns, name, rayjob, explain = hanging_job
     cluster, job_id = rayjob["status"]["rayClusterName"], rayjob["status"]["jobId"]
 
     # KubeRay's Secret: named after the RayCluster, owned by it, one key (raycluster_controller.go
@@ -105,6 +114,50 @@ def test_a_pod_without_the_token_cannot_submit_to_the_ray_head(real_node_cluster
     # are the token's doing (not an unreachable head)
     assert answer["post_with_token"] == 200 and answer["submitted"], answer
     assert job_id in answer["listed"] and answer["submitted"] in answer["listed"], answer
+
+
+# Run in the head's Ray container: the trainer's processes (train.py) and whether each can open
+# a token file through its own view of the filesystem (/proc/PID/root); prints no file content.
+TRAINER_VIEW = r"""
+import json, os
+paths = ["/var/run/secrets/kubernetes.io/serviceaccount/token", "/var/run/secrets/tokens/token"]
+out = {"trainers": 0, "opened": []}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if not any(w.endswith(b"/root/miles/train.py") for w in cmd):
+        continue
+    out["trainers"] += 1
+    for path in paths:
+        try:
+            open(f"/proc/{pid}/root{path}").close()
+            out["opened"].append(path)
+        except OSError:
+            pass
+out["any_secrets_dir"] = os.path.exists("/var/run/secrets")
+print(json.dumps(out))
+"""
+
+
+def test_the_trainer_cannot_open_a_token_file(hanging_job):
+    """Finding 7: the reporter's token is mounted in the head pod's reporter sidecar only; the
+    Ray container, where the trainer runs, has none (the sidecar sends what the trainer's
+    reporter spools). The sidecar does hold it (so the check can fail), and the status the
+    sidecar sent is there."""
+    cp, ns, name, _, explain = hanging_job
+    head = seedrun.pods(cp, ns, "ray.io/node-type=head")[0]["metadata"]["name"]
+    view = json.loads(cp.kubectl("exec", "-n", ns, head, "-c", "ray-head", "--", "python3", "-c", TRAINER_VIEW).stdout.strip().splitlines()[-1])
+    assert view["trainers"] >= 1, view  # the trainer stand-in is alive (it hangs at rollout 2)
+    assert view["opened"] == [] and view["any_secrets_dir"] is False, view
+    sidecar = cp.kubectl(
+        "exec", "-n", ns, head, "-c", "lorarl-reporter", "--", "python3", "-c",
+        "print(len(open('/var/run/secrets/kubernetes.io/serviceaccount/token').read()) > 0)",
+    )  # fmt: skip
+    assert sidecar.stdout.strip() == "True"
+    # the reporter's progress reached the status through the sidecar
+    seedrun.wait_for("the reporter's progress", lambda: seedrun.rollout_at_least(cp, ns, name, 1), 300, explain=explain)
 
 
 def _running(cp, ns, name):
