@@ -117,7 +117,7 @@ ACCESS_KEY_SHAPED_VALUE = (
     r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}"
     r"|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{4,}[.]eyJ[A-Za-z0-9_-]{4,}[.][A-Za-z0-9_-]*|([A-Za-z0-9]+-)?[0-9A-Fa-f]{40}|[A-Za-z0-9_-]{60,})$"
 )
-TOKEN_SHAPED_MESSAGE = (
+ACCESS_KEY_SHAPED_MESSAGE = (
     "looks like an access token (hf_, a JWT, 40 hex digits, ...): a secret here is stored in etcd and shown in W&B, "
     "Ray and the status; pass credentials through Secret references"
 )
@@ -128,7 +128,7 @@ def not_token_shaped(*fields: str) -> list[dict]:
     (fieldPath names the field): the API server quotes a refused string's value in its message
     ('Invalid value: "<the token>"'), a refused object only by its type ("object"), so the token
     stays out of kubectl's output, a GitOps controller's status and audit records."""
-    return [cel(f"!has(self.{f}) || !self.{f}.matches('{ACCESS_KEY_SHAPED_VALUE}')", TOKEN_SHAPED_MESSAGE, field_path=f".{f}") for f in fields]
+    return [cel(f"!has(self.{f}) || !self.{f}.matches('{ACCESS_KEY_SHAPED_VALUE}')", ACCESS_KEY_SHAPED_MESSAGE, field_path=f".{f}") for f in fields]
 
 
 def EXTRA_ARG_ITEM_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like the constants beside it)
