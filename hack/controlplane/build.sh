@@ -6,7 +6,8 @@
 # every k8s.io/kubernetes command) that are missing are built by one `go build`,
 # so their shared dependency graph is compiled and loaded once.
 #
-# Idempotent: a binary that is already in the cache is not rebuilt; concurrent runs take turns. Each
+# Idempotent: a binary that is already in the cache is not rebuilt (unless its build info records
+# another version of its module than go.mod asks: module_for); concurrent runs take turns. Each
 # binary is written to a temporary name and renamed into place, so an
 # interrupted build never leaves a half-written binary behind.
 #
@@ -96,6 +97,28 @@ version_for() {
 	esac
 }
 
+# the module whose version names a binary built outside this module's k8s version (the bin dir is
+# keyed by that only): a binary whose build info records another version of it is rebuilt, so a
+# version bump in kuberay/go.mod (or kwok's, helm's, ...) takes effect on a machine that built the old one
+module_for() {
+	case "$1" in
+	helm) echo "helm.sh/helm/v4" ;;
+	kwok) echo "sigs.k8s.io/kwok" ;;
+	kuberay-operator) echo "github.com/ray-project/kuberay/ray-operator" ;;
+	kueue) echo "sigs.k8s.io/kueue" ;;
+	kstatus) echo "sigs.k8s.io/cli-utils" ;;
+	coredns) echo "github.com/coredns/coredns" ;;
+	*) return 1 ;;
+	esac
+}
+# the version of that module the binary was built with (`go version -m`: its "mod" line when the
+# command is in that module, kuberay-operator, kwok, ...; else its "dep" line)
+built_version() {
+	local mod
+	mod="$(module_for "$1")" || return 0
+	go version -m "$bin_dir/$1" 2>/dev/null | awk -v m="$mod" '($1 == "mod" || $1 == "dep") && $2 == m {print $3; exit}'
+}
+
 # name -> (module dir, package, cold-build estimate)
 pkg_for() {
 	case "$1" in
@@ -167,8 +190,18 @@ for name in "${targets[@]}"; do
 		echo "build.sh: unknown binary '$name'" >&2
 		exit 2
 	fi
+	stale=""
 	if [[ -x "$bin_dir/$name" ]]; then
+		have="$(built_version "$name")"
+		if [[ -n "$have" && "$have" != "$(version_for "$name")" ]]; then
+			stale="built from $(module_for "$name") $have"
+		fi
+	fi
+	if [[ -x "$bin_dir/$name" && -z "$stale" ]]; then
 		echo "$name: up to date ($bin_dir/$name)"
+	elif [[ -n "$stale" ]]; then
+		echo "$name: $stale, go.mod asks $(version_for "$name"): rebuilding"
+		others+=("$name")
 	elif [[ "$(dir_for "$name")" == "$here" ]]; then
 		shared+=("$name")
 	else
@@ -242,7 +275,7 @@ done
 # KubeRay's CRDs are read straight from the Go module cache by
 # lorarl_dev.kuberay.kuberay_crd_path(); warm that cache here so that the
 # first test run needs no network.
-kuberay="github.com/ray-project/kuberay/ray-operator@${LORARL_KUBERAY_VERSION:-v1.5.0}"
+kuberay="github.com/ray-project/kuberay/ray-operator@${LORARL_KUBERAY_VERSION:-$(version_for kuberay-operator)}"
 if ! (cd "$HOME" && go mod download "$kuberay"); then
 	echo "build.sh: go mod download $kuberay failed" >&2
 	status=1

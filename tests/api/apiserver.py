@@ -125,6 +125,23 @@ def dry_run_apply(kube_api, obj: dict) -> Answer:
     return Answer(True, [], "")
 
 
+def dry_run_applied(kube_api, obj: dict) -> dict:
+    """What the API server would store for ``obj`` (server-side apply, dryRun=All): the object
+    after its schema's pruning and defaults."""
+    meta = obj["metadata"]
+    group_version = obj["apiVersion"]
+    prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+    answer = _dynamic(kube_api).request(
+        "PATCH",
+        f"{prefix}/namespaces/{meta['namespace']}/{_PLURALS[obj['kind']]}/{meta['name']}",
+        body=json.dumps(obj),
+        content_type="application/apply-patch+yaml",
+        query_params=[("dryRun", "All"), ("fieldManager", "lorarl-test"), ("force", "true")],
+        header_params={"Accept": "application/json"},
+    )
+    return answer.to_dict()
+
+
 def pods_of(rayjob: dict) -> list[dict]:
     """The Ray pod templates of a RayJob as Pods, for the API server's Pod validation (what
     KubeRay's pods must pass). Their ServiceAccount is only dry-run applied, never created: the

@@ -74,6 +74,7 @@ def test_real_kuberay_runs_the_rendered_rayjob(fake_cluster, tmp_path):
         env = {e["name"] for e in ray["env"]}
         assert "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES" in env and "ROCR_VISIBLE_DEVICES" not in env
         assert pod["spec"]["serviceAccountName"] == f"{NAME}-reporter"
+        _assert_ray_token_wiring(cp, ns, cluster, pod)
         # whatever KubeRay does next, the LoraRLJob reports it with a defined phase and reason
         final = wait_for(lambda: (lambda s: s if s.get("phase") == "Failed" else None)(status()), timeout=240, what="KubeRay to end the run")
         failed = {c["type"]: c for c in final["conditions"]}["Failed"]
@@ -83,6 +84,40 @@ def test_real_kuberay_runs_the_rendered_rayjob(fake_cluster, tmp_path):
         op.wait(timeout=30)
         log.close()
         client.close()
+
+
+def _assert_ray_token_wiring(cp, ns: str, cluster: str, head: dict) -> None:
+    """Ray's token authentication as the real KubeRay (v1.5.1) wires it from the rendered
+    `authOptions: {mode: token}`: one Secret named after the RayCluster and owned by it
+    (raycluster_controller.go:361-411), RAY_AUTH_MODE and RAY_AUTH_TOKEN from it in the head's Ray
+    container (common/pod.go:249-280) and in the submitter (rayjob_controller.go:604-606), not in
+    the prepare container; and the job's own ServiceAccount may not read it (the pods get it by
+    reference, the kubelet reads it). The token's value is never printed."""
+    secret = wait_for(
+        lambda: json.loads(cp.kubectl("get", "secret", cluster, "-n", ns, "-o", "json", check=False).stdout or "null"),
+        timeout=60,
+        what="KubeRay's token Secret",
+    )
+    assert sorted(secret["data"]) == ["auth_token"] and secret["type"] == "Opaque"
+    assert [(o["kind"], o["name"], o.get("controller")) for o in secret["metadata"]["ownerReferences"]] == [("RayCluster", cluster, True)]
+    ref = {"name": cluster, "key": "auth_token"}
+
+    def auth_env(container):
+        env = {e["name"]: e for e in container.get("env", [])}
+        return env.get("RAY_AUTH_MODE", {}).get("value"), (env.get("RAY_AUTH_TOKEN", {}).get("valueFrom") or {}).get("secretKeyRef")
+
+    assert auth_env(head["spec"]["containers"][0]) == ("token", ref)
+    assert auth_env(head["spec"]["initContainers"][0]) == (None, None)  # prepare: no Ray, no token
+
+    def submitter():
+        jobs = json.loads(cp.kubectl("get", "jobs", "-n", ns, "-o", "json").stdout)["items"]
+        return jobs[0] if jobs else None
+
+    job = wait_for(submitter, timeout=120, what="KubeRay's submitter Job")
+    assert auth_env(job["spec"]["template"]["spec"]["containers"][0]) == ("token", ref)
+    reporter = f"system:serviceaccount:{ns}:{NAME}-reporter"
+    can = cp.kubectl("auth", "can-i", "get", f"secret/{cluster}", "-n", ns, f"--as={reporter}", check=False)
+    assert can.stdout.strip() == "no", can.stdout
 
 
 class RayJobRecorder:

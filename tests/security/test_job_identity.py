@@ -46,7 +46,7 @@ def test_the_policies_can_be_left_out(helm):
 
 def test_the_rendered_pods_mount_the_token_only_where_the_reporter_runs():
     """Static half of the design, on the renderer: the ServiceAccount and every pod opt out of
-    the automatic token; only the head's Ray container mounts a projected one."""
+    the automatic token; only the head's reporter sidecar mounts a projected one."""
 
     doc = seed_doc()
     doc["spec"]["hardware"]["nodes"] = 2
@@ -67,8 +67,11 @@ def test_the_rendered_pods_mount_the_token_only_where_the_reporter_runs():
     def mounts(container):
         return {m["name"] for m in container.get("volumeMounts", [])}
 
-    assert render.API_ACCESS_VOLUME in mounts(head["containers"][0])
-    others = head["containers"][1:] + head.get("initContainers", []) + worker["containers"] + worker.get("initContainers", [])
+    # the reporter sidecar alone: not the Ray container, where the trainer runs (finding 7)
+    sidecar = next(c for c in head["containers"] if c["name"] == render.SIDECAR_CONTAINER)
+    assert render.API_ACCESS_VOLUME in mounts(sidecar)
+    others = [c for c in head["containers"] if c is not sidecar] + head.get("initContainers", []) + worker["containers"] + worker.get("initContainers", [])
+    assert head["containers"][0]["name"] == "ray-head" and head["containers"][0] in others
     assert others and not any(render.API_ACCESS_VOLUME in mounts(c) for c in others)
     token = next(v for v in head["volumes"] if v["name"] == render.API_ACCESS_VOLUME)["projected"]["sources"][0]["serviceAccountToken"]
     assert token["expirationSeconds"] <= 3600 and "audience" not in token

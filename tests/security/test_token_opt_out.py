@@ -55,7 +55,7 @@ def test_a_token_is_mounted_only_where_the_account_allows_it(real_node_cluster):
         head, worker = (stored(cp, p) for p in head_and_worker(ns, "automounts"))
         assert len(token_volumes(head)) == 1 and token_volumes(worker) == []  # the plugin's own volume, on the head only
 
-        # the per-job account (automount off) still gets the one explicit volume, in the Ray container only
+        # the per-job account (automount off) still gets the one explicit volume, in the reporter sidecar only
         per_job = dict(head_and_worker(ns, None)[0])
         per_job["spec"] = {**per_job["spec"], "serviceAccountName": "job-reporter"}
         head = stored(cp, per_job)
@@ -65,6 +65,6 @@ def test_a_token_is_mounted_only_where_the_account_allows_it(real_node_cluster):
             for c in head["spec"]["containers"] + head["spec"].get("initContainers", [])
             if any(m["name"] == render.API_ACCESS_VOLUME for m in c.get("volumeMounts", []))
         ]
-        assert mounted == ["ray-head"]
+        assert mounted == [render.SIDECAR_CONTAINER]
     finally:
         cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)

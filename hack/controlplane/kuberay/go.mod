@@ -2,7 +2,7 @@ module lorarl.dev/hack/controlplane/kuberay
 
 go 1.26.0
 
-require github.com/ray-project/kuberay/ray-operator v1.5.0
+require github.com/ray-project/kuberay/ray-operator v1.5.1
 
 require (
 	github.com/Masterminds/semver/v3 v3.3.1 // indirect

@@ -8,7 +8,20 @@ import pathlib
 from . import gomodules
 
 KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
-KUBERAY_VERSION = os.environ.get("LORARL_KUBERAY_VERSION", "v1.5.0")
+# the one place the version is written: hack/controlplane/kuberay/go.mod (the operator binary is
+# built from it by build.sh, and its CRDs are read here from the same module version)
+_GO_MOD = pathlib.Path(__file__).resolve().parents[2] / "controlplane" / "kuberay" / "go.mod"
+
+
+def _go_mod_version() -> str:
+    for line in _GO_MOD.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if words[:2] == ["require", KUBERAY_MODULE] and len(words) >= 3:
+            return words[2]
+    raise RuntimeError(f"{_GO_MOD}: no `require {KUBERAY_MODULE} vX` line")
+
+
+KUBERAY_VERSION = os.environ.get("LORARL_KUBERAY_VERSION") or _go_mod_version()
 
 _CRD_FILES = {
     "RayJob": "ray.io_rayjobs.yaml",

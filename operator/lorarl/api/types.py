@@ -117,15 +117,18 @@ ACCESS_KEY_SHAPED_VALUE = (
     r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}"
     r"|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{4,}[.]eyJ[A-Za-z0-9_-]{4,}[.][A-Za-z0-9_-]*|([A-Za-z0-9]+-)?[0-9A-Fa-f]{40}|[A-Za-z0-9_-]{60,})$"
 )
-NOT_TOKEN_SHAPED: dict[str, Any] = {
-    "x-kubernetes-validations": [
-        {
-            "rule": f"!self.matches('{ACCESS_KEY_SHAPED_VALUE}')",
-            "message": "looks like an access token (hf_, a JWT, 40 hex digits, ...): a secret here is stored in etcd and shown in W&B, "
-            "Ray and the status; pass credentials through Secret references",
-        }
-    ]
-}
+ACCESS_KEY_SHAPED_MESSAGE = (
+    "looks like an access token (hf_, a JWT, 40 hex digits, ...): a secret here is stored in etcd and shown in W&B, "
+    "Ray and the status; pass credentials through Secret references"
+)
+
+
+def not_token_shaped(*fields: str) -> list[dict]:
+    """Refuse token-shaped values of these string fields, by rules on the object that holds them
+    (fieldPath names the field): the API server quotes a refused string's value in its message
+    ('Invalid value: "<the token>"'), a refused object only by its type ("object"), so the token
+    stays out of kubectl's output, a GitOps controller's status and audit records."""
+    return [cel(f"!has(self.{f}) || !self.{f}.matches('{ACCESS_KEY_SHAPED_VALUE}')", ACCESS_KEY_SHAPED_MESSAGE, field_path=f".{f}") for f in fields]
 
 
 def EXTRA_ARG_ITEM_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like the constants beside it)
@@ -550,11 +553,9 @@ class RolloutSpec(ApiModel):
 class EvalDataset(ApiModel):
     """A named evaluation set (from a Hub repo, a path on the job's volume or a URI, as promptData)."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE, *DATASET_SOURCE_RULES]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE, *DATASET_SOURCE_RULES, *not_token_shaped("name")]})
 
-    name: str = Field(
-        ..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).", json_schema_extra=NOT_TOKEN_SHAPED
-    )
+    name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).")
     repo: str | None = Field(
         None, min_length=3, max_length=96, description="Dataset repository id.", json_schema_extra={"x-kubernetes-validations": [repo_id_rule()]}
     )
@@ -765,22 +766,22 @@ class WandbSpec(ApiModel):
     """Weights & Biases. The API key reaches the trainer as WANDB_API_KEY from the Secret, never as
     a flag."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": not_token_shaped("project", "team", "group")})
+
     project: str = Field(
         "miles-run_qwen3_4b_lora",
         max_length=128,
         pattern=IDENTIFIER,
         description="W&B project.",
-        json_schema_extra={**flag("--wandb-project"), **NOT_TOKEN_SHAPED},
+        json_schema_extra=flag("--wandb-project"),
     )
-    team: str | None = Field(
-        None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra={**flag("--wandb-team"), **NOT_TOKEN_SHAPED}
-    )
+    team: str | None = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
     group: str | None = Field(
         None,
         max_length=128,
         pattern=IDENTIFIER,
         description="W&B group; default: the job name.",
-        json_schema_extra={**flag("--wandb-group"), **NOT_TOKEN_SHAPED},
+        json_schema_extra=flag("--wandb-group"),
     )
     api_key_secret_ref: SecretKeyRef = Field(..., description="Secret key holding the W&B API key.")
     host: str | None = Field(None, max_length=253, pattern=r"^https?://[A-Za-z0-9.:/_-]+$", description="Self-hosted W&B server URL (WANDB_BASE_URL).")

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from ..api.types import API_VERSION, KIND, LoraRLJob
+from ..reporter.spool import SPOOL_ENV
 from . import artifact, command, paths, profiles
 from .settings import DEFAULT as DEFAULT_SETTINGS
 from .settings import NetworkPolicySettings, RenderSettings
@@ -33,12 +34,18 @@ JOB_LABEL = "lorarl.dev/job"
 MANAGED_BY = "lorarl-operator"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
-DASHBOARD_PORT = 8265  # Ray's dashboard / job API: KubeRay's dashboard client polls it (utils/constant.go:98 in v1.5.0)
+DASHBOARD_PORT = 8265  # Ray's dashboard / job API: KubeRay's dashboard client polls it (utils/constant.go:98 in v1.5.1)
 RUNTIME_ENV_AGENT_PORT = "8266"  # Ray's dashboard is 8265; nothing of Ray's listens on 8266 by default
 REPORTER_VOLUME = "lorarl"
 # The reporter's API credentials: a projected, short-lived token of the pod's ServiceAccount,
-# mounted only in the head's Ray container (where the entrypoint, and so the reporter, runs).
+# mounted only in the head pod's reporter sidecar. The trainer's container (the head's Ray
+# container, where KubeRay runs the entrypoint) holds none: its reporter spools each status to a
+# volume the sidecar shares, and the sidecar sends it (lorarl/reporter/spool.py).
 API_ACCESS_VOLUME = "lorarl-api-access"
+STATUS_SPOOL_VOLUME = "lorarl-status"
+STATUS_SPOOL_PATH = "/var/run/lorarl-status"
+SIDECAR_CONTAINER = "lorarl-reporter"
+SIDECAR_RESOURCES = {"limits": {"memory": "128Mi"}, "requests": {"cpu": "10m", "memory": "64Mi"}}
 API_ACCESS_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # reporter/kubeapi.py SA_DIR
 API_ACCESS_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life; the reporter re-reads it
 DEFAULT_STORAGE_SIZE = "200Gi"
@@ -420,23 +427,46 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
     }
 
 
+def reporter_sidecar(job: LoraRLJob) -> dict[str, Any]:
+    """The head pod's token holder: sends the statuses the reporter next to the trainer spools
+    (``reporter.pyz sidecar``); the only container with the API token mounted."""
+    return {
+        "name": SIDECAR_CONTAINER,
+        "image": image(job),
+        "imagePullPolicy": job.spec.run_policy.image_pull_policy,
+        "command": ["python3", paths.REPORTER_PATH, "sidecar"],
+        "args": ["--namespace", job.metadata.namespace, "--name", job.metadata.name, "--spool", STATUS_SPOOL_PATH],
+        "resources": SIDECAR_RESOURCES,
+        "volumeMounts": [
+            {"name": REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR, "readOnly": True},
+            {"name": STATUS_SPOOL_VOLUME, "mountPath": STATUS_SPOOL_PATH},
+            {"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True},
+        ],
+        "securityContext": container_security_context(),
+    }
+
+
 def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, Any]:
     mounts = ray_volume_mounts()
     pod_volumes = volumes(job)
-    # The reporter runs in the head's Ray container (KubeRay runs the entrypoint there). With the
-    # per-job account the token is mounted there alone. A user-named account decides itself: the
-    # head pod leaves automountServiceAccountToken unset, so the ServiceAccount admission plugin
-    # mounts a token only if the account does not opt out (plugin/pkg/admission/serviceaccount/
-    # admission.go, shouldAutomount: the pod's field, else the account's, else true).
+    env = ray_env(job)
+    # The reporter runs in the head's Ray container (KubeRay runs the entrypoint there) and, with
+    # the per-job account, spools to the sidecar, the only container with the token. A user-named
+    # account decides itself: the head pod leaves automountServiceAccountToken unset, so the
+    # ServiceAccount admission plugin mounts a token (in every container) only if the account
+    # does not opt out (plugin/pkg/admission/serviceaccount/admission.go, shouldAutomount: the
+    # pod's field, else the account's, else true), and the reporter sends with it itself.
     user_account = job.spec.scheduling.service_account_name is not None
-    if head and not user_account:
-        mounts.append({"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True})
-        pod_volumes.append(api_access_volume())
+    sidecar = head and not user_account
+    if sidecar:
+        mounts.append({"name": STATUS_SPOOL_VOLUME, "mountPath": STATUS_SPOOL_PATH})
+        env.append({"name": SPOOL_ENV, "value": STATUS_SPOOL_PATH})
+        pod_volumes += [{"name": STATUS_SPOOL_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}}, api_access_volume()]
     container = {
         "name": container_name,
         "image": image(job),
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
-        "env": ray_env(job),
+        "env": env,
         "resources": ray_resources(job),
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
@@ -445,7 +475,7 @@ def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, A
     if not (head and user_account):  # workers never need API credentials
         spec["automountServiceAccountToken"] = False
     spec |= {
-        "containers": [container],  # the Ray container must be first
+        "containers": [container, reporter_sidecar(job)] if sidecar else [container],  # the Ray container must be first
         "volumes": pod_volumes,
         "securityContext": pod_security_context(job, gpus=True),
     }
@@ -502,11 +532,28 @@ def submitter_pod_template(job: LoraRLJob) -> dict[str, Any]:
     return {"metadata": {"labels": labels(job, "submitter")}, "spec": spec}
 
 
+# Ray's token authentication: KubeRay (>= v1.5.1) creates a Secret named after the RayCluster
+# with a random token (raycluster_controller.go:361-411, reconcileAuthSecret) and gives it as
+# RAY_AUTH_TOKEN, with RAY_AUTH_MODE=token, to the Ray containers, the workers' wait-gcs-ready
+# init container and the submitter (common/pod.go:249-280, rayjob_controller.go:604-606); its own
+# dashboard client sends it (utils/util.go:922-975, GetRayDashboardClientFunc). Ray (>= 2.52) then refuses a dashboard or job
+# API request without it: 401, or 403 with a wrong one (ray 2.55.1
+# _private/authentication/http_token_authentication.py:28-80), and GCS calls likewise.
+RAY_AUTH = {"mode": "token"}
+# KubeRay refuses token mode without a rayVersion >= 2.52.0 and reads it for nothing else the
+# render uses (utils/validation.go:194-208; common/job.go:168 only with metadata). The Ray of the
+# job image (hack/images/job/requirements.txt); an image with Ray < 2.52 ignores RAY_AUTH_MODE
+# and its head stays open (docs/security.md).
+RAY_VERSION = "2.55.1"
+
+
 def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
     # num-gpus is explicit: KubeRay only infers it from limits keys ending in "gpu", which
     # partitioned AMD resources (amd.com/cpx_nps4, ...) do not.
     gpus = str(profiles.gpus_per_node(job))
     spec: dict[str, Any] = {
+        "rayVersion": RAY_VERSION,
+        "authOptions": dict(RAY_AUTH),
         "enableInTreeAutoscaling": False,
         "headGroupSpec": {
             # A fixed runtime-env-agent port: left at 0 the agent picks one and the head's Ray

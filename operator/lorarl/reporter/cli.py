@@ -4,15 +4,18 @@
 Claims this attempt on the volume and decides its command (``launcher``), runs the trainer
 (``supervise``), and reports its progress (``summary`` + ``schedule``). Reporting problems
 never change the trainer's exit code; bad reporter options disable reporting, not the run.
+With ``LORARL_STATUS_SPOOL`` set (the trainer's container holds no API token) the statuses go to
+that spool, and ``reporter.pyz sidecar ...`` in the token's container sends them (``spool``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
-from . import attempts, checkpoints, launcher, oom, supervise
+from . import attempts, checkpoints, launcher, oom, spool, supervise
 from .kubeapi import Patcher, api_config
 from .logparse import parse_line
 from .notes import PREFIX, warn
@@ -55,7 +58,10 @@ def split_argv(argv: list) -> tuple:
 
 
 def main(argv=None) -> int:
-    option_args, command = split_argv(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sidecar"]:
+        return spool.sidecar_main(argv[1:])
+    option_args, command = split_argv(argv)
     parser = build_parser()
     if not command:
         if "-h" in option_args or "--help" in option_args:
@@ -163,7 +169,10 @@ def make_reporter(opts, plan, eval_names: frozenset | None = None) -> Reporter:
     )
     config = api_config()
     patcher = None
-    if config is None:
+    spool_dir = os.environ.get(spool.SPOOL_ENV, "").strip()
+    if spool_dir:  # the token is in the sidecar, not here
+        patcher = spool.SpoolPatcher(spool_dir, f"{opts.namespace}/{opts.name}")
+    elif config is None:
         warn("no Kubernetes API configured (KUBERNETES_SERVICE_HOST or LORARL_API_SERVER); status reporting disabled")
     else:
         patcher = Patcher(config, opts.namespace, opts.name)

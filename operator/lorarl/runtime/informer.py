@@ -164,7 +164,9 @@ class Informer:
         if self._selector:
             query["label_selector"] = self._selector
         where = collection_path(self._api_version, self.plural, self.namespace)
-        return honouring_retry_after(lambda: self._raw.request("GET", where, header_params={"Accept": "application/json"}, serialize=False, **query), self._stopping)
+        return honouring_retry_after(
+            lambda: self._raw.request("GET", where, header_params={"Accept": "application/json"}, serialize=False, **query), self._stopping
+        )
 
     def _page(self, limit: int | None, token: str | None, field_selector: str | None = None, from_cache: bool = False) -> Any:
         query: dict[str, Any] = {"_request_timeout": self._timeout, "field_selector": field_selector}
