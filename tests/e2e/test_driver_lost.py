@@ -9,7 +9,10 @@ What may truthfully follow (which one is recorded and printed): the operator's `
 job to the restarted head (a new Ray job start in the RayJob's ``rayJobInfo.startTime``). The
 oracles: the kubelet's container state, KubeRay's RayJob status, the LoraRLJob status.
 First run (2026-12-04, alone on the node): re-submitted, the job still Training throughout
-(the submitter retried before DriverLost's 60 s grace ran out).
+(the submitter retried before DriverLost's 60 s grace ran out). The whole suite's run after the
+reporter sidecar came: this test read the first container status, the sidecar's (the kubelet sorts
+them by name), never saw the restart and waited out its 900 s while the job re-submitted and
+Succeeded; it reads the Ray container by name now.
 """
 
 from __future__ import annotations
@@ -46,11 +49,17 @@ def test_a_head_restarted_mid_run_does_not_leave_the_job_training(real_node_clus
         ready = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
         seen.setdefault(ready.get("reason", "?"), round(time.monotonic() - killed, 1))
         rayjob = (seedrun.get(cp, "rayjob", name, ns) or {}).get("status") or {}
-        restarted = (seedrun.pods(cp, ns, "ray.io/node-type=head") or [{}])[0].get("status", {}).get("containerStatuses", [{}])[0].get("restartCount", 0)
+        head_pod = (seedrun.pods(cp, ns, "ray.io/node-type=head") or [{}])[0]
+        # the Ray container's status by name: the kubelet sorts the statuses by name, and the
+        # reporter sidecar's comes first
+        ray_head = next((cs for cs in (head_pod.get("status") or {}).get("containerStatuses") or [] if cs.get("name") == "ray-head"), {})
+        restarted = ray_head.get("restartCount", 0)
         if ready.get("reason") == "DriverLost" or ready.get("reason") in KUBERAY_FAILURES or st.get("phase") == "Failed":
             return ready.get("reason"), ready.get("message", ""), st
         if restarted and (rayjob.get("rayJobInfo") or {}).get("startTime") not in (None, started):
             return "Resubmitted", json.dumps(rayjob.get("rayJobInfo")), st
+        if restarted and st.get("phase") == "Succeeded":  # re-submitted and finished between two polls
+            return "Succeeded", json.dumps(rayjob.get("rayJobInfo")), st
         return None
 
     reason, message, st = seedrun.wait_for("the job to say the driver is gone (or KubeRay to act)", outcome, RUN_TIMEOUT, explain=explain)
