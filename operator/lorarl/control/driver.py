@@ -40,19 +40,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from .times import parse_time
+
 DRIVER_LOST = "DriverLost"
 GRACE_SECONDS = 60  # twice KubeRay's 30 s after a finished submitter (rayjob_controller.go:39)
 CLUSTER_LABEL, NODE_TYPE_LABEL = "ray.io/cluster", "ray.io/node-type"  # KubeRay's (utils/constant.go:19-20)
-
-
-def _time(text: Any) -> datetime.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip().upper())
-    except ValueError:
-        return None
-    return None if moment.tzinfo is None else moment.astimezone(datetime.UTC)
 
 
 def _ray_container(pod: dict[str, Any]) -> dict[str, Any]:
@@ -66,13 +58,13 @@ def _ray_container(pod: dict[str, Any]) -> dict[str, Any]:
 def _head_ended(pod: dict[str, Any], job_start: datetime.datetime | None) -> tuple[datetime.datetime, str] | None:
     """(since when, what happened) when this head pod can no longer hold the driver."""
     name = pod["metadata"].get("name", "?")
-    deleting = _time(pod["metadata"].get("deletionTimestamp"))
+    deleting = parse_time(pod["metadata"].get("deletionTimestamp"))
     if deleting is not None:
         return deleting, f"the Ray head pod {name} is being deleted (deletionTimestamp {pod['metadata']['deletionTimestamp']})"
     cs = _ray_container(pod)
     state, last = (cs.get("state") or {}).get("terminated"), (cs.get("lastState") or {}).get("terminated")
     ended = state or last or {}
-    finished = _time(ended.get("finishedAt"))
+    finished = parse_time(ended.get("finishedAt"))
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Failed", "Succeeded") and finished is not None:
         return finished, f"the Ray head pod {name} has ended (phase {phase}, exit code {ended.get('exitCode')})"
@@ -101,7 +93,7 @@ def lost(
     cluster = st.get("rayClusterName")
     if pods is None or not cluster or (st.get("jobDeploymentStatus"), st.get("jobStatus")) != ("Running", "RUNNING"):
         return None, None
-    job_start = _time((st.get("rayJobInfo") or {}).get("startTime"))
+    job_start = parse_time((st.get("rayJobInfo") or {}).get("startTime"))
     heads = sorted(
         (
             p
@@ -120,7 +112,7 @@ def lost(
         since, what = min(e for e in ended if e is not None)
     else:
         gone = (gone_heads or {}).get(cluster) or {}
-        deleted = _time(gone.get("at"))
+        deleted = parse_time(gone.get("at"))
         if deleted is None:  # never seen, so not seen go (a head not listed yet, a stand-in without pods)
             return None, None
         since, what = deleted, f"the Ray head pod {gone.get('name')} of RayCluster {cluster} was deleted ({gone.get('at')}) and KubeRay does not re-create it"

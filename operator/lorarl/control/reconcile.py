@@ -55,30 +55,9 @@ from .cache import (
     whole_job,
 )
 from .stored import parse_stored
+from .times import parse_time, rfc3339, utcnow
 
 log = logging.getLogger("lorarl.reconcile")
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-def rfc3339(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: Any) -> datetime.datetime | None:
-    """An RFC 3339 time as the API server and KubeRay write it (``Z`` or an offset, with or
-    without fractional seconds), in UTC; None for anything else (never raises)."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip().upper())
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        return None  # RFC 3339 requires an offset: a local time is ambiguous
-    return moment.astimezone(datetime.UTC)
 
 
 # Fields of stored jobs this operator does not know (a newer CRD) are reported once per job.
