@@ -336,48 +336,43 @@ class Controller:
             return  # a finished job's RayJob: nothing to do for it
         self.queue.add((key[0], owner), "rayjob-event")
 
-    def _follow_pods(self, informer: Informer) -> None:
-        """List, then watch, the jobs' pods; without the chart's pods RBAC (an older chart) the
-        operator runs on without them, saying so once."""
+    def _list_until_done(self, informer: Informer, what: str, without: str) -> bool:
+        """List ``informer``, retried every 5 s until it answers; False when this operator may
+        not list ``what`` (an older chart's RBAC: said once, with what goes ``without`` it) or
+        is stopping."""
         while not self.stopping.is_set():
             began = time.monotonic()
             try:
                 count = informer.list()
             except Exception as err:  # noqa: BLE001 - retried; a 403 ends it
                 if getattr(err, "status", None) == 403:
-                    log.warning("no access to pods (%s): job status will not name pod-level causes (docs/troubleshooting.md)", informer.describe)
-                    return
+                    log.warning("no access to %s (%s): %s", what, informer.describe, without)
+                    return False
                 log.warning("listing %s failed, retrying in 5s: %s", informer.describe, err)
                 self.stopping.wait(5)
                 continue
             log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
-            self.caches.pods_listed.add(informer.namespace)
-            for body in self.caches.jobs.values():  # finished jobs whose pods were still held: count their release
-                if gpuhours.recorded_holding(body.get("status") or {}) and (informer.namespace is None or body["metadata"]["namespace"] == informer.namespace):
-                    self.queue.add(key_of(body), "pod-event")
-            informer.watch(self.stopping)
+            return True
+        return False
+
+    def _follow_pods(self, informer: Informer) -> None:
+        """List, then watch, the jobs' pods; without the chart's pods RBAC (an older chart) the
+        operator runs on without them, saying so once."""
+        if not self._list_until_done(informer, "pods", "job status will not name pod-level causes (docs/troubleshooting.md)"):
             return
+        self.caches.pods_listed.add(informer.namespace)
+        for body in self.caches.jobs.values():  # finished jobs whose pods were still held: count their release
+            if gpuhours.recorded_holding(body.get("status") or {}) and (informer.namespace is None or body["metadata"]["namespace"] == informer.namespace):
+                self.queue.add(key_of(body), "pod-event")
+        informer.watch(self.stopping)
 
     def _follow_export_jobs(self) -> None:
         """List, then watch, the export Jobs; then queue every job whose export was waiting for
         the listing. Without the chart's jobs RBAC (an older chart) the listing counts as done: an
         export then fails its apply and says so in AdapterExported."""
         for informer in self.export_informers:
-            while not self.stopping.is_set():
-                began = time.monotonic()
-                try:
-                    count = informer.list()
-                except Exception as err:  # noqa: BLE001 - retried; a 403 ends it
-                    if getattr(err, "status", None) == 403:
-                        log.warning("no access to batch Jobs (%s): adapters cannot be exported (docs/adapters.md)", informer.describe)
-                        count = None
-                        break
-                    log.warning("listing %s failed, retrying in 5s: %s", informer.describe, err)
-                    self.stopping.wait(5)
-                    continue
-                log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
+            if self._list_until_done(informer, "batch Jobs", "adapters cannot be exported (docs/adapters.md)"):
                 threading.Thread(target=informer.watch, args=(self.stopping,), name=f"lorarl-watch-jobs-{informer.namespace or 'all'}", daemon=True).start()
-                break
         self.caches.export_jobs_listed.set()
         for body in self.caches.jobs.values():
             if adapter_status.exporting(body.get("status") or {}):
