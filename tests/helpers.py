@@ -147,9 +147,12 @@ def started(kube, namespace):
 
 
 def running(kube, namespace):
-    """Apply-to-Running as KubeRay goes: Initializing, submitted, RUNNING."""
+    """Apply-to-Running as KubeRay goes: Initializing, submitted, RUNNING. The operator is seen in
+    Preparing first: tests count the phase Events, and one that caught Initializing and RUNNING in
+    one read would post Pending -> Running (as it should; a loaded CI machine did)."""
     ray = started(kube, namespace)
     ray.initializing()
+    wait_for(phase_is(kube, namespace, "Preparing"), what="Preparing")
     ray.submitted()
     ray.running()
     wait_for(phase_is(kube, namespace, "Running"), what="Running")
