@@ -90,9 +90,12 @@ def finished_job(namespace: str, i: int, uid: str = "00000000-0000-0000-0000-000
     rayjob = render.rayjob(job)
     verdict = health.evaluate(job.spec.health, {})
     previous: dict[str, Any] = {}
+    then = reconcile.rfc3339(reconcile.utcnow() - HISTORY_AGE)
     for st in [None, *kuberay_statuses(rayjob, finished=True)]:
+        if st is not None:  # the stand-in stamps KubeRay's times with now: the run ended back then
+            st.update({k: then for k in ("startTime", "endTime") if k in st})
         live = None if st is None else {**rayjob, "status": st}
-        facts = status.Facts(generation=1, now=reconcile.rfc3339(reconcile.utcnow() - HISTORY_AGE), user_suspended=False, queue_name=None, verdict=verdict)
+        facts = status.Facts(generation=1, now=then, user_suspended=False, queue_name=None, verdict=verdict)
         new, _ = status.compute(previous, live, facts)
         previous = {**previous, **new}
     return doc, previous
