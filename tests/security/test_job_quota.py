@@ -28,11 +28,13 @@ def test_the_documented_quota_caps_a_namespaces_jobs(control_plane, namespace):
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(quota))
     limit = int(quota["spec"]["hard"]["count/lorarljobs.lorarl.dev"])
 
-    def synced():  # the quota controller filled in what it counts (admission needs it)
+    def synced():  # the quota controller counted the jobs: admission refuses every create
+        # ("status unknown for quota") until status.used has the resource, which takes the
+        # controller's next discovery of a custom resource (every 30 s in kube-controller-manager)
         got = json.loads(control_plane.kubectl("get", "resourcequota", quota["metadata"]["name"], "-n", namespace, "-o", "json").stdout)
-        return "count/lorarljobs.lorarl.dev" in (got.get("status") or {}).get("hard", {})
+        return "count/lorarljobs.lorarl.dev" in (got.get("status") or {}).get("used", {})
 
-    wait_for(synced, timeout=60, what="the quota's status")
+    wait_for(synced, timeout=120, what="the quota's status")
     for n in range(limit):
         doc = seed_doc()
         doc["metadata"]["name"] = f"job-{n}"

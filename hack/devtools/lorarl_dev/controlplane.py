@@ -979,6 +979,9 @@ class ControlPlane:
                 f"--service-cluster-ip-range={_SERVICE_CIDR}",
                 f"--controllers={self.controllers}",
                 "--concurrent-gc-syncs=5",
+                # a quota made before the quota controller discovered a new CRD (every 30 s) counts
+                # that CRD's objects only at the next full re-count: 5 min by default, 20 s here
+                "--resource-quota-sync-period=20s",
                 *node_flags,
                 "--v=0",
             ],
