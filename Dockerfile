@@ -1,5 +1,6 @@
-# The lorarl operator image: `lorarl run --all-namespaces` as a non-root user, from the repository
-# root as build context:
+# The lorarl operator image: `lorarl run --all-namespaces` as a non-root user, and the jobs' tools
+# image (the reporter zipapp and sidecar, `lorarl run --tools-image`), from the repository root as
+# build context:
 #
 #   docker build -t lorarl:0.1.0 --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
 #     --build-arg SOURCE=https://<your git host>/<repo> .
@@ -49,6 +50,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp
+# The image is also the jobs' tools image: the Ray head's init container copies the reporter
+# zipapp from this fixed path (lorarl.job.paths.TOOLS_REPORTER_PATH), built from the same source
+RUN python3 -m lorarl.job.artifact /opt/lorarl-tools/reporter.pyz
 USER 65532:65532
 WORKDIR /tmp
 # liveness (kopf) and Prometheus metrics

@@ -124,13 +124,13 @@ def _pod_steps(head: dict[str, Any] | None) -> dict[str, float | None]:
     }
 
 
-def run_one(cp: ControlPlane, job: dict[str, Any], *, by_hand: bool, timeout: float = 900) -> dict[str, Any]:
+def run_one(cp: ControlPlane, job: dict[str, Any], *, by_hand: bool, tools_image: str, timeout: float = 900) -> dict[str, Any]:
     ns = job["metadata"]["namespace"]
     name = job["metadata"]["name"]
     cp.kubectl("create", "namespace", ns)
     if by_hand:
         rendered = subprocess.run(
-            [str(pathlib.Path(sys.executable).with_name("lorarl")), "render", "-f", "-", "-n", ns, "--full"],
+            [str(pathlib.Path(sys.executable).with_name("lorarl")), "render", "-f", "-", "-n", ns, "--tools-image", tools_image],
             input=json.dumps(job),
             capture_output=True,
             text=True,
@@ -195,7 +195,7 @@ def measure(rounds: int = 1) -> dict[str, Any]:
                     for by_hand in (False, True):
                         ns = f"bench-{'hand' if by_hand else 'lorarl'}-{uuid.uuid4().hex[:5]}"
                         job = seedrun.seed_job(image=refs["job"], endpoint=endpoint, namespace=ns)
-                        runs.append({**run_one(cp, job, by_hand=by_hand), "load": os.getloadavg()[0]})
+                        runs.append({**run_one(cp, job, by_hand=by_hand, tools_image=refs["operator"]), "load": os.getloadavg()[0]})
                         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
                         _clear(cp, ns)
             except KeyboardInterrupt:  # stopped early (the node is wanted elsewhere): keep the runs made
@@ -285,7 +285,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"{r['load'][0]:.1f}): the seed LoraRLJob with the node overrides (`lorarl_dev.seedrun.seed_job`: the "
         "job image, 500m CPU, 3Gi, the Hub stand-in) on the real node with the real KubeRay operator v1.5.0, "
         "real Ray 2.55.1 and the trainer stand-in (100 rollouts of 0.2 s), against the same objects rendered by "
-        "`lorarl render --full` and applied with kubectl (no LoraRLJob, no operator). "
+        "`lorarl render --tools-image <the operator image>` and applied with kubectl (no LoraRLJob, no operator). "
         f"{len(ours)} run(s) via lorarl and {len(hand)} by hand, alternating, each in a namespace of its own "
         "deleted before the next. Node start (control plane, node, KubeRay) "
         f"{_s(r.get('node_start_s'))}; image build or reuse and import {_s(r.get('images_import_s'))}; `helm install --wait` "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import copy
 import os
 import pathlib
@@ -20,7 +19,7 @@ from lorarl.admission import crdgen
 from lorarl.admission.validation import parse_job
 from lorarl.api import types as api
 from lorarl.control.reconcile import Reconciler
-from lorarl.job import render
+from lorarl.job import artifact, render
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from tests.api.apiserver import dry_run_create
@@ -191,11 +190,11 @@ def make_job(control_plane, namespace, kube, name):
     return name
 
 
-def shipped_reporter(kube, namespace, name, directory):
-    """The reporter exactly as the job mounts it: from the ConfigMap the operator applied."""
-    cm = kube.get("v1", "ConfigMap", namespace, f"{name}-lorarl")
+def shipped_reporter(directory):
+    """The reporter as the job runs it: the zipapp the operator image's build writes (and the
+    head's init container copies; tests/image/test_built_images.py checks they are the same)."""
     path = directory / "reporter.pyz"
-    path.write_bytes(base64.b64decode(cm["binaryData"]["reporter.pyz"]))
+    path.write_bytes(artifact.reporter_zipapp())
     return [sys.executable, "-I", "-S", str(path)]
 
 
@@ -216,7 +215,7 @@ def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path)
     log_file.write_bytes(log.data)
     result = subprocess.run(
         [
-            *shipped_reporter(kube, namespace, mine, tmp_path),
+            *shipped_reporter(tmp_path),
             "--namespace",
             namespace,
             "--name",

@@ -17,7 +17,7 @@ from . import __version__, curves, follow
 from .adapter import cli as adapter_cli
 from .api import types as api
 from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
-from .job.settings import DEFAULT_KUBERAY_POD_LABELS, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
+from .job.settings import DEFAULT_KUBERAY_POD_LABELS, DEFAULT_TOOLS_IMAGE, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
 
 
 def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
@@ -55,6 +55,21 @@ FILENAME = click.option(
     help="A LoraRLJob file, a directory of .json/.yaml/.yml files, or '-' for stdin (repeatable).",
 )
 RECURSIVE = click.option("-R", "--recursive", is_flag=True, help="Also read the subdirectories of a -f directory (as kubectl -R).")
+TOOLS_IMAGE = click.option(
+    "--tools-image",
+    envvar="LORARL_TOOLS_IMAGE",
+    default=DEFAULT_TOOLS_IMAGE,
+    show_default=True,
+    show_envvar=True,
+    metavar="IMAGE",
+    help="The operator's own image, for the Ray head's reporter init container and sidecar (the chart sets it to the operator's image).",
+)
+
+
+def _tools_image(value: str) -> str:
+    if not value.strip() or any(c.isspace() for c in value):
+        raise click.UsageError(f"--tools-image {value!r}: expected an image reference (no spaces)")
+    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,13 +85,14 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True, help="Multi-document YAML, or one JSON List.")
 @click.option("--only", metavar="KIND|NAME", default=None, help="Print only the children of this kind (e.g. RayJob, configmap) or name.")
 @click.option("--command", "train_command", is_flag=True, help="Print the train.py command instead, one flag per line.")
-@click.option("--full", is_flag=True, help="Print binary data (the reporter zipapp) in full instead of its size and digest: the form to apply.")
-def render(paths: tuple[str, ...], recursive: bool, namespace: str | None, output: str, only: str | None, train_command: bool, full: bool) -> None:
+@TOOLS_IMAGE
+def render(paths: tuple[str, ...], recursive: bool, namespace: str | None, output: str, only: str | None, train_command: bool, tools_image: str) -> None:
     """Print the child objects of a LoraRLJob (offline)."""
     from .admission.validation import validate
     from .job import view
     from .job.render import render as render_children
 
+    settings = RenderSettings(tools_image=_tools_image(tools_image))
     objects: list[dict] = []
     commands: list[str] = []
     failed = False
@@ -89,7 +105,7 @@ def render(paths: tuple[str, ...], recursive: bool, namespace: str | None, outpu
             for p in problems:
                 click.echo(f"{where}: {p}", err=True)
             continue
-        objects += render_children(job)
+        objects += render_children(job, settings)
         commands.append(view.command_lines(job))
     if failed:
         sys.exit(1)
@@ -100,7 +116,7 @@ def render(paths: tuple[str, ...], recursive: bool, namespace: str | None, outpu
     if not chosen:
         kinds = ", ".join(dict.fromkeys(o["kind"] for o in objects))
         raise click.ClickException(f"--only {only}: no child of that kind or name (kinds: {kinds})")
-    click.echo(view.show(chosen, output, full), nl=False)
+    click.echo(view.show(chosen, output), nl=False)
 
 
 @main.command()
@@ -182,6 +198,7 @@ def crd() -> None:
     metavar="K=V,...",
     help="The labels of KubeRay's operator's pods, for the NetworkPolicy ('': every pod of those namespaces).",
 )
+@TOOLS_IMAGE
 @click.option("--workers", default=DEFAULT_WORKERS, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
@@ -203,6 +220,7 @@ def run(
     network_policy: bool,
     kuberay_operator_namespace_labels: str,
     kuberay_operator_pod_labels: str,
+    tools_image: str,
     workers: int,
     log_format: str,
     verbose: bool,
@@ -214,6 +232,7 @@ def run(
     retry_period: float,
 ) -> None:
     """Run the operator (with --leader-elect: only while it holds the Lease)."""
+    import dataclasses
     import os
 
     import kopf
@@ -230,6 +249,7 @@ def run(
             probes.parse(liveness)
         except ValueError as err:
             raise click.UsageError(str(err)) from None
+    settings = RenderSettings(tools_image=_tools_image(tools_image))
     try:
         policy = NetworkPolicySettings(network_policy, parse_labels(kuberay_operator_namespace_labels), parse_labels(kuberay_operator_pod_labels))
     except ValueError as err:
@@ -257,7 +277,7 @@ def run(
         resync_seconds=resync_seconds,
         repair_seconds=repair_seconds,
         finished_metrics_seconds=finished_metrics_seconds,
-        render=RenderSettings(network_policy=policy),
+        render=dataclasses.replace(settings, network_policy=policy),
     )
     runner.run(
         register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -107,24 +106,27 @@ def test_validate_reads_every_document_of_the_files_of_a_directory(tmp_path):
 # ------------------------------------------------------------------- render for a person to read
 
 
-def test_render_shows_the_zipapp_by_size_and_digest_unless_full():
-    import hashlib
-
-    from lorarl.job import artifact
+def test_render_names_the_tools_image_and_ships_no_binary_data(monkeypatch):
+    """The reporter comes from the tools image (--tools-image, $LORARL_TOOLS_IMAGE): no child
+    carries it, so what `lorarl render` prints is the form to apply."""
+    from lorarl.job import render as render_module
+    from lorarl.job.settings import DEFAULT_TOOLS_IMAGE
 
     from tests.helpers import lorarl_cli
 
-    pyz = artifact.reporter_zipapp()
-    short = lorarl_cli("render", "-f", str(SEED))
-    full = lorarl_cli("render", "-f", str(SEED), "--full")
-    assert short.exit_code == 0 and full.exit_code == 0, short.stderr
-    digest = hashlib.sha256(pyz).hexdigest()
-    assert f"# binaryData.reporter.pyz: {len(pyz)} bytes, sha256:{digest}" in short.stdout
-    # the zipapp's base64 is the one long line: gone from the short form, present in the full one
-    assert max(map(len, short.stdout.splitlines())) < 4_000 < max(map(len, full.stdout.splitlines()))
-    assert len(full.stdout) - len(short.stdout) > len(pyz), (len(short.stdout), len(full.stdout))
-    docs = list(yaml.safe_load_all(full.stdout))
-    assert base64.b64decode(docs[3]["binaryData"]["reporter.pyz"]) == pyz  # --full is the form to apply
+    def images(out):
+        docs = list(yaml.safe_load_all(out.stdout))
+        assert out.exit_code == 0 and not [d for d in docs if "binaryData" in d], out.stderr
+        head = docs[-1]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+        by_name = {c["name"]: c["image"] for c in head["initContainers"] + head["containers"]}
+        return by_name[render_module.REPORTER_INSTALL_CONTAINER], by_name[render_module.SIDECAR_CONTAINER]
+
+    assert images(lorarl_cli("render", "-f", str(SEED))) == (DEFAULT_TOOLS_IMAGE, DEFAULT_TOOLS_IMAGE)
+    assert images(lorarl_cli("render", "-f", str(SEED), "--tools-image", "reg.example/op:1")) == ("reg.example/op:1",) * 2
+    monkeypatch.setenv("LORARL_TOOLS_IMAGE", "reg.example/op@sha256:" + "c" * 64)
+    assert images(lorarl_cli("render", "-f", str(SEED))) == ("reg.example/op@sha256:" + "c" * 64,) * 2
+    bad = lorarl_cli("render", "-f", str(SEED), "--tools-image", "two words")
+    assert bad.exit_code == 2 and "--tools-image 'two words'" in bad.stderr
 
 
 def test_render_json_and_only_one_kind_or_name():
@@ -133,7 +135,7 @@ def test_render_json_and_only_one_kind_or_name():
     from tests.helpers import job_from, load, lorarl_cli
 
     children = render_module.render(job_from(load(SEED)))
-    out = lorarl_cli("render", "-f", str(SEED), "-o", "json", "--full")
+    out = lorarl_cli("render", "-f", str(SEED), "-o", "json")
     assert json.loads(out.stdout) == {"apiVersion": "v1", "kind": "List", "items": children}
     rayjob = lorarl_cli("render", "-f", str(SEED), "--only", "rayjob")
     assert [d["kind"] for d in yaml.safe_load_all(rayjob.stdout)] == ["RayJob"]

@@ -130,6 +130,8 @@ def test_default_render(helm):
         "9090",
         "--log-format",
         "json",
+        "--tools-image",
+        "ghcr.io/lorarl/lorarl-operator:0.1.0",  # the operator's own image: the jobs' tools image
         "--kuberay-operator-namespace-labels",
         "",
         "--kuberay-operator-pod-labels",
@@ -232,6 +234,7 @@ def test_namespaced_ha_render(helm):
     assert args[:5] == ["run", "--namespace", "team-a", "--namespace", "team-b"]
     assert "--all-namespaces" not in args and args[-2:] == ["--resync-seconds", "60"]
     assert container["image"] == "registry.example/lorarl@sha256:" + "a" * 64
+    assert args[args.index("--tools-image") + 1] == container["image"]  # the jobs' tools image: the same, pinned
     assert pick(docs, "Deployment")["spec"]["replicas"] == 2
     assert pick(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
 

@@ -20,7 +20,10 @@ import tarfile
 
 import pytest
 from lorarl import __version__
+from lorarl.job import artifact, paths, render
 from lorarl_dev import images
+
+from tests.helpers import job_from, seed_doc
 
 MISSING = [tool for tool in ("buildah", "mmdebstrap", "umoci", "unshare", "chroot") if not shutil.which(tool)]
 pytestmark = [
@@ -130,6 +133,19 @@ def test_operator_runs_as_65532_on_a_read_only_root(operator_bundle):
     # the interpreter is the base's, reached through the venv's symlink
     python = operator_bundle.run("python3", "-c", "import sys; print(sys.prefix, sys.base_prefix)", read_only=True)
     assert python.stdout.split() == ["/opt/venv", "/usr"], python.stdout + python.stderr
+
+
+def test_operator_image_is_the_jobs_tools_image(operator_bundle, tmp_path):
+    """The zipapp the head's init container copies (`cp`, the image's own) is the one built from
+    this source, readable by any user; the reporter sidecar's command runs as 65532 on a
+    read-only root."""
+    pyz = operator_bundle.rootfs / paths.TOOLS_REPORTER_PATH.lstrip("/")
+    assert pyz.read_bytes() == artifact.reporter_zipapp()
+    assert pyz.stat().st_mode & 0o777 == 0o644
+    copied = operator_bundle.run("sh", "-c", f"cp {paths.TOOLS_REPORTER_PATH} /tmp/r.pyz && python3 /tmp/r.pyz --help", read_only=True)
+    assert copied.returncode == 0 and "--total-rollouts" in copied.stdout, copied.stderr
+    sidecar = operator_bundle.run(*render.reporter_sidecar(job_from(seed_doc()), "unused")["command"], "--help", read_only=True)
+    assert sidecar.returncode == 0 and "--spool" in sidecar.stdout, sidecar.stderr
 
 
 def test_operator_final_stage_has_no_installer(operator_bundle):

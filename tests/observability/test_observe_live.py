@@ -148,7 +148,7 @@ def run_reporter(control_plane, kube, namespace, tmp_path, log) -> subprocess.Co
     (tmp_path / "miles.log").write_bytes(log.data)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LORARL_"))}
     env.update(LORARL_API_SERVER=control_plane.server, LORARL_TOKEN_FILE=str(token), LORARL_CA_FILE=str(control_plane.ca_file))
-    command = [*shipped_reporter(kube, namespace, NAME, tmp_path), "--namespace", namespace, "--name", NAME, "--total-rollouts", str(log.num_rollouts)]
+    command = [*shipped_reporter(tmp_path), "--namespace", namespace, "--name", NAME, "--total-rollouts", str(log.num_rollouts)]
     command += ["--gpus", "8", "--interval", "0.2", "--", sys.executable, "-c", TRAINER, str(tmp_path / "miles.log"), "0.3"]
     return subprocess.run(command, capture_output=True, env=env, timeout=600)
 

@@ -70,7 +70,7 @@ def test_real_kuberay_runs_the_rendered_rayjob(fake_cluster, tmp_path):
         ray = pod["spec"]["containers"][0]
         assert ray["resources"]["limits"]["amd.com/gpu"] == "8"
         assert pod["spec"]["nodeSelector"] == {"amd.com/gpu.device-id": "75a3"}
-        assert [c["name"] for c in pod["spec"]["initContainers"]][0] == "prepare"
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["lorarl-reporter-install", "prepare"]
         env = {e["name"] for e in ray["env"]}
         assert "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES" in env and "ROCR_VISIBLE_DEVICES" not in env
         assert pod["spec"]["serviceAccountName"] == f"{NAME}-reporter"
@@ -107,7 +107,8 @@ def _assert_ray_token_wiring(cp, ns: str, cluster: str, head: dict) -> None:
         return env.get("RAY_AUTH_MODE", {}).get("value"), (env.get("RAY_AUTH_TOKEN", {}).get("valueFrom") or {}).get("secretKeyRef")
 
     assert auth_env(head["spec"]["containers"][0]) == ("token", ref)
-    assert auth_env(head["spec"]["initContainers"][0]) == (None, None)  # prepare: no Ray, no token
+    for init in head["spec"]["initContainers"]:  # the reporter's copy, prepare: no Ray, no token
+        assert auth_env(init) == (None, None), init["name"]
 
     def submitter():
         jobs = json.loads(cp.kubectl("get", "jobs", "-n", ns, "-o", "json").stdout)["items"]

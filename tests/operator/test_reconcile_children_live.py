@@ -13,6 +13,7 @@ import re
 import pytest
 from lorarl.control.cache import CHILDREN_DIGEST, child_digests, decode_digests
 from lorarl.job import render
+from lorarl.job.settings import RenderSettings
 from lorarl_dev.operatorproc import OperatorProcess
 
 from tests.helpers import CHILD_KINDS, NAME, apply_job, job, job_from, phase_is, rayjob, seed_doc, wait_for
@@ -79,7 +80,7 @@ def test_children_deleted_or_edited_by_hand_come_back(control_plane, namespace, 
         kube.delete("rbac.authorization.k8s.io/v1", "Role", namespace, f"{NAME}-reporter")
         # nothing watches them: the periodic repair (a resync applying every child) brings them back
         back = wait_for(lambda: kube.get("v1", "ConfigMap", namespace, f"{NAME}-lorarl"), what="the ConfigMap re-created")
-        assert back["metadata"]["uid"] != configmap["metadata"]["uid"] and back["binaryData"] == configmap["binaryData"]
+        assert back["metadata"]["uid"] != configmap["metadata"]["uid"] and back["data"] == configmap["data"]
         wait_for(lambda: kube.get("rbac.authorization.k8s.io/v1", "Role", namespace, f"{NAME}-reporter"), what="the Role re-created")
         # the Role and ConfigMap exist before the repair's reconcile has applied the rest and logged
         wait_for(lambda: ("resync", 7) in applies(op.reconciles(namespace, NAME)), what="the repair's reconcile line (7 applied)")
@@ -90,6 +91,26 @@ def test_children_deleted_or_edited_by_hand_come_back(control_plane, namespace, 
         wait_for(lambda: decode_digests(rayjob(kube, namespace)["metadata"]["annotations"].get(CHILDREN_DIGEST)) == wanted, what="the record restored")
         # re-applied by the edit's rayjob-event, or by a resync that read the edited record first
         wait_for(lambda: sum(n == 7 for _, n in applies(op.reconciles(namespace, NAME))) > full, what="the reconcile line of the re-apply (7 applied)")
+    finally:
+        op.stop()
+    op.assert_no_tracebacks()
+
+
+def test_the_tools_image_reaches_the_head_and_no_configmap_carries_the_reporter(control_plane, namespace, kube, tmp_path):
+    """`lorarl run --tools-image`: the head's reporter init container and sidecar run that image,
+    and the job's ConfigMap holds the prepare script alone (issue 19, finding 10)."""
+    tools = "registry.example/team/lorarl-operator:e2e"
+    op = OperatorProcess(control_plane, namespace, tmp_path, extra_args=["--tools-image", tools]).start()
+    try:
+        apply_job(control_plane, namespace, seed_doc())
+        wait_for(phase_is(kube, namespace, "Pending"), what="Pending")
+        head = rayjob(kube, namespace)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+        images = {c["name"]: c["image"] for c in head["initContainers"] + head["containers"]}
+        assert images[render.REPORTER_INSTALL_CONTAINER] == images[render.SIDECAR_CONTAINER] == tools, images
+        configmap = kube.get("v1", "ConfigMap", namespace, f"{NAME}-lorarl")
+        assert "binaryData" not in configmap and sorted(configmap["data"]) == ["fetch.py", "prepare.sh"]
+        wanted = child_digests(render.render(job_from(job(kube, namespace)), RenderSettings(tools_image=tools)))
+        assert decode_digests(rayjob(kube, namespace)["metadata"]["annotations"][CHILDREN_DIGEST]) == wanted
     finally:
         op.stop()
     op.assert_no_tracebacks()

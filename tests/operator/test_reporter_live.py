@@ -44,7 +44,7 @@ def test_a_resumed_run_counts_100_rollouts_over_two_attempts(control_plane, name
     token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
     save = tmp_path / "checkpoints"
     env = {**reporter_env(control_plane, token), "PYTHONPATH": os.pathsep.join(sys.path)}
-    reporter = shipped_reporter(kube, namespace, mine, tmp_path)
+    reporter = shipped_reporter(tmp_path)
 
     def attempt(**extra):
         return subprocess.run(

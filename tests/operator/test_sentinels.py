@@ -89,7 +89,7 @@ def test_no_sentinel_leaves_its_secret(helm, control_plane, namespace, kube, tmp
         env = {**reporter_env(control_plane, token), "WANDB_API_KEY": sentinels["wandb"], "HF_TOKEN": sentinels["hf"]}
         reporter = subprocess.run(
             [
-                *shipped_reporter(kube, namespace, NAME, tmp_path),
+                *shipped_reporter(tmp_path),
                 "--namespace",
                 namespace,
                 "--name",

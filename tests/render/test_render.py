@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import base64
 import copy
 import hashlib
 import io
+import json
 import os
 import pathlib
 import zipfile
 
 import pytest
 import yaml
-from lorarl.job import paths, render
+from lorarl.job import artifact, paths, render
+from lorarl.job.settings import DEFAULT_TOOLS_IMAGE, RenderSettings
 
 from tests.helpers import MANIFESTS, job_from, load, seed_doc, with_spec
 
@@ -32,7 +33,7 @@ def snapshot_form(objects):
     for obj in objects:
         if obj["kind"] == "ConfigMap":
             obj["data"] = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in obj["data"].items()}
-            obj["binaryData"] = {k: "sha256:" + hashlib.sha256(base64.b64decode(v)).hexdigest()[:16] for k, v in obj.get("binaryData", {}).items()}
+            assert "binaryData" not in obj, "no ConfigMap carries the reporter (it comes from the tools image)"
     return objects
 
 
@@ -70,7 +71,7 @@ def test_seed_rayjob_essentials():
     assert env["RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
     assert "ROCR_VISIBLE_DEVICES" not in env
     assert "workerGroupSpecs" not in spec["rayClusterSpec"]  # one node: the head trains
-    init = pod["initContainers"][0]
+    init = next(c for c in pod["initContainers"] if c["name"] == render.PREPARE_CONTAINER)
     assert init["args"][1::4] == ["Qwen/Qwen3-4B", "zhuzilin/dapo-math-17k", "zhuzilin/aime-2024"]
     assert spec["shutdownAfterJobFinishes"] is True and spec["suspend"] is False
     assert "--wandb-key" not in spec["entrypoint"]
@@ -109,7 +110,9 @@ def test_h200_has_no_rocm_and_default_backends():
     assert "PersistentVolumeClaim" not in objs  # existing claim
     vol = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"][0]
     assert vol == {"name": "data", "persistentVolumeClaim": {"claimName": "rl-shared"}}
-    init_env = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["initContainers"][0]["env"]
+    init_env = next(c for c in rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["initContainers"] if c["name"] == render.PREPARE_CONTAINER)[
+        "env"
+    ]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in init_env
 
 
@@ -170,21 +173,85 @@ def test_no_secret_values_anywhere():
     assert "--wandb-key" not in text and "--hf-token" not in text
 
 
-def test_configmap_ships_reporter_and_prepare_script():
-    cm = by_kind(render.render(job_from(seed_doc())))["ConfigMap"]
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_configmap_carries_the_prepare_script_and_no_reporter(example):
+    """Issue 19, finding 10: the reporter is not resent with every job's ConfigMap."""
+    cm = by_kind(render.render(job_from(load(MANIFESTS / example))))["ConfigMap"]
     assets = pathlib.Path(render.__file__).with_name("assets")
     assert cm["data"] == {name: (assets / name).read_text() for name in ("prepare.sh", "fetch.py")}
-    pyz = base64.b64decode(cm["binaryData"]["reporter.pyz"])
-    with zipfile.ZipFile(io.BytesIO(pyz)) as z:  # every reporter module, and only those
+    assert "binaryData" not in cm
+    assert len(json.dumps(cm).encode()) < 16_000  # was 117,847 bytes with the zipapp in it
+
+
+def test_the_zipapp_holds_every_reporter_module():
+    with zipfile.ZipFile(io.BytesIO(artifact.reporter_zipapp())) as z:  # every reporter module, and only those
         sources = pathlib.Path(render.__file__).parents[1] / "reporter"
         expected = {f"lorarl_reporter/{p.name}" for p in sources.glob("*.py") if p.name != "__main__.py"}
         assert set(z.namelist()) == expected | {"__main__.py"}
         assert z.read("lorarl_reporter/launcher.py").decode() == (sources / "launcher.py").read_text()
-    mount = [
-        v
-        for v in by_kind(render.render(job_from(seed_doc())))["RayJob"]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]
-        if v["name"] == render.REPORTER_VOLUME
-    ][0]
-    assert paths.REPORTER_PATH == f"/opt/lorarl/{paths.REPORTER_FILE}" and mount["configMap"]["name"] == cm["metadata"]["name"]
-    assert "hf" in cm["data"]["prepare.sh"]
-    assert len(render.to_yaml([cm]).encode()) < 1_000_000  # ConfigMap size limit
+
+
+TOOLS = "registry.example/team/lorarl-operator@sha256:" + "ab" * 32
+TIGHT = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def head_and_workers(doc, tools=TOOLS):
+    cluster = by_kind(render.render(job_from(doc), RenderSettings(tools_image=tools)))["RayJob"]["spec"]["rayClusterSpec"]
+    return cluster["headGroupSpec"]["template"]["spec"], [w["template"]["spec"] for w in cluster.get("workerGroupSpecs", [])]
+
+
+def test_the_head_gets_the_reporter_from_the_tools_image():
+    """An init container from the tools image copies the zipapp into an emptyDir that the Ray
+    container mounts read-only (the OpenTelemetry operator's pattern); the sidecar runs from
+    the tools image itself; both as the image's non-root user, read-only, small, no GPU."""
+    head, _ = head_and_workers(seed_doc())
+    install, prepare = head["initContainers"]
+    assert (install["name"], prepare["name"]) == (render.REPORTER_INSTALL_CONTAINER, render.PREPARE_CONTAINER)
+    assert install["image"] == TOOLS and install["command"] == ["cp", paths.TOOLS_REPORTER_PATH, paths.REPORTER_PATH]
+    assert install["volumeMounts"] == [{"name": render.REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR}]
+    volumes = {v["name"]: v for v in head["volumes"]}
+    assert volumes[render.REPORTER_VOLUME] == {"name": render.REPORTER_VOLUME, "emptyDir": {"sizeLimit": render.REPORTER_VOLUME_SIZE}}
+    ray, sidecar = head["containers"]
+    assert {"name": render.REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR, "readOnly": True} in ray["volumeMounts"]
+    assert sidecar["image"] == TOOLS and sidecar["command"] == ["python3", "-m", "lorarl.reporter", "sidecar"]
+    assert render.REPORTER_VOLUME not in {m["name"] for m in sidecar["volumeMounts"]}
+    for c in (install, sidecar):
+        assert c["securityContext"] == TIGHT, c["name"]
+        assert c["imagePullPolicy"] == "IfNotPresent"
+        assert set(c["resources"]["limits"]) == {"memory"} and set(c["resources"]["requests"]) == {"cpu", "memory"}
+    # the prepare container alone mounts the ConfigMap (prepare.sh, fetch.py)
+    assert volumes[render.PREPARE_VOLUME]["configMap"]["name"] == f"{seed_doc()['metadata']['name']}-lorarl"
+    assert prepare["command"] == ["sh", f"{paths.PREPARE_DIR}/prepare.sh"]
+    assert [m for m in prepare["volumeMounts"] if m["name"] == render.PREPARE_VOLUME] == [
+        {"name": render.PREPARE_VOLUME, "mountPath": paths.PREPARE_DIR, "readOnly": True}
+    ]
+    assert all(render.PREPARE_VOLUME not in {m["name"] for m in c["volumeMounts"]} for c in (install, ray, sidecar))
+
+
+def test_reporter_volume_on_the_head_only_and_without_prepare_or_sidecar():
+    head, workers = head_and_workers(load(MANIFESTS / "mi300x-2node.yaml"))
+    assert render.REPORTER_INSTALL_CONTAINER in [c["name"] for c in head["initContainers"]]
+    for worker in workers:  # KubeRay runs the entrypoint (the reporter) on the head only
+        assert "initContainers" not in worker
+        assert {v["name"] for v in worker["volumes"]} == {render.DATA_VOLUME, render.SHM_VOLUME}
+    # no download, and a user-named account (no sidecar: the reporter sends itself): still the zipapp
+    head, _ = head_and_workers(with_spec(dataPrep={"skip": True}, scheduling={"serviceAccountName": "trainer"}))
+    assert [c["name"] for c in head["initContainers"]] == [render.REPORTER_INSTALL_CONTAINER]
+    assert [c["name"] for c in head["containers"]] == ["ray-head"]
+    assert render.PREPARE_VOLUME not in {v["name"] for v in head["volumes"]}
+
+
+def test_the_tools_image_defaults_to_the_charts_image_of_this_version():
+    from lorarl import __version__
+
+    head, _ = head_and_workers(seed_doc(), tools=DEFAULT_TOOLS_IMAGE)
+    assert head["initContainers"][0]["image"] == f"ghcr.io/lorarl/lorarl-operator:{__version__}" == DEFAULT_TOOLS_IMAGE
+    assert render.render(job_from(seed_doc())) == render.render(job_from(seed_doc()), RenderSettings())

@@ -19,7 +19,7 @@ def miles_log():
 
 @pytest.fixture(scope="session")
 def artifact_path(tmp_path_factory):
-    """The zipapp the renderer ships in the ConfigMap."""
+    """The zipapp the operator image holds and the head's init container copies."""
     return write_artifact(tmp_path_factory.mktemp("artifact"))
 
 

@@ -198,7 +198,7 @@ def run(base: str | None, pace: float) -> None:
         eval_interval = job.spec.eval.interval if job.spec.eval.enabled else None
         log = mileslog.demo_lines(rollouts, eval_interval, job.spec.checkpoint.save_interval, _on_volume(paths.save_dir(job), str(volume)))
         log_file.write_text("\n".join(log) + "\n")
-        shipped = pathlib.Path(tmp) / paths.REPORTER_FILE  # the zipapp the job's ConfigMap carries
+        shipped = pathlib.Path(tmp) / paths.REPORTER_FILE  # the zipapp the tools image holds and the head copies
         shipped.write_bytes(artifact.reporter_zipapp())
         token = pathlib.Path(tmp) / "token"
         token.write_text(cp.service_account_token(NAMESPACE, render.reporter_account_name(job)))

@@ -1,6 +1,8 @@
 """The reporter as one artifact: a zipapp of the ``lorarl.reporter`` modules, byte-identical
-for identical sources (fixed entry order, timestamps and permissions), shipped in the job's
-ConfigMap as ``binaryData`` and run as ``python3 /opt/lorarl/reporter.pyz ...``.
+for identical sources (fixed entry order, timestamps and permissions). The operator image (the
+tools image) holds it at ``paths.TOOLS_REPORTER_PATH``, written at image build time by
+``python3 -m lorarl.job.artifact PATH``; the Ray head's init container copies it into the pod
+and the trainer's container runs it as ``python3 /opt/lorarl/reporter.pyz ...``.
 
 Inside, the modules form the package ``lorarl_reporter`` (they import each other relatively),
 so nothing of the lorarl package is needed in the training image.
@@ -11,6 +13,8 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import io
+import pathlib
+import sys
 import zipfile
 
 PACKAGE = "lorarl_reporter"
@@ -69,3 +73,19 @@ def exporter_zipapp() -> bytes:
             for name in names:
                 _add(archive, f"{EXPORTER_PACKAGE}/{sub}/{name}", root.joinpath(name).read_text(encoding="utf-8"))
     return buf.getvalue()
+
+
+def main(argv: list[str]) -> int:
+    """``python3 -m lorarl.job.artifact PATH``: write the reporter zipapp (the operator image's build)."""
+    if len(argv) != 1:
+        print("usage: python3 -m lorarl.job.artifact PATH", file=sys.stderr)
+        return 2
+    target = pathlib.Path(argv[0])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(reporter_zipapp())
+    target.chmod(0o644)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

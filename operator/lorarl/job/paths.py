@@ -13,9 +13,15 @@ DATASETS_DIR = "/root/datasets"
 SHARED_DIR = "/root/shared_data"
 # what `hf download` fetches without --revision (huggingface_hub constants.DEFAULT_REVISION)
 DEFAULT_REVISION = "main"
+# The reporter zipapp in the head pod: an emptyDir the tools image's init container fills
+# (render.reporter_install_container), read-only in the trainer's container.
 REPORTER_DIR = "/opt/lorarl"
 REPORTER_FILE = "reporter.pyz"
 REPORTER_PATH = f"{REPORTER_DIR}/{REPORTER_FILE}"
+# Where the tools image (the operator image) holds the zipapp, written by its build (Dockerfile)
+TOOLS_REPORTER_PATH = f"/opt/lorarl-tools/{REPORTER_FILE}"
+# prepare.sh and fetch.py from the job's ConfigMap, mounted in the prepare container only
+PREPARE_DIR = "/opt/lorarl-prepare"
 
 
 class UnsafeTokenError(ValueError):

@@ -2,8 +2,9 @@
 
 Children, in apply order: the per-job ServiceAccount, Role and RoleBinding (the in-job reporter
 may update this job's status and nothing else; the chart's ValidatingAdmissionPolicy narrows
-that to the reporter's own status keys), the ConfigMap with the reporter and the
-prepare script, the owned PVC (unless an existing claim is used), the NetworkPolicy that admits
+that to the reporter's own status keys), the ConfigMap with the prepare script (the reporter
+is not in it: the Ray head's init container copies it from the tools image, one image for every
+job, ``settings.RenderSettings.tools_image``), the owned PVC (unless an existing claim is used), the NetworkPolicy that admits
 to the job's Ray pods only the job's own pods and KubeRay's operator on the dashboard port (unless
 the operator's settings turn it off: ``settings.RenderSettings``) and the RayJob.
 
@@ -13,7 +14,6 @@ annotations of the LoraRLJob are not copied to children (GitOps tools track reso
 
 from __future__ import annotations
 
-import base64
 import functools
 import importlib.resources
 from dataclasses import dataclass
@@ -23,7 +23,7 @@ import yaml
 
 from ..api.types import API_VERSION, KIND, LoraRLJob
 from ..reporter.spool import SPOOL_ENV
-from . import artifact, command, paths, profiles
+from . import command, paths, profiles
 from .settings import DEFAULT as DEFAULT_SETTINGS
 from .settings import NetworkPolicySettings, RenderSettings
 
@@ -36,7 +36,9 @@ DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
 DASHBOARD_PORT = 8265  # Ray's dashboard / job API: KubeRay's dashboard client polls it (utils/constant.go:98 in v1.5.1)
 RUNTIME_ENV_AGENT_PORT = "8266"  # Ray's dashboard is 8265; nothing of Ray's listens on 8266 by default
-REPORTER_VOLUME = "lorarl"
+REPORTER_VOLUME = "lorarl"  # an emptyDir: the reporter zipapp, copied from the tools image
+REPORTER_VOLUME_SIZE = "8Mi"  # the zipapp is ~90 KB
+PREPARE_VOLUME = "lorarl-prepare"  # the job's ConfigMap: prepare.sh and fetch.py
 # The reporter's API credentials: a projected, short-lived token of the pod's ServiceAccount,
 # mounted only in the head pod's reporter sidecar. The trainer's container (the head's Ray
 # container, where KubeRay runs the entrypoint) holds none: its reporter spools each status to a
@@ -46,6 +48,9 @@ STATUS_SPOOL_VOLUME = "lorarl-status"
 STATUS_SPOOL_PATH = "/var/run/lorarl-status"
 SIDECAR_CONTAINER = "lorarl-reporter"
 SIDECAR_RESOURCES = {"limits": {"memory": "128Mi"}, "requests": {"cpu": "10m", "memory": "64Mi"}}
+REPORTER_INSTALL_CONTAINER = "lorarl-reporter-install"
+REPORTER_INSTALL_RESOURCES = {"limits": {"memory": "32Mi"}, "requests": {"cpu": "10m", "memory": "16Mi"}}
+TOOLS_USER = 65532  # the operator image's own user (Dockerfile)
 API_ACCESS_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # reporter/kubeapi.py SA_DIR
 API_ACCESS_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life; the reporter re-reads it
 DEFAULT_STORAGE_SIZE = "200Gi"
@@ -231,13 +236,13 @@ def reporter_role_binding(job: LoraRLJob) -> dict[str, Any]:
 
 
 def configmap(job: LoraRLJob) -> dict[str, Any]:
+    """What is the job's own in its pods: the prepare script and its downloader. The reporter is
+    not here (every (re)apply would send it): it comes from the tools image."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(job, configmap_name(job), "reporter"),
         "data": {"prepare.sh": asset("prepare.sh"), "fetch.py": asset("fetch.py")},
-        # the reporter modules as one zipapp (lorarl.job.artifact), mounted as /opt/lorarl/reporter.pyz
-        "binaryData": {paths.REPORTER_FILE: base64.b64encode(artifact.reporter_zipapp()).decode("ascii")},
     }
 
 
@@ -300,19 +305,29 @@ def ray_resources(job: LoraRLJob) -> dict[str, Any]:
     return {"limits": dict(sorted(limits.items())), "requests": dict(sorted(requests.items()))}
 
 
-def ray_volume_mounts() -> list[dict[str, Any]]:
-    mounts = [{"name": DATA_VOLUME, "mountPath": path, "subPath": sub} for sub, path in DATA_MOUNTS]
-    mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-    mounts.append({"name": REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR, "readOnly": True})
+def data_volume_mounts() -> list[dict[str, Any]]:
+    return [{"name": DATA_VOLUME, "mountPath": path, "subPath": sub} for sub, path in DATA_MOUNTS]
+
+
+def ray_volume_mounts(head: bool) -> list[dict[str, Any]]:
+    """The job volume and /dev/shm; on the head (where KubeRay runs the entrypoint) also the
+    reporter, read-only."""
+    mounts = [*data_volume_mounts(), {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    if head:
+        mounts.append({"name": REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR, "readOnly": True})
     return mounts
 
 
-def volumes(job: LoraRLJob) -> list[dict[str, Any]]:
-    return [
+def volumes(job: LoraRLJob, head: bool) -> list[dict[str, Any]]:
+    out = [
         {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name(job)}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": job.spec.hardware.shm_size}},
-        {"name": REPORTER_VOLUME, "configMap": {"name": configmap_name(job), "defaultMode": 0o555}},
     ]
+    if head:
+        out.append({"name": REPORTER_VOLUME, "emptyDir": {"sizeLimit": REPORTER_VOLUME_SIZE}})
+        if not job.spec.data_prep.skip:
+            out.append({"name": PREPARE_VOLUME, "configMap": {"name": configmap_name(job), "defaultMode": 0o555}})
+    return out
 
 
 def api_access_volume() -> dict[str, Any]:
@@ -335,6 +350,19 @@ def container_security_context() -> dict[str, Any]:
     """Every container: no capability (ROCm and Ray need none: the device plugin hands over the
     device nodes, docs/security.md#pods) and no way to gain privileges (setuid binaries)."""
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def tools_security_context() -> dict[str, Any]:
+    """The tools image's containers (our own image, whatever the job's image allows): the
+    image's non-root user, a read-only root, no capability, the runtime's seccomp filter."""
+    return {
+        **container_security_context(),
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": TOOLS_USER,
+        "runAsGroup": TOOLS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def pod_security_context(job: LoraRLJob, gpus: bool) -> dict[str, Any]:
@@ -416,10 +444,10 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
         "name": PREPARE_CONTAINER,
         "image": prep.image or image(job),
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
-        "command": ["sh", f"{paths.REPORTER_DIR}/prepare.sh"],
+        "command": ["sh", f"{paths.PREPARE_DIR}/prepare.sh"],
         "args": downloads(job),
         "env": env,
-        "volumeMounts": [m for m in ray_volume_mounts() if m["name"] != SHM_VOLUME],
+        "volumeMounts": [*data_volume_mounts(), {"name": PREPARE_VOLUME, "mountPath": paths.PREPARE_DIR, "readOnly": True}],
         "securityContext": container_security_context(),
         # prepare.sh writes a one-line message naming the input it could not fetch; a failure
         # it did not foresee leaves the log's tail there instead (core/v1 types.go)
@@ -427,28 +455,44 @@ def prepare_container(job: LoraRLJob) -> dict[str, Any]:
     }
 
 
-def reporter_sidecar(job: LoraRLJob) -> dict[str, Any]:
-    """The head pod's token holder: sends the statuses the reporter next to the trainer spools
-    (``reporter.pyz sidecar``); the only container with the API token mounted."""
+def reporter_install_container(tools_image: str) -> dict[str, Any]:
+    """Copies the reporter zipapp from the tools image into the head pod's reporter volume, the
+    way the OpenTelemetry operator gives a Python app its agent (an init container from the
+    agent's image runs `cp` into an emptyDir the app mounts: internal/instrumentation/python.go
+    injectPythonSDKToPod and helper.go instrVolume, open-telemetry/opentelemetry-operator)."""
     return {
-        "name": SIDECAR_CONTAINER,
-        "image": image(job),
-        "imagePullPolicy": job.spec.run_policy.image_pull_policy,
-        "command": ["python3", paths.REPORTER_PATH, "sidecar"],
-        "args": ["--namespace", job.metadata.namespace, "--name", job.metadata.name, "--spool", STATUS_SPOOL_PATH],
-        "resources": SIDECAR_RESOURCES,
-        "volumeMounts": [
-            {"name": REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR, "readOnly": True},
-            {"name": STATUS_SPOOL_VOLUME, "mountPath": STATUS_SPOOL_PATH},
-            {"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True},
-        ],
-        "securityContext": container_security_context(),
+        "name": REPORTER_INSTALL_CONTAINER,
+        "image": tools_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["cp", paths.TOOLS_REPORTER_PATH, paths.REPORTER_PATH],
+        "resources": REPORTER_INSTALL_RESOURCES,
+        "volumeMounts": [{"name": REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR}],
+        "securityContext": tools_security_context(),
     }
 
 
-def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, Any]:
-    mounts = ray_volume_mounts()
-    pod_volumes = volumes(job)
+def reporter_sidecar(job: LoraRLJob, tools_image: str) -> dict[str, Any]:
+    """The head pod's token holder: sends the statuses the reporter next to the trainer spools
+    (``python3 -m lorarl.reporter sidecar``, the tools image has lorarl installed); the only
+    container with the API token mounted."""
+    return {
+        "name": SIDECAR_CONTAINER,
+        "image": tools_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-m", "lorarl.reporter", "sidecar"],
+        "args": ["--namespace", job.metadata.namespace, "--name", job.metadata.name, "--spool", STATUS_SPOOL_PATH],
+        "resources": SIDECAR_RESOURCES,
+        "volumeMounts": [
+            {"name": STATUS_SPOOL_VOLUME, "mountPath": STATUS_SPOOL_PATH},
+            {"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True},
+        ],
+        "securityContext": tools_security_context(),
+    }
+
+
+def pod_template(job: LoraRLJob, container_name: str, head: bool, tools_image: str) -> dict[str, Any]:
+    mounts = ray_volume_mounts(head)
+    pod_volumes = volumes(job, head)
     env = ray_env(job)
     # The reporter runs in the head's Ray container (KubeRay runs the entrypoint there) and, with
     # the per-job account, spools to the sidecar, the only container with the token. A user-named
@@ -475,12 +519,14 @@ def pod_template(job: LoraRLJob, container_name: str, head: bool) -> dict[str, A
     if not (head and user_account):  # workers never need API credentials
         spec["automountServiceAccountToken"] = False
     spec |= {
-        "containers": [container, reporter_sidecar(job)] if sidecar else [container],  # the Ray container must be first
+        "containers": [container, reporter_sidecar(job, tools_image)] if sidecar else [container],  # the Ray container must be first
         "volumes": pod_volumes,
         "securityContext": pod_security_context(job, gpus=True),
     }
-    if head and not job.spec.data_prep.skip:
-        spec["initContainers"] = [prepare_container(job)]
+    if head:  # the reporter first: a tools image that cannot be pulled shows before the downloads
+        spec["initContainers"] = [reporter_install_container(tools_image)]
+        if not job.spec.data_prep.skip:
+            spec["initContainers"].append(prepare_container(job))
     spec |= placement(job, gpus=True)
     return {"metadata": {"labels": labels(job, "ray-head" if head else "ray-worker")}, "spec": spec}
 
@@ -547,7 +593,7 @@ RAY_AUTH = {"mode": "token"}
 RAY_VERSION = "2.55.1"
 
 
-def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
+def ray_cluster_spec(job: LoraRLJob, tools_image: str) -> dict[str, Any]:
     # num-gpus is explicit: KubeRay only infers it from limits keys ending in "gpu", which
     # partitioned AMD resources (amd.com/cpx_nps4, ...) do not.
     gpus = str(profiles.gpus_per_node(job))
@@ -561,7 +607,7 @@ def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
             # down (ray 2.55.1 util/client/server/proxier.py:146-159, _private/services.py:598-628);
             # a head short of CPU registers later than that and crash-looped on the real node.
             "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": gpus, "runtime-env-agent-port": RUNTIME_ENV_AGENT_PORT},
-            "template": pod_template(job, "ray-head", head=True),
+            "template": pod_template(job, "ray-head", head=True, tools_image=tools_image),
         },
     }
     workers = job.spec.hardware.nodes - 1
@@ -573,7 +619,7 @@ def ray_cluster_spec(job: LoraRLJob) -> dict[str, Any]:
                 "minReplicas": workers,
                 "maxReplicas": workers,
                 "rayStartParams": {"num-gpus": gpus},
-                "template": pod_template(job, "ray-worker", head=False),
+                "template": pod_template(job, "ray-worker", head=False, tools_image=tools_image),
             }
         ]
     return spec
@@ -593,7 +639,7 @@ def runtime_env_yaml(job: LoraRLJob) -> str:
     return yaml.safe_dump({"env_vars": env}, sort_keys=False)
 
 
-def rayjob(job: LoraRLJob) -> dict[str, Any]:
+def rayjob(job: LoraRLJob, tools_image: str = DEFAULT_SETTINGS.tools_image) -> dict[str, Any]:
     run = job.spec.run_policy
     queue = job.spec.scheduling.queue_name
     extra_labels = {KUEUE_QUEUE_LABEL: queue} if queue else {}
@@ -618,7 +664,7 @@ def rayjob(job: LoraRLJob) -> dict[str, Any]:
             # Kueue admits a queued job by flipping suspend to false; the controller decides
             # who writes this field (lorarl.control.queueing.rayjob_apply).
             "suspend": bool(job.spec.suspend or queue),
-            "rayClusterSpec": ray_cluster_spec(job),
+            "rayClusterSpec": ray_cluster_spec(job, tools_image),
         },
     }
 
@@ -643,7 +689,7 @@ def children(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> Chi
         before.append(pvc)
     if settings.network_policy.enabled:  # in place before the RayJob's pods start
         before.append(network_policy(job, settings.network_policy))
-    return Children(tuple(before), rayjob(job))
+    return Children(tuple(before), rayjob(job, settings.tools_image))
 
 
 def render(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:

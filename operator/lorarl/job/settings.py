@@ -5,6 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import __version__
+
+# The tools image: the operator's own image, which holds the reporter zipapp and runs the
+# reporter sidecar (render.reporter_install_container, render.reporter_sidecar). The chart and
+# the install bundle pass the operator's image reference (`lorarl run --tools-image`); without
+# it, the chart's default image of this version.
+DEFAULT_TOOLS_IMAGE = f"ghcr.io/lorarl/lorarl-operator:{__version__}"
+
 # KubeRay's own helm chart labels its operator's pods app.kubernetes.io/name: kuberay-operator
 # (helm-chart/kuberay-operator/templates/_helpers.tpl, the "kuberay-operator.name" helper).
 DEFAULT_KUBERAY_POD_LABELS: tuple[tuple[str, str], ...] = (("app.kubernetes.io/name", "kuberay-operator"),)
@@ -41,6 +49,7 @@ class NetworkPolicySettings:
 @dataclass(frozen=True)
 class RenderSettings:
     network_policy: NetworkPolicySettings = field(default_factory=NetworkPolicySettings)
+    tools_image: str = DEFAULT_TOOLS_IMAGE
 
 
 DEFAULT = RenderSettings()
