@@ -514,3 +514,21 @@ def end_export_pod(kube, namespace: str, pod, message: str, ok: bool) -> None:
     container = {"name": export_job.CONTAINER, "image": "job", "imageID": "", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
     body = {"status": {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [container]}}
     k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(pod.metadata.name, namespace, body)
+
+
+def start_sglang_standin(directory: pathlib.Path, *args: str, host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:
+    """The SGLang stand-in (lorarl_dev/sglangstub.py) as a process on ``host``, on a free port:
+    (process, base URL). The caller terminates it."""
+    port_file = directory / f"sglang-port-{time.monotonic_ns()}"
+    argv = [sys.executable, "-m", "lorarl_dev.sglangstub", "--model-path", "Qwen/Qwen3-4B", "--host", host, "--port", "0", "--port-file", str(port_file), *args]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if port_file.exists():
+            return proc, f"http://{host}:{port_file.read_text()}"
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    out, err = proc.communicate(timeout=10)
+    raise AssertionError(f"the SGLang stand-in did not start: {out}{err}")
