@@ -33,21 +33,30 @@ def adapter_name(job: LoraRLJob) -> str:
     return job.spec.serve.adapter_name or job.metadata.name
 
 
+def exported_on_claim(job: LoraRLJob) -> tuple[str, str] | None:
+    """(claim, directory in it) of the adapter on the export's first claim destination, from
+    status.adapter's pvc://<claim>/<path><ns>/<job>/rollout-N/ URI; None while it names none."""
+    claims = [d.claim.claim_name for d in (job.spec.export.destinations if job.spec.export else []) if d.claim is not None]
+    adapter = (job.status or {}).get("adapter") or {}
+    uris = adapter.get("uris") or [adapter.get("uri")]
+    if not claims:
+        return None
+    prefix = f"pvc://{claims[0]}/"
+    rel = next((u[len(prefix) :] for u in uris if isinstance(u, str) and u.startswith(prefix)), None)
+    return (claims[0], rel.strip("/")) if rel else None
+
+
 def adapter_path(job: LoraRLJob) -> str | None:
     """The adapter directory as the server sees it: spec.serve.adapterPath, or the export's claim
-    destination (pvc://<claim>/<path><ns>/<job>/rollout-N/ in status.adapter.uris) under
-    spec.serve.claimMountPath. None while status.adapter does not name it."""
+    directory under spec.serve.claimMountPath. None while status.adapter does not name it."""
     serve = job.spec.serve
     assert serve is not None
     if serve.adapter_path:
         return serve.adapter_path
-    claims = [d.claim.claim_name for d in (job.spec.export.destinations if job.spec.export else []) if d.claim is not None]
-    uris = ((job.status or {}).get("adapter") or {}).get("uris") or [((job.status or {}).get("adapter") or {}).get("uri")]
-    prefix = f"pvc://{claims[0]}/" if claims else None
-    rel = next((u[len(prefix) :] for u in uris if prefix and isinstance(u, str) and u.startswith(prefix)), None)
-    if rel is None or serve.claim_mount_path is None:
+    on_claim = exported_on_claim(job)
+    if on_claim is None or serve.claim_mount_path is None:
         return None
-    return f"{serve.claim_mount_path.rstrip('/')}/{rel.strip('/')}"
+    return f"{serve.claim_mount_path.rstrip('/')}/{on_claim[1]}"
 
 
 def configmap(job: LoraRLJob) -> dict[str, Any]:
