@@ -472,11 +472,11 @@ def restart_ray_head(kube, namespace: str, name: str, started: float, restarts: 
 # ------------------------------------------------------------------ the adapter's export Job
 
 
-def export_pod(kube, namespace: str, job_name: str = NAME):
-    """The newest pod the real Job controller made for a job's export Job."""
+def export_pod(kube, namespace: str, job_name: str = NAME, child: str = "export"):
+    """The newest pod the real Job controller made for a job's export Job (or its load Job: child="serve")."""
 
     def newest():
-        pods = k8s.CoreV1Api(kube.client).list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job_name}-export").items
+        pods = k8s.CoreV1Api(kube.client).list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job_name}-{child}").items
         return max(pods, key=lambda p: p.metadata.creation_timestamp) if pods else None
 
     return wait_for(newest, what="the export Job's pod")
@@ -498,18 +498,44 @@ def exporter_report(directory: pathlib.Path, **write: Any) -> str:
     return report.replace(str(directory / "ckpt"), "/root/shared_data/checkpoints")  # the save's path as the pod sees it: the same in every run
 
 
-def end_export_pod(kube, namespace: str, pod, message: str, ok: bool) -> None:
-    """What the kubelet writes when the export container ends: the pod's phase and the
-    container's terminated state with its termination message (no kubelet runs it here)."""
+def end_export_pod(kube, namespace: str, pod, message: str, ok: bool, container_name: str | None = None, exit_code: int | None = None) -> None:
+    """What the kubelet writes when the export (or load: ``container_name``) container ends: the
+    pod's phase and the container's terminated state with its termination message (no kubelet
+    runs it here)."""
     from lorarl.job import export_job
 
     terminated = {
-        "exitCode": 0 if ok else 1,
+        "exitCode": exit_code if exit_code is not None else 0 if ok else 1,
         "reason": "Completed" if ok else "Error",
         "message": message,
         "startedAt": "2026-12-04T09:00:00Z",
         "finishedAt": "2026-12-04T09:00:05Z",
     }
-    container = {"name": export_job.CONTAINER, "image": "job", "imageID": "", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+    container = {
+        "name": container_name or export_job.CONTAINER,
+        "image": "job",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"terminated": terminated},
+    }
     body = {"status": {"phase": "Succeeded" if ok else "Failed", "containerStatuses": [container]}}
     k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(pod.metadata.name, namespace, body)
+
+
+def start_sglang_standin(directory: pathlib.Path, *args: str, host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:
+    """The SGLang stand-in (lorarl_dev/sglangstub.py) as a process on ``host``, on a free port:
+    (process, base URL). The caller terminates it."""
+    port_file = directory / f"sglang-port-{time.monotonic_ns()}"
+    argv = [sys.executable, "-m", "lorarl_dev.sglangstub", "--model-path", "Qwen/Qwen3-4B", "--host", host, "--port", "0", "--port-file", str(port_file), *args]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if port_file.exists():
+            return proc, f"http://{host}:{port_file.read_text()}"
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    out, err = proc.communicate(timeout=10)
+    raise AssertionError(f"the SGLang stand-in did not start: {out}{err}")

@@ -18,6 +18,7 @@ from .adapter import cli as adapter_cli
 from .api import types as api
 from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 from .job.settings import DEFAULT_KUBERAY_POD_LABELS, DEFAULT_TOOLS_IMAGE, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
+from .serving import cli as serve_cli
 
 
 def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
@@ -297,6 +298,7 @@ for _command in (follow.logs, follow.status, follow.wait):
 
 main.add_command(curves.plot), main.add_command(curves.watch)  # lorarl plot / watch (curves.py)
 main.add_command(adapter_cli.adapter)  # lorarl adapter pull (adapter/cli.py)
+main.add_command(serve_cli.serve)  # lorarl serve manifest (serving/cli.py)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -41,3 +41,16 @@ def test_sandbox_refuses_what_argo_refuses():
 def test_missing_conditions_wait_for_the_operator():
     obj = {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob", "metadata": {"name": "j", "generation": 1}, "status": {"progress": {"rollout": 3}}}
     assert run_health(SCRIPT, obj) == {"status": "Progressing", "message": "waiting for the operator"}
+
+
+@pytest.mark.parametrize(("case", "health"), [("succeeded-serving", "Progressing"), ("succeeded-served", "Healthy"), ("succeeded-serve-failed", "Degraded")])
+def test_spec_serve_states_as_argo_cd_sees_them(case, health):
+    """AdapterServed as the pure mapping writes it (tests/operator/status_table.py): loading is
+    Progressing, a refusal Degraded (as a failed export), a served adapter Healthy."""
+    from tests.operator import status_table as table
+
+    obj = {"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob", "metadata": {"name": "j", "generation": 3}, "status": table.computed(case)}
+    got = run_health(SCRIPT, obj)
+    assert got["status"] == health, got
+    if health != "Healthy":
+        assert got["message"].startswith(("Loading", "LoadRefused")), got

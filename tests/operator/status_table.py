@@ -6,6 +6,7 @@ from lorarl.control import pods, status
 from lorarl.control.adapter_status import ExportState
 from lorarl.control.health import Verdict
 from lorarl.control.queueing import Admission
+from lorarl.control.serve_status import ServeState
 from lorarl.reporter import oom
 
 OK = Verdict("True", "WithinThresholds", "fine")
@@ -42,6 +43,13 @@ REFUSED = (
 )
 
 
+SERVING = ServeState("Unknown", "Loading", "the load Job j-serve runs", None, False)
+SERVED = ServeState(
+    "True", "Served", "j at http://sglang.serving.svc:30000 (/adapters/ns/j/rollout-0000099)", {"server": "http://sglang.serving.svc:30000", "name": "j"}, False
+)
+SERVE_FAILED = ServeState(
+    "False", "LoadRefused", 'POST /load_lora_adapter answered HTTP 400; the server said "LoRA adapter j with rank 64 is incompatible"', None, True
+)
 EXPORTING = ExportState("Unknown", "Exporting", "the export Job j-export runs", None, False)
 EXPORTED = ExportState("True", "Exported", "s3://adapters/ns/j/rollout-0000099/ (sha256:ab, rollout 99)", {"uri": "s3://adapters/ns/j/rollout-0000099/"}, False)
 EXPORT_FAILED = ExportState("False", "SaveIncomplete", "the newest save is not complete", None, True)
@@ -86,6 +94,22 @@ TABLE = {
     "succeeded-exporting": (("Complete", "SUCCEEDED", ""), {"export": EXPORTING}, "Succeeded", T, "Succeeded", T, F, T, F, F, "InProgress"),
     "succeeded-exported": (("Complete", "SUCCEEDED", ""), {"export": EXPORTED}, "Succeeded", T, "Succeeded", F, F, T, F, F, "Current"),
     "succeeded-export-failed": (("Complete", "SUCCEEDED", ""), {"export": EXPORT_FAILED}, "Succeeded", T, "Succeeded", F, T, T, F, F, "Failed"),
+    # spec.serve (docs/adapters.md): likewise while the exported adapter is loaded into the server, and when the server refused it
+    "succeeded-serving": (("Complete", "SUCCEEDED", ""), {"export": EXPORTED, "serve": SERVING}, "Succeeded", T, "Succeeded", T, F, T, F, F, "InProgress"),
+    "succeeded-served": (("Complete", "SUCCEEDED", ""), {"export": EXPORTED, "serve": SERVED}, "Succeeded", T, "Succeeded", F, F, T, F, F, "Current"),
+    "succeeded-serve-failed": (
+        ("Complete", "SUCCEEDED", ""),
+        {"export": EXPORTED, "serve": SERVE_FAILED},
+        "Succeeded",
+        T,
+        "Succeeded",
+        F,
+        T,
+        T,
+        F,
+        F,
+        "Failed",
+    ),
     "stopped": (("Complete", "STOPPED", ""), {}, "Failed", F, "Stopped", F, T, F, T, F, "Failed"),
     "complete-failed": (("Complete", "FAILED", "AppFailed"), {}, "Failed", F, "AppFailed", F, T, F, T, F, "Failed"),
     "retrying": (("Retrying", "FAILED", "AppFailed"), {}, "Preparing", F, "Retrying", T, F, F, F, F, "InProgress"),

@@ -22,15 +22,18 @@ def test_mapping_table(case):
     assert (c["Ready"]["status"], c["Ready"]["reason"]) == (ready, ready_reason)
     got = tuple(c[t]["status"] for t in ("Reconciling", "Stalled", "Succeeded", "Failed", "Suspended"))
     assert got == (reconciling, stalled, succeeded, failed, suspended)
-    export = TABLE[case][1].get("export")
+    export, serve = TABLE[case][1].get("export"), TABLE[case][1].get("serve")
     if T in (reconciling, stalled):  # kstatus reports the True one's reason; it must say why
-        # (after an export's start Ready keeps the run's reason, the True one says the export's: docs/status.md)
-        why = ready_reason if export is None else "AdapterExportFailed" if export.stalled else export.reason
+        # (after an export's start Ready keeps the run's reason, the True one says the export's, then the load's: docs/status.md)
+        if serve is not None:
+            why = "AdapterServeFailed" if serve.stalled else serve.reason
+        else:
+            why = ready_reason if export is None else "AdapterExportFailed" if export.stalled else export.reason
         assert c["Reconciling" if reconciling == T else "Stalled"]["reason"] == why
     assert out["observedGeneration"] == 3
     assert all(cond["observedGeneration"] == 3 for cond in out["conditions"])
     queued = TABLE[case][1].get("admission") is not None  # Kueue's Admitted, for queued jobs only
-    extra = (["Admitted"] if queued else []) + (["AdapterExported"] if export is not None else [])
+    extra = (["Admitted"] if queued else []) + (["AdapterExported"] if export is not None else []) + (["AdapterServed"] if serve is not None else [])
     assert list(c) == ["Ready", "Reconciling", "Stalled", "Succeeded", "Failed", "Suspended", "TrainingHealthy", *extra]
 
 

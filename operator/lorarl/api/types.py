@@ -928,6 +928,56 @@ class ExportSpec(ApiModel):
     backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the export Job.")
 
 
+# --------------------------------------------------------------------------------------- serve
+
+SERVER_URL = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$"
+# SGLang takes any string as lora_name; kept to what reads plainly in a URL, a log and `model=`
+ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+SERVER_PATH = r"^/[A-Za-z0-9_@%+=:,./-]*$"
+
+
+class ServeSpec(ApiModel):
+    """Load the exported adapter into a running SGLang server (POST /load_lora_adapter) once AdapterExported is True
+    (docs/adapters.md). The load runs in-cluster, in a Job of the job's; AdapterServed and status.serving say how it went."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.adapterPath) != has(self.claimMountPath)",
+                    "give exactly one of serve.adapterPath (the adapter directory as the server sees it) or serve.claimMountPath "
+                    "(where the server mounts the export's claim destination)",
+                )
+            ]
+        }
+    )
+
+    url: str = Field(..., max_length=253, pattern=SERVER_URL, description="The SGLang server's base URL, e.g. http://sglang.serving.svc:30000.")
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        None, description="Secret key holding the server's --api-key (or --admin-api-key), sent as a Bearer token; default: none."
+    )
+    adapter_name: str | None = Field(
+        None, max_length=128, pattern=ADAPTER_NAME, description="The lora_name it is served under (model=<name> in requests); default: the job's name."
+    )
+    adapter_path: str | None = Field(
+        None, max_length=512, pattern=SERVER_PATH, description="The adapter directory as the server sees it (holding adapter_config.json)."
+    )
+    claim_mount_path: str | None = Field(
+        None,
+        max_length=256,
+        pattern=SERVER_PATH,
+        description="Where the server mounts the claim of the export's first claim destination; "
+        "the adapter is then at <claimMountPath>/<path><namespace>/<job>/rollout-<NNNNNNN>.",
+    )
+    replace: bool = Field(
+        False,
+        description="When the server already serves an adapter of that name: unload it and load this one (it is not served in between). "
+        "Default: refuse (AdapterServed=False, AdapterNameTaken).",
+    )
+    image: str | None = Field(None, max_length=512, pattern=IMAGE, description="Image of the load pod; it must provide python3. Default: the export's image.")
+    backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the load Job while the server cannot be reached.")
+
+
 # ------------------------------------------------------------------------------ run and health
 
 
@@ -1088,6 +1138,12 @@ SPEC_RULES = [
         "eval.interval is larger than rollout.numRollouts: only the pre-training eval would run; lower it or disable eval",
         field_path=".eval.interval",
     ),
+    cel("!has(self.serve) || has(self.export)", "spec.serve loads the exported adapter: it needs spec.export", field_path=".serve"),
+    cel(
+        "!has(self.serve) || !has(self.serve.claimMountPath) || (has(self.export) && self.export.destinations.exists(d, has(d.claim)))",
+        "spec.serve.claimMountPath names where the server mounts the export's claim: spec.export needs a claim destination",
+        field_path=".serve.claimMountPath",
+    ),
 ]
 
 
@@ -1210,6 +1266,9 @@ class LoraRLJobSpec(ApiModel):
     health: HealthSpec = Field(default_factory=HealthSpec, description="Training-health thresholds.")
     export: ExportSpec | None = Field(
         None, description="Export the trained adapter when the run succeeded; mutable (adding it to a finished job exports then)."
+    )
+    serve: ServeSpec | None = Field(
+        None, description="Load the exported adapter into a running SGLang server once exported; needs spec.export. Mutable like spec.export."
     )
     suspend: bool = Field(False, description="Suspend the run: the RayJob is suspended (its RayCluster deleted) and resumed when set back to false.")
     ttl_seconds_after_finished: int | None = Field(
@@ -1369,6 +1428,15 @@ class AdapterStatus(ApiModel):
     export_time: str | None = Field(None, description="When it was exported.", json_schema_extra={"format": "date-time"})
 
 
+class ServingStatus(ApiModel):
+    """Where the adapter is served (written by the operator from the load pod's report)."""
+
+    server: str | None = Field(None, max_length=253, description="The server's URL (spec.serve.url).")
+    name: str | None = Field(None, max_length=128, description="The lora_name it is served under.")
+    path: str | None = Field(None, max_length=1024, description="The adapter directory the server loaded.")
+    load_time: str | None = Field(None, description="When the server loaded it.", json_schema_extra={"format": "date-time"})
+
+
 class TrackingStatus(ApiModel):
     """Where to follow the run (written by the in-job reporter)."""
 
@@ -1437,7 +1505,7 @@ class LoraRLJobStatus(ApiModel):
     observed_generation: int | None = Field(None, description="The .metadata.generation last reconciled.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue; AdapterExported with spec.export.",
+        description="Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, TrainingHealthy; Admitted for jobs queued in Kueue; AdapterExported with spec.export; AdapterServed with spec.serve.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     ray_job: RayJobMirror | None = Field(None, description="Mirror of the child RayJob's status.")
@@ -1456,6 +1524,7 @@ class LoraRLJobStatus(ApiModel):
     tracking: TrackingStatus | None = Field(None, description="Experiment tracking links.")
     history: History | None = Field(None, description="Curves of reward, logprob gap and eval scores over rollouts (what lorarl plot draws).")
     adapter: AdapterStatus | None = Field(None, description="The exported adapter (spec.export): where, its digest, the rollout and scores it was taken at.")
+    serving: ServingStatus | None = Field(None, description="Where the exported adapter is served (spec.serve): the server, the name, the path it loaded.")
 
 
 class ObjectMeta(BaseModel):

@@ -89,9 +89,10 @@ def written(job_status: dict[str, Any]) -> str | None:
 
 
 def exporting(job_status: dict[str, Any]) -> bool:
-    """The job's export has begun and not ended: a finished job the operator still follows
-    (it is not settled, its TTL deletion waits)."""
-    return written(job_status) == "Unknown"
+    """The job's export (or the load of its adapter into a server, AdapterServed) has begun and
+    not ended: a finished job the operator still follows (it is not settled, its TTL deletion waits)."""
+    served = next((c.get("status") for c in _conditions(job_status) if c.get("type") == "AdapterServed"), None)  # control/serve_status.py
+    return written(job_status) == "Unknown" or served == "Unknown"
 
 
 def written_state(job_status: dict[str, Any]) -> ExportState | None:

@@ -36,12 +36,12 @@ from typing import Any
 
 from ..api import types as api
 from ..api.problems import InvalidJob
-from ..job import export_job, render
+from ..job import export_job, render, serve_job
 from ..job.settings import RenderSettings
 from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
-from . import adapter_status, driver, gpuhours, health, pods, queueing, status
+from . import adapter_status, driver, gpuhours, health, pods, queueing, serve_status, status
 from .cache import (
     CHILDREN_DIGEST,
     Caches,
@@ -354,7 +354,11 @@ class Reconciler:
         if new_status[status.PHASE] == status.SUCCEEDED and job.spec.export is not None and not stopped:
             export_state, export_refused = self._export(job, body, previous)
             apply_failed = apply_failed or export_refused
-            new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, export=export_state))
+            serve_state = None
+            if export_state.status == "True" and job.spec.serve is not None:
+                serve_state, serve_refused = self._serve(job, body, previous, export_state)
+                apply_failed = apply_failed or serve_refused
+            new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, export=export_state, serve=serve_state))
         usage = self._gpu_usage(body, previous, now)
         if usage is not None and (usage.due or status.changed(previous, new_status)):
             new_status.update(usage.fields)  # exact at transitions, else once a minute or with another write
@@ -407,6 +411,42 @@ class Reconciler:
         else:
             job_pods = self.kube.list("v1", "Pod", namespace, f"{render.JOB_LABEL}={job.metadata.name}")
         return adapter_status.export_state(found, adapter_status.export_pods(job_pods)), None
+
+    def _serve(
+        self, job: api.LoraRLJob, body: dict[str, Any], previous: dict[str, Any], exported: adapter_status.ExportState
+    ) -> tuple[serve_status.ServeState, str | None]:
+        """The load of an exported adapter into the server of spec.serve: its ConfigMap and Job
+        applied once, then what they say (as ``_export``). A final state already written is kept:
+        the load runs once (docs/adapters.md says how to load again)."""
+        kept = serve_status.written_state(previous)
+        if kept is not None:
+            return kept, None
+        namespace, name = job.metadata.namespace, serve_job.name(job)
+        if self.caches is not None and not self.caches.export_jobs_listed.is_set():
+            return serve_status.ServeState("Unknown", serve_status.LOADING, "waiting for the operator to list load Jobs", None, False), None
+        found = self.caches.export_jobs.get((namespace, name)) if self.caches is not None else self.kube.get("batch/v1", "Job", namespace, name)
+        if found is None:
+            current = job.model_copy(update={"status": {**(body.get("status") or {}), status.ADAPTER: exported.adapter}})
+            children = serve_job.children(current)
+            if not children:
+                return serve_status.waiting_for_path(), None
+            for child in children:
+                try:
+                    answer = self.kube.apply(child, field_manager=kube_field_manager, answer=child["kind"] == "Job")
+                except ApiError as err:
+                    if not err.needs_fix:
+                        raise
+                    meta = child["metadata"]
+                    refused = status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
+                    return serve_status.ServeState("Unknown", status.APPLY_FAILED, refused, None, False), refused
+            found = answer
+            if self.caches is not None:
+                self.caches.export_jobs.note_own_write(answer)
+        if self.caches is not None:
+            job_pods = self.caches.pods_of(namespace, job.metadata.name)
+        else:
+            job_pods = self.kube.list("v1", "Pod", namespace, f"{render.JOB_LABEL}={job.metadata.name}")
+        return serve_status.serve_state(found, serve_status.load_pods(job_pods)), None
 
     def _gpu_usage(self, body: dict[str, Any], previous: dict[str, Any], now: datetime.datetime) -> gpuhours.Usage | None:
         """The job's GPU accounting from the pod cache (None without one, or before its listing is complete)."""

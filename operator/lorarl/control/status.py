@@ -15,7 +15,7 @@ from typing import Any
 
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
 from ..reporter import oom
-from . import adapter_status, pods
+from . import adapter_status, pods, serve_status
 from .driver import DRIVER_LOST
 from .health import NO_PROGRESS, Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
@@ -41,13 +41,25 @@ PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME = (
     "completionTime",
 )
 GPU_ACCOUNTING, ADAPTER = "gpuAccounting", "adapter"  # adapter: the exported adapter (control/adapter_status.py)
-OWNED_FIELDS = (PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME, GPU_ACCOUNTING, ADAPTER)
+SERVING = "serving"  # where the adapter is served (control/serve_status.py)
+OWNED_FIELDS = (PHASE, OBSERVED_GENERATION, CONDITIONS, RAY_JOB, START_TIME, COMPLETION_TIME, GPU_ACCOUNTING, ADAPTER, SERVING)
 # ...and one leaf of the reporter's progress: progress.gpuHours, from the pods (control/gpuhours.py)
 PROGRESS, GPU_HOURS = "progress", "gpuHours"
 OWNED_LEAVES = {PROGRESS: (GPU_HOURS,)}
 # condition types (Succeeded, Failed and Suspended are named as the phases)
 READY, RECONCILING, STALLED, TRAINING_HEALTHY, ADMITTED = "Ready", "Reconciling", "Stalled", "TrainingHealthy", "Admitted"
-CONDITION_TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, FAILED, SUSPENDED, TRAINING_HEALTHY, ADMITTED, adapter_status.ADAPTER_EXPORTED)
+CONDITION_TYPES = (
+    READY,
+    RECONCILING,
+    STALLED,
+    SUCCEEDED,
+    FAILED,
+    SUSPENDED,
+    TRAINING_HEALTHY,
+    ADMITTED,
+    adapter_status.ADAPTER_EXPORTED,
+    serve_status.ADAPTER_SERVED,
+)
 APPLY_FAILED = "ApplyFailed"
 PREEMPTED, WORKLOAD_DEACTIVATED = "Preempted", "WorkloadDeactivated"
 MAX_APPLY_MESSAGE = 1024  # an Event's message limit (kube.post_event); conditions keep the same text
@@ -97,6 +109,7 @@ class Facts:
     no_progress: str | None = None  # message when a Running job's reporter has gone quiet (health.no_progress)
     driver_lost: str | None = None  # message when KubeRay says RUNNING but the driver's head is gone (driver.lost)
     export: adapter_status.ExportState | None = None  # a Succeeded job's export (spec.export; None: none asked)
+    serve: serve_status.ServeState | None = None  # its load into a server once exported (spec.serve; None: none asked or not yet)
 
 
 def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
@@ -323,6 +336,13 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
     if phase == SUCCEEDED and facts.export is not None and facts.export.status == "Unknown":
         # the run is done, its adapter is being exported: in progress for kstatus and Argo CD
         return Summary(True, True, False, facts.export.reason, facts.export.message, ready_because=(obs.reason, obs.message))
+    if phase == SUCCEEDED and facts.serve is not None and facts.serve.stalled:
+        # exported, but the server did not take it and will not without a human: as a failed export
+        return Summary(
+            True, False, True, serve_status.SERVE_FAILED_STALL, f"{facts.serve.reason}: {facts.serve.message}", ready_because=(obs.reason, obs.message)
+        )
+    if phase == SUCCEEDED and facts.serve is not None and facts.serve.status == "Unknown":
+        return Summary(True, True, False, facts.serve.reason, facts.serve.message, ready_because=(obs.reason, obs.message))
     if phase == SUCCEEDED:
         return Summary(True, False, False, obs.reason, obs.message)
     if facts.apply_failed:
@@ -424,6 +444,9 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     export = facts.export if phase == SUCCEEDED else None
     if export is not None:
         conditions.append(setcondition(prev_conditions, adapter_status.ADAPTER_EXPORTED, export.status, export.reason, export.message, now, g))
+    serve = facts.serve if phase == SUCCEEDED else None
+    if serve is not None:
+        conditions.append(setcondition(prev_conditions, serve_status.ADAPTER_SERVED, serve.status, serve.reason, serve.message, now, g))
 
     out: dict[str, Any] = {
         PHASE: phase,
@@ -441,6 +464,8 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         out[COMPLETION_TIME] = previous.get(COMPLETION_TIME) or end or now
     if export is not None and export.adapter is not None:
         out[ADAPTER] = export.adapter
+    if serve is not None and serve.serving is not None:
+        out[SERVING] = serve.serving
 
     events = list(facts.notes)
     events += admission_events(prev_conditions, conditions)
@@ -449,6 +474,8 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         events.append(Event(kind, phase, f"{prev_phase or 'New'} -> {phase}: {obs.reason}: {obs.message}"[:1024]))
     if export is not None and export.status == "True" and condition(previous, adapter_status.ADAPTER_EXPORTED, "status") != "True":
         events.append(Event("Normal", adapter_status.ADAPTER_EXPORTED, export.message[:1024]))
+    if serve is not None and serve.status == "True" and condition(previous, serve_status.ADAPTER_SERVED, "status") != "True":
+        events.append(Event("Normal", serve_status.ADAPTER_SERVED, serve.message[:1024]))
     if healthy.status == "False" and condition(previous, TRAINING_HEALTHY, "status") != "False":
         events.append(Event("Warning", healthy.reason, healthy.message))
     stalled_now = summary.stalled and condition(previous, STALLED, "status") != "True"

@@ -39,6 +39,14 @@ elseif is("Succeeded", "True") and is("AdapterExported", "Unknown") then
   -- the run succeeded and its adapter is being exported
   hs.status = "Progressing"
   hs.message = says("AdapterExported")
+elseif is("Succeeded", "True") and is("AdapterServed", "False") then
+  -- exported, but the SGLang server (spec.serve) did not take it: not Healthy
+  hs.status = "Degraded"
+  hs.message = says("AdapterServed")
+elseif is("Succeeded", "True") and is("AdapterServed", "Unknown") then
+  -- exported and being loaded into the server
+  hs.status = "Progressing"
+  hs.message = says("AdapterServed")
 elseif is("Succeeded", "True") then
   hs.status = "Healthy"
   hs.message = says("Succeeded")
