@@ -67,6 +67,11 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         if dest.claim is not None:
             volumes.append({"name": f"dest-{i}", "persistentVolumeClaim": {"claimName": dest.claim.claim_name}})
             mounts.append({"name": f"dest-{i}", "mountPath": f"{export.CLAIM_MOUNT_ROOT}/{i}"})
+        if dest.oci is not None and dest.oci.credentials_secret_name:
+            # the docker config as a file (oras reads it as docker does), never in the environment
+            items = [{"key": ".dockerconfigjson", "path": "config.json"}]
+            volumes.append({"name": f"auth-{i}", "secret": {"secretName": dest.oci.credentials_secret_name, "items": items}})
+            mounts.append({"name": f"auth-{i}", "mountPath": f"{export.AUTH_MOUNT_ROOT}/{i}", "readOnly": True})
     command = [
         "python3",
         f"{EXPORT_DIR}/{EXPORTER_FILE}",
