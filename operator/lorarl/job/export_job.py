@@ -13,6 +13,9 @@ from ..api.types import LoraRLJob
 from . import artifact, paths, render
 
 EXPORT_DIR = "/opt/lorarl-export"
+# the job's shared_data, read-only, outside /root: an image whose user is not root (the operator's,
+# uid 65532) cannot enter /root (0700 in Debian), where the training pods mount it (paths.SHARED_DIR)
+DATA_DIR = "/lorarl/data"
 EXPORTER_FILE = "exporter.pyz"
 CONTAINER = "export"
 COMPONENT = "export"  # the app.kubernetes.io/component label of the export's objects and pod
@@ -60,7 +63,7 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         {"name": "exporter", "configMap": {"name": name(job)}},
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "data", "mountPath": paths.SHARED_DIR, "subPath": "shared_data", "readOnly": True},
+        {"name": "data", "mountPath": DATA_DIR, "subPath": "shared_data", "readOnly": True},
         {"name": "exporter", "mountPath": EXPORT_DIR, "readOnly": True},
     ]
     for i, dest in enumerate(export_spec.destinations):
@@ -80,7 +83,7 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         "--status",
         f"{EXPORT_DIR}/status.json",
         "--save-root",
-        paths.save_dir(job),
+        DATA_DIR + paths.save_dir(job).removeprefix(paths.SHARED_DIR),
     ]
     container = {
         "name": CONTAINER,
