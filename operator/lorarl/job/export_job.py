@@ -55,6 +55,18 @@ def _env(job: LoraRLJob) -> list[dict[str, Any]]:
     return env
 
 
+def _security_context(job: LoraRLJob) -> dict[str, Any]:
+    """The export reads the claim as the job's pods wrote it. With spec.runPolicy.runAsUser, as
+    that user (the pod's securityContext). Without, the job's pods ran as their image's user, root
+    in the miles images, and the volume's root directory is often root's alone (the hostpath
+    provisioner makes it 0750): the export image may have another default user (the operator's is
+    65532), so the export runs as uid 0 too, with no capability (so no DAC override either)."""
+    ctx = render.container_security_context()
+    if job.spec.run_policy.run_as_user is None:
+        ctx["runAsUser"] = 0
+    return ctx
+
+
 def job_object(job: LoraRLJob) -> dict[str, Any]:
     export_spec = job.spec.export
     assert export_spec is not None
@@ -93,7 +105,7 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         "env": _env(job),
         "volumeMounts": mounts,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": render.container_security_context(),
+        "securityContext": _security_context(job),
         "terminationMessagePolicy": "File",
     }
     return {
