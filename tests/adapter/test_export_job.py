@@ -89,5 +89,5 @@ def test_the_export_reads_the_claim_as_the_jobs_pods_wrote_it():
     pod = export_job.job_object(as_user)["spec"]["template"]["spec"]
     assert "runAsUser" not in pod["containers"][0]["securityContext"]
     assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["containers"][0]["volumeMounts"][0] == {"name": "data", "mountPath": "/lorarl/data", "subPath": "shared_data", "readOnly": True}
-    assert pod["containers"][0]["command"][-2:] == ["--save-root", "/lorarl/data/tiny-lora/checkpoints"]
+    assert pod["containers"][0]["volumeMounts"][0] == {"name": "data", "mountPath": "/root/shared_data", "subPath": "shared_data", "readOnly": True}
+    assert pod["containers"][0]["command"][-2:] == ["--save-root", "/root/shared_data/tiny-lora/checkpoints"]

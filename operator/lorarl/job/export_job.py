@@ -13,9 +13,6 @@ from ..api.types import LoraRLJob
 from . import artifact, paths, render
 
 EXPORT_DIR = "/opt/lorarl-export"
-# the job's shared_data, read-only, outside /root: an image whose user is not root (the operator's,
-# uid 65532) cannot enter /root (0700 in Debian), where the training pods mount it (paths.SHARED_DIR)
-DATA_DIR = "/lorarl/data"
 EXPORTER_FILE = "exporter.pyz"
 CONTAINER = "export"
 COMPONENT = "export"  # the app.kubernetes.io/component label of the export's objects and pod
@@ -59,8 +56,9 @@ def _security_context(job: LoraRLJob) -> dict[str, Any]:
     """The export reads the claim as the job's pods wrote it. With spec.runPolicy.runAsUser, as
     that user (the pod's securityContext). Without, the job's pods ran as their image's user, root
     in the miles images, and the volume's root directory is often root's alone (the hostpath
-    provisioner makes it 0750): the export image may have another default user (the operator's is
-    65532), so the export runs as uid 0 too, with no capability (so no DAC override either)."""
+    provisioner makes it 0750), as is /root where it is mounted (0700 in Debian): the export image
+    may have another default user (the operator's is 65532), so the export runs as uid 0 too, with
+    no capability (so no DAC override either)."""
     ctx = render.container_security_context()
     if job.spec.run_policy.run_as_user is None:
         ctx["runAsUser"] = 0
@@ -75,7 +73,8 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         {"name": "exporter", "configMap": {"name": name(job)}},
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "data", "mountPath": DATA_DIR, "subPath": "shared_data", "readOnly": True},
+        # where the training pods mount it: the attempts' ledger records absolute save directories
+        {"name": "data", "mountPath": paths.SHARED_DIR, "subPath": "shared_data", "readOnly": True},
         {"name": "exporter", "mountPath": EXPORT_DIR, "readOnly": True},
     ]
     for i, dest in enumerate(export_spec.destinations):
@@ -95,7 +94,7 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         "--status",
         f"{EXPORT_DIR}/status.json",
         "--save-root",
-        DATA_DIR + paths.save_dir(job).removeprefix(paths.SHARED_DIR),
+        paths.save_dir(job),
     ]
     container = {
         "name": CONTAINER,
