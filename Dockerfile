@@ -21,8 +21,9 @@ WORKDIR /src
 # only what the wheel is built from (see .dockerignore): pyproject, README, operator/
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
+COPY hack/image/exporter-requirements.txt hack/image/
 COPY hack/image/install.sh /usr/local/bin/lorarl-install
-RUN lorarl-install /src /opt/venv /tmp/wheels
+RUN lorarl-install /src /opt/venv /tmp/wheels /opt/exporter
 
 # ------------------------------------------------------------------------------------------ final
 FROM ${PYTHON_IMAGE}
@@ -44,9 +45,13 @@ RUN groupadd --system --gid 65532 lorarl \
  && useradd --system --no-log-init --uid 65532 --gid 65532 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin lorarl \
  && if python3 -m pip --version >/dev/null 2>&1; then python3 -m pip uninstall --yes --no-cache-dir pip setuptools wheel; fi
 COPY --from=builder /opt/venv /opt/venv
+COPY --from=builder /opt/exporter /opt/exporter
 # No bytecode written at run time (pip compiled it at install), unbuffered logs, HOME in /tmp:
 # the container runs with readOnlyRootFilesystem and an emptyDir at /tmp.
-ENV PATH=/opt/venv/bin:$PATH \
+# `python3` is the export pod's interpreter (/opt/exporter: botocore and oras for the s3 and oci
+# destinations, `python3 exporter.pyz`, docs/adapters.md); `lorarl` is /opt/venv's entry point,
+# which runs /opt/venv's python by its absolute shebang.
+ENV PATH=/opt/exporter/bin:/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the embedded control-plane binaries (etcd, kube-apiserver,
 # kube-controller-manager, optionally kube-scheduler, kubelet, kube-proxy, fakegpu,
-# coredns, helm, kwok, kuberay-operator, kueue and kstatus) from the Go module proxy into a
+# coredns, helm, kwok, kuberay-operator, kueue, kstatus and crane) from the Go module proxy into a
 # per-version cache outside the repository. The binaries of this module (etcd and
 # every k8s.io/kubernetes command) that are missing are built by one `go build`,
 # so their shared dependency graph is compiled and loaded once.
@@ -14,7 +14,7 @@
 # Usage: hack/controlplane/build.sh [--print-bin-dir] [BINARY...]
 #   BINARY is one of: etcd kube-apiserver kube-controller-manager
 #                     kube-scheduler kubelet kube-proxy helm kwok kuberay-operator
-#                     kueue kstatus coredns fakegpu
+#                     kueue kstatus coredns fakegpu crane
 #   Default: etcd kube-apiserver kube-controller-manager
 #
 # Environment:
@@ -79,7 +79,7 @@ helm_version="$(awk '$1 == "require" && $2 == "helm.sh/helm/v4" {print $3; exit}
 ldflags_for() {
 	case "$1" in
 	helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitTreeState=clean" ;;
-	kwok | kuberay-operator | kstatus | coredns | fakegpu) echo "-s -w" ;;
+	kwok | kuberay-operator | kstatus | coredns | fakegpu | crane) echo "-s -w" ;;
 	kueue) echo "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$(version_for kueue)" ;;
 	*) echo "$ldflags" ;;
 	esac
@@ -93,6 +93,7 @@ version_for() {
 	kstatus) awk '$1 == "sigs.k8s.io/cli-utils" {print $2; exit}' ../kstatus/go.mod ;;
 	coredns) awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3; exit}' coredns/go.mod ;;
 	etcd) awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' go.mod ;;
+	crane) awk '$1 == "require" && $2 == "github.com/google/go-containerregistry" {print $3; exit}' crane/go.mod ;;
 	*) echo "$k8s_version" ;;
 	esac
 }
@@ -108,6 +109,7 @@ module_for() {
 	kueue) echo "sigs.k8s.io/kueue" ;;
 	kstatus) echo "sigs.k8s.io/cli-utils" ;;
 	coredns) echo "github.com/coredns/coredns" ;;
+	crane) echo "github.com/google/go-containerregistry" ;;
 	*) return 1 ;;
 	esac
 }
@@ -135,6 +137,7 @@ pkg_for() {
 	kstatus) echo "lorarl.dev/hack/kstatus" ;;
 	coredns) echo "lorarl.dev/hack/controlplane/coredns" ;;
 	fakegpu) echo "lorarl.dev/hack/controlplane/fakegpu" ;;
+	crane) echo "github.com/google/go-containerregistry/cmd/crane" ;;
 	*) return 1 ;;
 	esac
 }
@@ -146,6 +149,7 @@ dir_for() {
 	kueue) echo "$here/kueue" ;;
 	kstatus) echo "$here/../kstatus" ;;
 	coredns) echo "$here/coredns" ;;
+	crane) echo "$here/crane" ;;
 	*) echo "$here" ;;
 	esac
 }
@@ -164,6 +168,7 @@ estimate_for() {
 	kstatus) echo "cold build may take ~1 min" ;;
 	coredns) echo "cold build may take ~4 min" ;;
 	fakegpu) echo "~1 min after the kubelet" ;;
+	crane) echo "cold build may take ~1 min" ;;
 	esac
 }
 

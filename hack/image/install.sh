@@ -3,7 +3,11 @@
 # dependencies and nothing else, into a fresh virtualenv. The one source of the image's install
 # step: the Dockerfile's builder stage RUNs this script, and tests/image/test_image.py runs it too.
 #
-# usage: hack/image/install.sh SOURCE_DIR VENV_DIR WHEEL_DIR
+# usage: hack/image/install.sh SOURCE_DIR VENV_DIR WHEEL_DIR [EXPORTER_VENV_DIR]
+#
+# With EXPORTER_VENV_DIR, a second virtualenv gets the export pod's stores (botocore, oras: the
+# pins of hack/image/exporter-requirements.txt) and nothing of lorarl's: botocore requires
+# python-dateutil<3 and the kubernetes client >=3, so they cannot share one environment.
 #
 # The virtualenv gets no pip or setuptools of its own: the interpreter's pip installs into it
 # (pip --python), so the image carries no installer. pip options come from the environment
@@ -19,6 +23,7 @@ set -eu
 source_dir=$1
 venv_dir=$2
 wheel_dir=$3
+exporter_dir=${4:-}
 
 if python3 -m pip --version >/dev/null 2>&1; then
   pip="python3 -m pip"
@@ -33,3 +38,9 @@ python3 -m venv --without-pip "$venv_dir"
 $pip wheel --no-deps --wheel-dir "$wheel_dir" "$source_dir"
 $pip --python "$venv_dir/bin/python" install "$wheel_dir"/lorarl-*.whl
 $pip --python "$venv_dir/bin/python" check
+
+if [ -n "$exporter_dir" ]; then
+  python3 -m venv --without-pip "$exporter_dir"
+  $pip --python "$exporter_dir/bin/python" install --no-deps -r "$source_dir/hack/image/exporter-requirements.txt"
+  $pip --python "$exporter_dir/bin/python" check
+fi

@@ -43,3 +43,24 @@ def s3(tmp_path_factory):
             return done.stdout
 
         yield endpoint, run
+
+
+@pytest.fixture(scope="session")
+def oras_path(tmp_path_factory):
+    """A PYTHONPATH entry holding only oras (the ORAS Python SDK, the operator image's pin) for our
+    CLI's subprocesses; its requests and jsonschema are our venv's."""
+    from lorarl_dev import exporter
+
+    d = tmp_path_factory.mktemp("oras")
+    (d / "oras").symlink_to(exporter.package_dir("oras"))
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """go-containerregistry's registry (`crane registry serve`) on a loopback port: its host:port."""
+    from lorarl_dev import registry as oci_registry
+
+    root = tmp_path_factory.mktemp("registry")
+    with oci_registry.server(root / "blobs", root / "registry.log") as address:
+        yield address

@@ -76,3 +76,18 @@ def test_the_api_server_admits_the_export_children(kube_api, namespace):
     for obj in (cm, j, pod):
         answer = dry_run_apply(kube_api, obj)
         assert answer.accepted, (obj["kind"], answer)
+
+
+def test_the_export_reads_the_claim_as_the_jobs_pods_wrote_it():
+    """Without runAsUser the job's pods ran as their image's user (root in miles' images) and the
+    claim's root may be root's alone: the export container runs as uid 0 then, whatever its
+    image's user (the operator image's is 65532), with no capability. With runAsUser, as it."""
+    container = export_job.job_object(job())["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsUser": 0}
+    as_user = job()
+    as_user.spec.run_policy.run_as_user = 1000
+    pod = export_job.job_object(as_user)["spec"]["template"]["spec"]
+    assert "runAsUser" not in pod["containers"][0]["securityContext"]
+    assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["containers"][0]["volumeMounts"][0] == {"name": "data", "mountPath": "/root/shared_data", "subPath": "shared_data", "readOnly": True}
+    assert pod["containers"][0]["command"][-2:] == ["--save-root", "/root/shared_data/tiny-lora/checkpoints"]

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 from lorarl_dev import hubstub, seedrun
@@ -104,3 +107,107 @@ def test_the_seed_job_exports_its_adapter_to_a_claim_and_pull_verifies_it(real_n
         (tampered / p.name).write_bytes(data[:-1] + bytes([data[-1] ^ 1]) if p.name == "adapter_model.safetensors" else data)
     refused = lorarl_cli("adapter", "pull", str(tampered), str(tmp_path / "nope"), "--digest", adapter["digest"])
     assert refused.exit_code == 1 and "adapter_model.safetensors" in refused.stderr and not (tmp_path / "nope").exists()
+
+
+SENTINEL_KEY_ID = "AKIANODESENTINEL21"
+SENTINEL_SECRET = "node21-export-sentinel-secret-do-not-print"  # noqa: S105 - a test value, searched for
+
+
+def test_the_seed_job_exports_to_a_bucket_and_a_registry_and_pull_verifies_both(real_node_cluster, hub, node_images, job_ns, tmp_path):
+    """Two destinations of one run: moto's S3 server and crane's OCI registry, both on the node IP
+    inside the cluster's network namespace (beside the Hub stand-in), where the export pod reaches
+    them; the export pod runs the operator's image (its /opt/exporter: botocore, oras). The bucket's
+    keys reach the pod only from a Secret (secretKeyRef); the sentinel values are in no object,
+    event or log. The oracles: botocore listing the bucket, crane reading the registry, the pulls."""
+    from lorarl_dev import exporter, moto, registry
+    from lorarl_dev.node.netns import nsenter_prefix
+
+    cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
+    admin = moto.client_env("", "AKIDADMIN", "admin")
+    endpoint = seedrun.start_s3(cp, "s3.create_bucket(Bucket='adapters')", admin)
+    address = seedrun.start_registry(cp, tmp_path / "registry")
+    in_netns = nsenter_prefix(cp.netns)
+
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "adapters-rw", "namespace": ns}}
+    secret["stringData"] = {"AWS_ACCESS_KEY_ID": SENTINEL_KEY_ID, "AWS_SECRET_ACCESS_KEY": SENTINEL_SECRET}
+    cp.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    revision = hub.revision({"seconds_per_rollout": 0.2, "adapter_data": 1}, config=hubstub.tiny_config())
+    spec = {
+        "model": {"architecture": hubstub.TINY_ARCHITECTURE},
+        "lora": {"rank": 8, "alpha": 16},
+        "export": {
+            "image": node_images["operator"],
+            "destinations": [
+                {"s3": {"bucket": "adapters", "prefix": "team/", "endpoint": endpoint, "credentialsSecretName": "adapters-rw"}},
+                {"oci": {"repository": f"{address}/adapters/qwen3-4b", "plainHttp": True}},
+            ],
+        },
+    }
+    explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision, spec=spec)
+    status = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
+    assert status["phase"] == "Succeeded", explain()
+    status = seedrun.wait_for(
+        "AdapterExported True or False",
+        lambda: (lambda st: st if _condition(st, "AdapterExported").get("status") in ("True", "False") else None)(seedrun.job_status(cp, ns, name)),
+        EXPORT_TIMEOUT,
+        explain=explain,
+    )
+    exported = _condition(status, "AdapterExported")
+    assert exported["status"] == "True", (exported, explain())
+    seconds = (_when(exported["lastTransitionTime"]) - _when(status["completionTime"])).total_seconds()
+    MEASURED.append(f"export to s3 + oci: Succeeded -> AdapterExported=True in {seconds:.0f} s")
+
+    adapter = status["adapter"]
+    prefix = f"team/{ns}/{name}/rollout-0000099/"
+    reference = f"{address}/adapters/qwen3-4b:{name}-rollout-0000099"
+    assert adapter["uri"] == f"s3://adapters/{prefix}" and adapter["uris"] == [adapter["uri"], f"oci://{reference}"], adapter
+
+    # the bucket, listed by botocore (moto's interpreter) with the admin's keys
+    listed = moto.run(
+        "import json; print(json.dumps(sorted(o['Key'] for o in s3.list_objects_v2(Bucket='adapters')['Contents'])))",
+        {**admin, "AWS_ENDPOINT_URL": endpoint},
+        prefix=in_netns,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == [prefix + n for n in ("adapter_config.json", "adapter_model.safetensors", "lorarl-adapter.json")]
+
+    # the registry, read by crane
+    manifest = registry.read("manifest", reference, prefix=in_netns)
+    assert manifest.returncode == 0, manifest.stderr
+    manifest = json.loads(manifest.stdout)
+    assert manifest["artifactType"] == "application/vnd.lorarl.adapter.v1" and manifest["config"]["mediaType"] == "application/vnd.oci.empty.v1+json"
+    assert [layer["annotations"]["org.opencontainers.image.title"] for layer in manifest["layers"]] == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "lorarl-adapter.json",
+    ]
+    assert sum(layer["size"] for layer in manifest["layers"]) == adapter["size"]
+
+    # both pulled back by `lorarl adapter pull` (in the namespace, where the stores listen) and verified
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    for package in ("botocore", "oras"):
+        (libs / package).symlink_to(exporter.package_dir(package))
+    env = {**os.environ, "PYTHONPATH": str(libs), "AWS_ACCESS_KEY_ID": "AKIDREADER", "AWS_SECRET_ACCESS_KEY": "reader", "AWS_DEFAULT_REGION": "us-east-1"}
+    pulled = {}
+    for uri, extra in ((adapter["uri"], ["--endpoint", endpoint]), (f"oci://{reference}", ["--plain-http"])):
+        target = tmp_path / f"pulled-{len(pulled)}"
+        cmd = [*in_netns, sys.executable, "-m", "lorarl.cli", "adapter", "pull", uri, str(target), "--digest", adapter["digest"], *extra]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and "2 files verified, rollout 99" in done.stdout, (uri, done.stdout, done.stderr)
+        pulled[uri] = {p.name: p.read_bytes() for p in target.iterdir()}
+    assert len({json.dumps({k: v.hex() for k, v in files.items()}) for files in pulled.values()}) == 1  # the same bytes from both
+
+    # the export pod ran the operator's image; the keys came by secretKeyRef, not as values
+    (pod,) = seedrun.pods(cp, ns, f"batch.kubernetes.io/job-name={name}-export")
+    assert pod["spec"]["containers"][0]["image"] == node_images["operator"]
+    refs = [e["valueFrom"]["secretKeyRef"] for e in pod["spec"]["containers"][0]["env"] if "valueFrom" in e]
+    assert refs == [{"name": "adapters-rw", "key": "AWS_ACCESS_KEY_ID"}, {"name": "adapters-rw", "key": "AWS_SECRET_ACCESS_KEY"}]
+
+    # the sentinel: in no object of the namespace (the Secret aside), no event, no pod's log, no operator log
+    texts = [cp.kubectl("get", kind, "-n", ns, "-o", "json").stdout for kind in ("lorarljobs", "rayjobs", "jobs", "pods", "configmaps", "events")]
+    texts += [cp.kubectl("logs", "-n", ns, p["metadata"]["name"], "--all-containers", check=False).stdout for p in seedrun.pods(cp, ns)]
+    texts += [
+        cp.kubectl("logs", "-n", seedrun.OPERATOR_NAMESPACE, p["metadata"]["name"], check=False).stdout for p in seedrun.pods(cp, seedrun.OPERATOR_NAMESPACE)
+    ]
+    assert not [t[:200] for t in texts if SENTINEL_KEY_ID in t or SENTINEL_SECRET in t]

@@ -51,11 +51,10 @@ def test_dockerfile_shape():
     builder, final = stages(DOCKERFILE.read_text())
     # one source for the install: the builder runs hack/image/install.sh
     assert "COPY hack/image/install.sh /usr/local/bin/lorarl-install" in builder
-    assert "RUN lorarl-install /src /opt/venv /tmp/wheels" in builder
+    assert "RUN lorarl-install /src /opt/venv /tmp/wheels /opt/exporter" in builder
     assert any(i.startswith("ENV PIP_NO_CACHE_DIR=1") for i in builder)
-    # the final stage: the venv only, a numeric non-root user, no build tools
-    assert "COPY --from=builder /opt/venv /opt/venv" in final
-    assert [i for i in final if i.startswith("COPY")] == ["COPY --from=builder /opt/venv /opt/venv"]
+    # the final stage: the venvs only (lorarl's; the export pod's stores), a numeric non-root user, no build tools
+    assert [i for i in final if i.startswith("COPY")] == ["COPY --from=builder /opt/venv /opt/venv", "COPY --from=builder /opt/exporter /opt/exporter"]
     assert "USER 65532:65532" in final
     assert final[-2:] == ['ENTRYPOINT ["lorarl"]', 'CMD ["run", "--all-namespaces"]']
     runs = " ".join(i for i in final if i.startswith("RUN"))

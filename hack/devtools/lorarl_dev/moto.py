@@ -13,7 +13,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from lorarl_dev.controlplane import free_port
 
@@ -36,10 +36,11 @@ def client_env(endpoint: str, key_id: str, secret: str) -> dict[str, str]:
     return {"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}
 
 
-def run(code: str, env: Mapping[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run botocore code in moto's interpreter, with ``s3`` bound to a client of the server."""
+def run(code: str, env: Mapping[str, str], timeout: float = 60, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """Run botocore code in moto's interpreter, with ``s3`` bound to a client of the server
+    (``prefix``: e.g. an nsenter into the cluster's network namespace)."""
     prelude = "import botocore.session\ns3 = botocore.session.get_session().create_client('s3')\n"
-    return subprocess.run([str(python()), "-c", prelude + code], env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*prefix, str(python()), "-c", prelude + code], env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
 
 
 @contextlib.contextmanager

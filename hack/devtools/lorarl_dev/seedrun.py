@@ -25,6 +25,8 @@ from .controlplane import ControlPlane, ControlPlaneError, repo_root
 SEED_MANIFEST = repo_root() / "manifests" / "qwen3-4b-lora-amd.yaml"
 CHART = repo_root() / "charts" / "lorarl-operator"
 HUB_PORT = 8800  # on the node IP, inside the cluster's namespace (free there: nothing else binds it)
+S3_PORT = 8801  # moto's S3 server, beside the Hub stand-in
+REGISTRY_PORT = 8802  # crane's OCI registry, beside the Hub stand-in
 OPERATOR_NAMESPACE = "lorarl-system"
 RELEASE = "lorarl"
 
@@ -108,6 +110,43 @@ def start_hub(cp: ControlPlane, root: pathlib.Path) -> str:
     endpoint = hub_endpoint()
     cp._wait_http("hubstub", f"{endpoint}/api/models/Qwen/Qwen3-4B", 30)
     return endpoint
+
+
+def start_s3(cp: ControlPlane, seed: str, env: Mapping[str, str], timeout: float = 60) -> str:
+    """moto's S3 server on the node IP in the cluster's namespace, where the export pod reaches it;
+    ready once ``seed`` (botocore code, e.g. the bucket) ran against it. Returns the endpoint."""
+    from . import moto
+    from .node.netns import nsenter_prefix
+    from .node.realnode import NODE_IP
+
+    if cp.netns is None:
+        raise ControlPlaneError("the S3 server runs beside a real node (ControlPlane(node=True))")
+    cp._spawn("moto", ["-H", NODE_IP, "-p", str(S3_PORT)], exe=str(moto.python().with_name("moto_server")))
+    cp._write_state()
+    endpoint = f"http://{NODE_IP}:{S3_PORT}"
+    deadline = time.monotonic() + timeout
+    while (done := moto.run(seed, {**env, "AWS_ENDPOINT_URL": endpoint}, prefix=nsenter_prefix(cp.netns))).returncode != 0:
+        cp._check_alive("moto")
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"moto's S3 server not ready on {endpoint}: {done.stderr[-400:]}")
+        time.sleep(0.3)
+    return endpoint
+
+
+def start_registry(cp: ControlPlane, disk: pathlib.Path) -> str:
+    """crane's OCI registry on the node IP in the cluster's namespace; returns its host:port."""
+    from . import registry
+    from .node.realnode import NODE_IP
+
+    if cp.netns is None:
+        raise ControlPlaneError("the registry runs beside a real node (ControlPlane(node=True))")
+    disk.mkdir(parents=True, exist_ok=True)
+    address = f"{NODE_IP}:{REGISTRY_PORT}"
+    command = registry.serve_command(address, disk)
+    cp._spawn("registry", command[1:], exe=command[0])
+    cp._write_state()
+    cp._wait_http("registry", f"http://{address}/v2/", 30)
+    return address
 
 
 # ------------------------------------------------------------------------------ images, operator

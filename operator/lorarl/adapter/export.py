@@ -14,6 +14,7 @@ import tempfile
 from . import package, stores
 
 CLAIM_MOUNT_ROOT = "/lorarl/export"  # destination i's claim is mounted at <root>/<i> in the export pod
+AUTH_MOUNT_ROOT = "/lorarl/export-auth"  # destination i's dockerconfigjson Secret at <root>/<i>/config.json
 TERMINATION_LIMIT = 4096
 
 
@@ -22,36 +23,58 @@ def credential_env(index: int) -> tuple[str, str]:
     return f"LORARL_EXPORT_{index}_AWS_ACCESS_KEY_ID", f"LORARL_EXPORT_{index}_AWS_SECRET_ACCESS_KEY"
 
 
-def destination_store(plan: dict, index: int, dest: dict, rollout: int, claim_root: str, env) -> stores.Store:
+def oci_tag(plan: dict, rollout: int) -> str:
+    """The default tag: <job>-rollout-<NNNNNNN> (a re-run never moves another run's tag)."""
+    return f"{plan['job']['name']}-rollout-{rollout:07d}"
+
+
+def destination_store(
+    plan: dict, index: int, dest: dict, rollout: int, claim_root: str, env, auth_root: str = AUTH_MOUNT_ROOT, created: str | None = None
+) -> stores.Store:
     """The store of one destination of the plan (the spec's camelCase fields)."""
     rel = package.relative_dir(plan, rollout)
     if "s3" in dest:
         key_var, secret_var = credential_env(index)
         s3 = dest["s3"]
         uri = f"s3://{s3['bucket']}/{s3.get('prefix', '')}{rel}"
-        return stores.S3Store(uri, s3.get("endpoint"), s3.get("region"), env.get(key_var), env.get(secret_var))
+        try:
+            return stores.S3Store(uri, s3.get("endpoint"), s3.get("region"), env.get(key_var), env.get(secret_var))
+        except stores.StoreError as err:
+            raise package.Refused("DestinationFailed", f"spec.export.destinations[{index}].s3: {err}") from None
     if "claim" in dest:
         c = dest["claim"]
         path = c.get("path", "")
         return stores.DirStore(os.path.join(claim_root, str(index), path, rel), uri=f"pvc://{c['claimName']}/{path}{rel}")
-    kind = "oci" if "oci" in dest else "hub"
+    if "oci" in dest:
+        oci = dest["oci"]
+        config = os.path.join(auth_root, str(index), "config.json") if oci.get("credentialsSecretName") else None
+        reference = f"{oci['repository']}:{oci.get('tag') or oci_tag(plan, rollout)}"
+        try:
+            return stores.OciStore(reference, plain_http=bool(oci.get("plainHttp")), docker_config=config, created=created)
+        except stores.StoreError as err:
+            raise package.Refused("DestinationFailed", f"spec.export.destinations[{index}].oci: {err}") from None
+    kind = "hub"
     raise package.Refused("DestinationNotBuilt", f"spec.export.destinations[{index}].{kind}: this destination is not exported yet")
 
 
-def run(plan: dict, status: dict, save_root: str, now: datetime.datetime, claim_root: str = CLAIM_MOUNT_ROOT, env=None) -> dict:
+def run(
+    plan: dict, status: dict, save_root: str, now: datetime.datetime, claim_root: str = CLAIM_MOUNT_ROOT, env=None, auth_root: str = AUTH_MOUNT_ROOT
+) -> dict:
     """Export; returns the report (``ok`` true with the adapter's status fields, or the reason)."""
     env = os.environ if env is None else env
     try:
         with tempfile.TemporaryDirectory(prefix="lorarl-export-") as tmp:
             pkg = package.build(plan, status, save_root, os.path.join(tmp, "adapter"), now)
-            targets = [destination_store(plan, i, d, pkg.rollout, claim_root, env) for i, d in enumerate(plan["destinations"])]
+            created = pkg.manifest["exportTime"]
+            targets = [destination_store(plan, i, d, pkg.rollout, claim_root, env, auth_root, created) for i, d in enumerate(plan["destinations"])]
             names = [f["name"] for f in pkg.manifest["files"]] + [package.MANIFEST]
             for i, store in enumerate(targets):
-                for name in names:
-                    try:
+                try:
+                    for name in names:
                         store.put(name, os.path.join(pkg.directory, name))
-                    except stores.StoreError as err:
-                        raise package.Refused("DestinationFailed", f"spec.export.destinations[{i}]: {err}") from None
+                    store.finish()
+                except stores.StoreError as err:
+                    raise package.Refused("DestinationFailed", f"spec.export.destinations[{i}]: {err}") from None
     except package.Refused as refused:
         return {"ok": False, "reason": refused.reason, "message": refused.message}
     metrics = pkg.manifest["metrics"]

@@ -1,12 +1,15 @@
 """Where an adapter is written to and read from: an s3:// prefix (botocore: SigV4, retries, the
-AWS_* environment) or a directory (a claim mounted in the export pod, or a local path when
-pulling). Each store copies files by name; it never chooses or checks them (package.py, pull.py do).
-The manifest is written last, so a directory with a manifest is a whole export."""
+AWS_* environment), an OCI registry (oras: the adapter as one OCI artifact) or a directory (a
+claim mounted in the export pod, or a local path when pulling). Each store copies files by name;
+it never chooses or checks them (package.py, pull.py do). The manifest is written last, so a
+directory with a manifest is a whole export; ``finish`` ends an export (the OCI manifest)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import tempfile
 from typing import BinaryIO, Protocol
 
 
@@ -19,6 +22,7 @@ class Store(Protocol):
 
     def put(self, name: str, path: str) -> None: ...
     def open(self, name: str) -> BinaryIO: ...
+    def finish(self) -> None: ...
 
 
 class S3Store:
@@ -60,6 +64,120 @@ class S3Store:
         except self._errors as err:
             raise self._fail(f"reading {name} from", err) from None
 
+    def finish(self) -> None:
+        pass
+
+
+# The adapter as an OCI artifact, laid out as `oras push` lays out files (oras-go v2.7.0
+# pack.go:306-364, packManifestV1_1; content/file/file.go:56-57): an image manifest with
+# artifactType set and the empty config descriptor (image-spec v1.1 manifest.md, "Guidelines for
+# Artifact Usage": artifactType MUST be set when config is the empty value), one layer per file
+# with the media type oras gives a file and its name in org.opencontainers.image.title, and
+# org.opencontainers.image.created. `oras pull` writes each layer to its title.
+ARTIFACT_TYPE = "application/vnd.lorarl.adapter.v1"
+LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar"
+EMPTY_CONFIG = {
+    "mediaType": "application/vnd.oci.empty.v1+json",
+    "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+    "size": 2,
+}
+MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+TITLE = "org.opencontainers.image.title"
+
+
+def oci_uri(reference: str) -> str:
+    return "oci://" + reference
+
+
+class OciStore:
+    """``registry/repository:tag`` through oras-py's Registry (its blob upload, manifest upload and
+    docker-config authentication; https unless ``plain_http``, as `oras --plain-http`)."""
+
+    def __init__(self, reference: str, plain_http: bool = False, docker_config: str | None = None, created: str | None = None):
+        try:
+            import oras.provider
+            import requests
+        except ImportError:
+            raise StoreError("oci:// needs oras (the ORAS Python SDK): set spec.export.image to an image that has it") from None
+        if reference.startswith("oci://"):
+            reference = reference[len("oci://") :]
+        self.reference, self.uri = reference, oci_uri(reference)
+        self._created = created
+        self._registry = oras.provider.Registry(insecure=plain_http)
+        try:
+            self._container = self._registry.get_container(reference)
+        except ValueError:
+            raise StoreError(f"{reference}: not a registry/repository:tag reference") from None
+        self._errors = (requests.RequestException, ValueError, OSError)
+        if docker_config:
+            self._registry.auth.load_configs(self._container, configs=[docker_config])
+        self._layers: list[dict] = []
+        self._manifest: dict | None = None
+
+    def _fail(self, what: str, err: Exception) -> StoreError:
+        response = getattr(err, "response", None)
+        code = f"HTTP {response.status_code}" if response is not None else type(err).__name__
+        return StoreError(f"{what} {self.uri}: {code}")
+
+    def _check(self, response) -> None:
+        if response.status_code not in (200, 201, 202):
+            import requests
+
+            raise requests.HTTPError(response=response)
+
+    def put(self, name: str, path: str) -> None:
+        h, size = hashlib.sha256(), 0
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+                size += len(chunk)
+        layer = {"mediaType": LAYER_MEDIA_TYPE, "digest": "sha256:" + h.hexdigest(), "size": size, "annotations": {TITLE: name}}
+        try:
+            self._check(self._registry.upload_blob(path, self._container, layer))
+        except self._errors as err:
+            raise self._fail(f"writing {name} to", err) from None
+        self._layers.append(layer)
+
+    def finish(self) -> None:
+        """Push the empty config and the image manifest naming every layer (the tag moves last)."""
+        manifest = {"schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE, "artifactType": ARTIFACT_TYPE, "config": EMPTY_CONFIG, "layers": self._layers}
+        if self._created:
+            manifest["annotations"] = {"org.opencontainers.image.created": self._created}
+        with tempfile.TemporaryDirectory(prefix="lorarl-oci-") as tmp:
+            config = os.path.join(tmp, "config.json")
+            with open(config, "wb") as f:
+                f.write(b"{}")
+            try:
+                self._check(self._registry.upload_blob(config, self._container, dict(EMPTY_CONFIG)))
+                self._check(self._registry.upload_manifest(manifest, self._container))
+            except self._errors as err:
+                raise self._fail("writing the manifest to", err) from None
+
+    def _layer(self, name: str) -> dict:
+        if self._manifest is None:
+            try:
+                response = self._registry.do_request(
+                    f"{self._registry.prefix}://{self._container.manifest_url()}", "GET", headers={"Accept": MANIFEST_MEDIA_TYPE}
+                )
+                self._check(response)
+                self._manifest = response.json()
+            except self._errors as err:
+                raise self._fail("reading the manifest of", err) from None
+        for layer in self._manifest.get("layers") or []:
+            if (layer.get("annotations") or {}).get(TITLE) == name:
+                return layer
+        raise StoreError(f"reading {name} from {self.uri}: no layer titled {name}")
+
+    def open(self, name: str) -> BinaryIO:
+        layer = self._layer(name)
+        try:
+            response = self._registry.get_blob(self._container, layer["digest"], stream=True)
+            self._check(response)
+        except self._errors as err:
+            raise self._fail(f"reading {name} from", err) from None
+        response.raw.decode_content = True
+        return response.raw
+
 
 class DirStore:
     def __init__(self, path: str, uri: str | None = None):
@@ -81,13 +199,19 @@ class DirStore:
         except OSError as err:
             raise StoreError(f"reading {name} from {self.uri}: {err.strerror}") from None
 
+    def finish(self) -> None:
+        pass
 
-def for_uri(uri: str, endpoint: str | None = None) -> Store:
-    """A store to pull from: s3:// (credentials from the AWS_* environment) or a local directory."""
+
+def for_uri(uri: str, endpoint: str | None = None, plain_http: bool = False) -> Store:
+    """A store to pull from: s3:// (credentials from the AWS_* environment), oci:// (the docker
+    config's, as oras reads it) or a local directory."""
     if uri.startswith("s3://"):
         return S3Store(uri if uri.endswith("/") else uri + "/", endpoint=endpoint or os.environ.get("AWS_ENDPOINT_URL"))
+    if uri.startswith("oci://"):
+        return OciStore(uri, plain_http=plain_http)
     if uri.startswith("file://"):
         uri = uri[len("file://") :]
     if "://" in uri:
-        raise StoreError(f"{uri}: only s3:// and local directories can be pulled so far")
+        raise StoreError(f"{uri}: only s3://, oci:// and local directories can be pulled")
     return DirStore(uri)

@@ -878,14 +878,15 @@ class ClaimDestination(ApiModel):
 
 
 class OciDestination(ApiModel):
-    """An OCI registry: the adapter as an OCI artifact, laid out as ORAS pushes it. Typed, not exported yet
-    (AdapterExported=False, DestinationNotBuilt)."""
+    """An OCI registry: the adapter as one OCI artifact, laid out as ORAS pushes files (artifactType
+    application/vnd.lorarl.adapter.v1, the empty config, one layer per file titled with its name)."""
 
     repository: str = Field(..., max_length=255, pattern=OCI_REPOSITORY, description="registry[:port]/path, without tag.")
     tag: str | None = Field(None, max_length=128, pattern=OCI_TAG, description="Tag; default: <job>-rollout-<N>.")
     credentials_secret_name: str | None = Field(
         None, max_length=253, pattern=K8S_NAME, description="A kubernetes.io/dockerconfigjson Secret in the job's namespace."
     )
+    plain_http: bool = Field(False, description="Reach the registry over HTTP, not HTTPS (as oras --plain-http): only for a registry on a trusted network.")
 
 
 class HubDestination(ApiModel):
@@ -913,7 +914,7 @@ class ExportDestination(ApiModel):
 
     s3: S3Destination | None = Field(None, description="An S3-compatible bucket.")
     claim: ClaimDestination | None = Field(None, description="A directory on a PVC of the user's.")
-    oci: OciDestination | None = Field(None, description="An OCI registry (not exported yet).")
+    oci: OciDestination | None = Field(None, description="An OCI registry (an OCI artifact, as ORAS pushes files).")
     hub: HubDestination | None = Field(None, description="The Hugging Face Hub (not exported yet).")
 
 
@@ -923,7 +924,10 @@ class ExportSpec(ApiModel):
 
     destinations: list[ExportDestination] = Field(..., min_length=1, max_length=4, description="Where the adapter goes.")
     image: str | None = Field(
-        None, max_length=512, pattern=IMAGE, description="Image of the export pod; it must provide python3 (and botocore for s3). Default: the training image."
+        None,
+        max_length=512,
+        pattern=IMAGE,
+        description="Image of the export pod; it must provide python3 (with botocore for s3, oras for oci: the operator's image has both). Default: the training image.",
     )
     backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the export Job.")
 

@@ -52,6 +52,19 @@ def _env(job: LoraRLJob) -> list[dict[str, Any]]:
     return env
 
 
+def _security_context(job: LoraRLJob) -> dict[str, Any]:
+    """The export reads the claim as the job's pods wrote it. With spec.runPolicy.runAsUser, as
+    that user (the pod's securityContext). Without, the job's pods ran as their image's user, root
+    in the miles images, and the volume's root directory is often root's alone (the hostpath
+    provisioner makes it 0750), as is /root where it is mounted (0700 in Debian): the export image
+    may have another default user (the operator's is 65532), so the export runs as uid 0 too, with
+    no capability (so no DAC override either)."""
+    ctx = render.container_security_context()
+    if job.spec.run_policy.run_as_user is None:
+        ctx["runAsUser"] = 0
+    return ctx
+
+
 def job_object(job: LoraRLJob) -> dict[str, Any]:
     export_spec = job.spec.export
     assert export_spec is not None
@@ -60,6 +73,7 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         {"name": "exporter", "configMap": {"name": name(job)}},
     ]
     mounts: list[dict[str, Any]] = [
+        # where the training pods mount it: the attempts' ledger records absolute save directories
         {"name": "data", "mountPath": paths.SHARED_DIR, "subPath": "shared_data", "readOnly": True},
         {"name": "exporter", "mountPath": EXPORT_DIR, "readOnly": True},
     ]
@@ -67,6 +81,11 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         if dest.claim is not None:
             volumes.append({"name": f"dest-{i}", "persistentVolumeClaim": {"claimName": dest.claim.claim_name}})
             mounts.append({"name": f"dest-{i}", "mountPath": f"{export.CLAIM_MOUNT_ROOT}/{i}"})
+        if dest.oci is not None and dest.oci.credentials_secret_name:
+            # the docker config as a file (oras reads it as docker does), never in the environment
+            items = [{"key": ".dockerconfigjson", "path": "config.json"}]
+            volumes.append({"name": f"auth-{i}", "secret": {"secretName": dest.oci.credentials_secret_name, "items": items}})
+            mounts.append({"name": f"auth-{i}", "mountPath": f"{export.AUTH_MOUNT_ROOT}/{i}", "readOnly": True})
     command = [
         "python3",
         f"{EXPORT_DIR}/{EXPORTER_FILE}",
@@ -85,7 +104,7 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
         "env": _env(job),
         "volumeMounts": mounts,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": render.container_security_context(),
+        "securityContext": _security_context(job),
         "terminationMessagePolicy": "File",
     }
     return {
