@@ -12,7 +12,8 @@ import sys
 
 import pytest
 from lorarl.api import types as api
-from lorarl.job import export_job
+from lorarl.job import export_job, serve_job
+from lorarl.job.settings import RenderSettings
 
 from tests.adapter import saves
 from tests.api.apiserver import dry_run_apply
@@ -91,3 +92,19 @@ def test_the_export_reads_the_claim_as_the_jobs_pods_wrote_it():
     assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["runAsNonRoot"] is True
     assert pod["containers"][0]["volumeMounts"][0] == {"name": "data", "mountPath": "/root/shared_data", "subPath": "shared_data", "readOnly": True}
     assert pod["containers"][0]["command"][-2:] == ["--save-root", "/root/shared_data/tiny-lora/checkpoints"]
+
+
+def test_the_export_and_load_pods_run_the_operators_tools_image_unless_the_spec_names_one():
+    """The job image need not have botocore or oras; the operator's tools image has both
+    (tests/image checks the built image), so every destination works without a choice."""
+    settings = RenderSettings(tools_image="registry.example/lorarl-operator@sha256:" + "a" * 64)
+    assert export_job.job_object(job(), settings)["spec"]["template"]["spec"]["containers"][0]["image"] == settings.tools_image
+    named = job()
+    named.spec.export.image = "registry.example/exporter:1"
+    assert export_job.job_object(named, settings)["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/exporter:1"
+    assert export_job.job_object(job())["spec"]["template"]["spec"]["containers"][0]["image"] == RenderSettings().tools_image
+    served = job()
+    served.spec.serve = api.ServeSpec.model_validate({"url": "http://sglang.serving.svc:30000", "adapterPath": "/adapters/x"})
+    assert serve_job.job_object(served, "/adapters/x", settings)["spec"]["template"]["spec"]["containers"][0]["image"] == settings.tools_image
+    served.spec.export.image = "registry.example/exporter:1"
+    assert serve_job.job_object(served, "/adapters/x", settings)["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/exporter:1"

@@ -927,7 +927,7 @@ class ExportSpec(ApiModel):
         None,
         max_length=512,
         pattern=IMAGE,
-        description="Image of the export pod; it must provide python3 (with botocore for s3, oras for oci: the operator's image has both). Default: the training image.",
+        description="Image of the export pod; it must provide python3 (with botocore for s3, oras for oci). Default: the operator's tools image (`lorarl run --tools-image`), which has both.",
     )
     backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the export Job.")
 

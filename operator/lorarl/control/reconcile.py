@@ -394,7 +394,7 @@ class Reconciler:
         if found is None:
             # the status the exporter reads (status.history) as stored now, not as parsed for this generation
             current = job.model_copy(update={"status": body.get("status") or {}})
-            for child in export_job.children(current):
+            for child in export_job.children(current, self.render_settings):
                 try:
                     answer = self.kube.apply(child, field_manager=kube_field_manager, answer=child["kind"] == "Job")
                 except ApiError as err:
@@ -427,7 +427,7 @@ class Reconciler:
         found = self.caches.export_jobs.get((namespace, name)) if self.caches is not None else self.kube.get("batch/v1", "Job", namespace, name)
         if found is None:
             current = job.model_copy(update={"status": {**(body.get("status") or {}), status.ADAPTER: exported.adapter}})
-            children = serve_job.children(current)
+            children = serve_job.children(current, self.render_settings)
             if not children:
                 return serve_status.waiting_for_path(), None
             for child in children:

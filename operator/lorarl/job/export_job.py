@@ -11,6 +11,8 @@ from typing import Any
 from ..adapter import export, plan
 from ..api.types import LoraRLJob
 from . import artifact, paths, render
+from .settings import DEFAULT as DEFAULT_SETTINGS
+from .settings import RenderSettings
 
 EXPORT_DIR = "/opt/lorarl-export"
 EXPORTER_FILE = "exporter.pyz"
@@ -65,7 +67,7 @@ def _security_context(job: LoraRLJob) -> dict[str, Any]:
     return ctx
 
 
-def job_object(job: LoraRLJob) -> dict[str, Any]:
+def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> dict[str, Any]:
     export_spec = job.spec.export
     assert export_spec is not None
     volumes: list[dict[str, Any]] = [
@@ -98,7 +100,9 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
     ]
     container = {
         "name": CONTAINER,
-        "image": export_spec.image or render.image(job),
+        # the operator's tools image has python3, botocore (s3) and oras (oci): every destination
+        # works without a choice of image (a training image has neither library)
+        "image": export_spec.image or settings.tools_image,
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
         "command": command,
         "env": _env(job),
@@ -127,8 +131,8 @@ def job_object(job: LoraRLJob) -> dict[str, Any]:
     }
 
 
-def children(job: LoraRLJob) -> list[dict[str, Any]]:
+def children(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
     """The export's objects, or none without spec.export."""
     if job.spec.export is None:
         return []
-    return [configmap(job), job_object(job)]
+    return [configmap(job), job_object(job, settings)]

@@ -12,6 +12,8 @@ from typing import Any
 from ..api.types import LoraRLJob
 from ..serving import loader
 from . import render
+from .settings import DEFAULT as DEFAULT_SETTINGS
+from .settings import RenderSettings
 
 LOADER_DIR = "/opt/lorarl-serve"
 LOADER_FILE = "loader.py"
@@ -68,7 +70,7 @@ def configmap(job: LoraRLJob) -> dict[str, Any]:
     }
 
 
-def job_object(job: LoraRLJob, path: str) -> dict[str, Any]:
+def job_object(job: LoraRLJob, path: str, settings: RenderSettings = DEFAULT_SETTINGS) -> dict[str, Any]:
     serve = job.spec.serve
     assert serve is not None
     env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
@@ -80,7 +82,7 @@ def job_object(job: LoraRLJob, path: str) -> dict[str, Any]:
         command.append("--replace")
     container = {
         "name": CONTAINER,
-        "image": serve.image or (job.spec.export.image if job.spec.export else None) or render.image(job),
+        "image": serve.image or (job.spec.export.image if job.spec.export else None) or settings.tools_image,
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
         "command": command,
         "env": env,
@@ -111,11 +113,11 @@ def job_object(job: LoraRLJob, path: str) -> dict[str, Any]:
     }
 
 
-def children(job: LoraRLJob) -> list[dict[str, Any]]:
+def children(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
     """The load's objects, or none without spec.serve or before the adapter's path is known."""
     if job.spec.serve is None:
         return []
     path = adapter_path(job)
     if path is None:
         return []
-    return [configmap(job), job_object(job, path)]
+    return [configmap(job), job_object(job, path, settings)]
