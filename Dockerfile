@@ -50,14 +50,15 @@ COPY --from=builder /opt/exporter /opt/exporter
 # the container runs with readOnlyRootFilesystem and an emptyDir at /tmp.
 # `python3` is the export pod's interpreter (/opt/exporter: botocore and oras for the s3 and oci
 # destinations, `python3 exporter.pyz`, docs/adapters.md); `lorarl` is /opt/venv's entry point,
-# which runs /opt/venv's python by its absolute shebang.
+# which runs /opt/venv's python by its absolute shebang; the reporter sidecar names
+# /opt/venv/bin/python3 (lorarl.job.render.TOOLS_PYTHON).
 ENV PATH=/opt/exporter/bin:/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp
 # The image is also the jobs' tools image: the Ray head's init container copies the reporter
 # zipapp from this fixed path (lorarl.job.paths.TOOLS_REPORTER_PATH), built from the same source
-RUN python3 -m lorarl.job.artifact /opt/lorarl-tools/reporter.pyz
+RUN /opt/venv/bin/python3 -m lorarl.job.artifact /opt/lorarl-tools/reporter.pyz
 USER 65532:65532
 WORKDIR /tmp
 # liveness (kopf) and Prometheus metrics

@@ -221,7 +221,7 @@ def test_the_head_gets_the_reporter_from_the_tools_image():
     assert volumes[render.REPORTER_VOLUME] == {"name": render.REPORTER_VOLUME, "emptyDir": {"sizeLimit": render.REPORTER_VOLUME_SIZE}}
     ray, sidecar = head["containers"]
     assert {"name": render.REPORTER_VOLUME, "mountPath": paths.REPORTER_DIR, "readOnly": True} in ray["volumeMounts"]
-    assert sidecar["image"] == TOOLS and sidecar["command"] == ["python3", "-m", "lorarl.reporter", "sidecar"]
+    assert sidecar["image"] == TOOLS and sidecar["command"] == ["/opt/venv/bin/python3", "-m", "lorarl.reporter", "sidecar"]
     assert render.REPORTER_VOLUME not in {m["name"] for m in sidecar["volumeMounts"]}
     for c in (install, sidecar):
         assert c["securityContext"] == TIGHT, c["name"]

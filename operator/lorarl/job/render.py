@@ -51,6 +51,7 @@ SIDECAR_RESOURCES = {"limits": {"memory": "128Mi"}, "requests": {"cpu": "10m", "
 REPORTER_INSTALL_CONTAINER = "lorarl-reporter-install"
 REPORTER_INSTALL_RESOURCES = {"limits": {"memory": "32Mi"}, "requests": {"cpu": "10m", "memory": "16Mi"}}
 TOOLS_USER = 65532  # the operator image's own user (Dockerfile)
+TOOLS_PYTHON = "/opt/venv/bin/python3"  # the tools image's interpreter with lorarl (Dockerfile)
 API_ACCESS_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # reporter/kubeapi.py SA_DIR
 API_ACCESS_EXPIRATION_SECONDS = 3600  # the kubelet renews it at 80% of its life; the reporter re-reads it
 DEFAULT_STORAGE_SIZE = "200Gi"
@@ -473,13 +474,14 @@ def reporter_install_container(tools_image: str) -> dict[str, Any]:
 
 def reporter_sidecar(job: LoraRLJob, tools_image: str) -> dict[str, Any]:
     """The head pod's token holder: sends the statuses the reporter next to the trainer spools
-    (``python3 -m lorarl.reporter sidecar``, the tools image has lorarl installed); the only
+    (lorarl's own interpreter in the tools image runs ``-m lorarl.reporter sidecar``: its
+    ``python3`` on PATH is the exporter's, without lorarl, see the Dockerfile); the only
     container with the API token mounted."""
     return {
         "name": SIDECAR_CONTAINER,
         "image": tools_image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-m", "lorarl.reporter", "sidecar"],
+        "command": [TOOLS_PYTHON, "-m", "lorarl.reporter", "sidecar"],
         "args": ["--namespace", job.metadata.namespace, "--name", job.metadata.name, "--spool", STATUS_SPOOL_PATH],
         "resources": SIDECAR_RESOURCES,
         "volumeMounts": [
