@@ -59,7 +59,7 @@ def test_dockerfile_shape():
     assert final[-2:] == ['ENTRYPOINT ["lorarl"]', 'CMD ["run", "--all-namespaces"]']
     runs = " ".join(i for i in final if i.startswith("RUN"))
     # the jobs' tools image: the reporter zipapp at the path the head's init container copies from
-    assert "RUN python3 -m lorarl.job.artifact /opt/lorarl-tools/reporter.pyz" in final
+    assert "RUN /opt/venv/bin/python3 -m lorarl.job.artifact /opt/lorarl-tools/reporter.pyz" in final
     for tool in (r"apt-get", r"apt", r"pip install", r"gcc", r"build-essential", r"make", r"curl", r"wget"):
         assert not re.search(rf"\b{tool}\b", runs), f"the final stage runs {tool}"
     env = " ".join(i for i in final if i.startswith("ENV"))
