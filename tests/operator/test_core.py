@@ -49,6 +49,9 @@ def test_own_writes_trigger_no_reconcile(control_plane, namespace, kube, tmp_pat
     try:
         apply_job(control_plane, namespace, seed_doc())
         wait_for(phase_is(kube, namespace, "Pending"), what="status Pending")
+        # the creation's reconcile is logged after its status write: counted before the poke,
+        # else the poke's wait below could be met by this line instead of its own (a loaded run)
+        wait_for(lambda: count_reconciles(op, namespace, "(change): phase Pending") >= 1, what="the creation's reconcile logged")
         # a write by someone else (the reporter) after the operator's own status write and
         # RayJob apply: kopf delivers one object's events in order, so once this is reconciled,
         # the echoes of the operator's writes have been seen

@@ -67,6 +67,8 @@ REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 #: The order processes are stopped in (reverse of start order).
 _STOP_ORDER = (
+    "crane",  # the export tests' OCI registry (seedrun.start_registry)
+    "moto_server",  # the export tests' S3 server (seedrun.start_s3)
     "hubstub",
     "kueue",
     "kuberay-operator",
@@ -324,11 +326,13 @@ def _pid_is(pid: int, name: str) -> bool:
         return _pid_alive(pid)
     if os.path.basename(exe.removesuffix(" (deleted)")) == name:
         return True
-    # a Python child (the real node's relay, the Hub stand-in) is known by its module
+    # a Python child is known by its module (the real node's relay, the Hub stand-in) or by its
+    # script (moto's moto_server)
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
-        return f"lorarl_dev.node.{name}".encode() in argv or f"lorarl_dev.{name}".encode() in argv
+        script = os.path.basename(argv[1].decode(errors="replace")) if len(argv) > 1 else ""
+        return f"lorarl_dev.node.{name}".encode() in argv or f"lorarl_dev.{name}".encode() in argv or script == name
     except OSError:
         return False
 
@@ -600,7 +604,8 @@ class ControlPlane:
                     realnode.teardown(node_state)
                 else:
                     node_state = None
-        for name in _STOP_ORDER:
+        # a child not named in the order (a test's server spawned beside the node) goes first
+        for name in [n for n in self.pids if n not in _STOP_ORDER] + list(_STOP_ORDER):
             pid = self.pids.get(name)
             if pid is None:
                 continue
@@ -1373,7 +1378,7 @@ def down(state_dir: str | os.PathLike[str] | None = None) -> bool:
             if record.get("netns") == netns_name:
                 record["pids"] = {**record.get("pids", {}), **pids}
                 realnode.teardown(record)  # the node, its pods, mounts and cgroups first
-    for name in _STOP_ORDER:
+    for name in [n for n in pids if n not in _STOP_ORDER] + list(_STOP_ORDER):
         pid = pids.get(name)
         if pid is None:
             continue
