@@ -390,27 +390,12 @@ class Reconciler:
         if self.caches is not None and not self.caches.export_jobs_listed.is_set():
             # until the listing is done an absent Job may exist; the listing queues exporting jobs
             return adapter_status.ExportState("Unknown", adapter_status.EXPORTING, "waiting for the operator to list export Jobs", None, False), None
-        found = self.caches.export_jobs.get((namespace, name)) if self.caches is not None else self.kube.get("batch/v1", "Job", namespace, name)
-        if found is None:
-            # the status the exporter reads (status.history) as stored now, not as parsed for this generation
-            current = job.model_copy(update={"status": body.get("status") or {}})
-            for child in export_job.children(current, self.render_settings):
-                try:
-                    answer = self.kube.apply(child, field_manager=kube_field_manager, answer=child["kind"] == "Job")
-                except ApiError as err:
-                    if not err.needs_fix:
-                        raise
-                    meta = child["metadata"]
-                    refused = status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
-                    return adapter_status.ExportState("Unknown", status.APPLY_FAILED, refused, None, False), refused
-            found = answer
-            if self.caches is not None:
-                self.caches.export_jobs.note_own_write(answer)
-        if self.caches is not None:
-            job_pods = self.caches.pods_of(namespace, job.metadata.name)
-        else:
-            job_pods = self.kube.list("v1", "Pod", namespace, f"{render.JOB_LABEL}={job.metadata.name}")
-        return adapter_status.export_state(found, adapter_status.export_pods(job_pods)), None
+        # the status the exporter reads (status.history) as stored now, not as parsed for this generation
+        current = job.model_copy(update={"status": body.get("status") or {}})
+        found, refused = self._one_off_job(namespace, name, lambda: export_job.children(current, self.render_settings))
+        if refused is not None:
+            return adapter_status.ExportState("Unknown", status.APPLY_FAILED, refused, None, False), refused
+        return adapter_status.export_state(found, adapter_status.export_pods(self._pods_of(job))), None
 
     def _serve(
         self, job: api.LoraRLJob, body: dict[str, Any], previous: dict[str, Any], exported: adapter_status.ExportState
@@ -424,29 +409,40 @@ class Reconciler:
         namespace, name = job.metadata.namespace, serve_job.name(job)
         if self.caches is not None and not self.caches.export_jobs_listed.is_set():
             return serve_status.ServeState("Unknown", serve_status.LOADING, "waiting for the operator to list load Jobs", None, False), None
+        current = job.model_copy(update={"status": {**(body.get("status") or {}), status.ADAPTER: exported.adapter}})
+        found, refused = self._one_off_job(namespace, name, lambda: serve_job.children(current, self.render_settings))
+        if refused is not None:
+            return serve_status.ServeState("Unknown", status.APPLY_FAILED, refused, None, False), refused
+        if found is None:  # no children yet: status.adapter names no path the server can load
+            return serve_status.waiting_for_path(), None
+        return serve_status.serve_state(found, serve_status.load_pods(self._pods_of(job))), None
+
+    def _one_off_job(self, namespace: str, name: str, children: Callable[[], list[dict[str, Any]]]) -> tuple[dict[str, Any] | None, str | None]:
+        """A Job the job runs once (the export, the load): the Job as cached (or read), else its
+        ``children()`` applied once and the Job as applied (None when there are none); or the
+        message of a refused apply (retried with the apply backoff)."""
         found = self.caches.export_jobs.get((namespace, name)) if self.caches is not None else self.kube.get("batch/v1", "Job", namespace, name)
-        if found is None:
-            current = job.model_copy(update={"status": {**(body.get("status") or {}), status.ADAPTER: exported.adapter}})
-            children = serve_job.children(current, self.render_settings)
-            if not children:
-                return serve_status.waiting_for_path(), None
-            for child in children:
-                try:
-                    answer = self.kube.apply(child, field_manager=kube_field_manager, answer=child["kind"] == "Job")
-                except ApiError as err:
-                    if not err.needs_fix:
-                        raise
-                    meta = child["metadata"]
-                    refused = status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
-                    return serve_status.ServeState("Unknown", status.APPLY_FAILED, refused, None, False), refused
-            found = answer
-            if self.caches is not None:
-                self.caches.export_jobs.note_own_write(answer)
+        if found is not None:
+            return found, None
+        for child in children():
+            try:
+                answer = self.kube.apply(child, field_manager=kube_field_manager, answer=child["kind"] == "Job")
+            except ApiError as err:
+                if not err.needs_fix:
+                    raise
+                meta = child["metadata"]
+                return None, status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
+            if child["kind"] == "Job":
+                found = answer
+        if found is not None and self.caches is not None:
+            self.caches.export_jobs.note_own_write(found)
+        return found, None
+
+    def _pods_of(self, job: api.LoraRLJob) -> list[dict[str, Any]]:
+        """The job's pods (its one-off Jobs' among them): from the cache, else listed."""
         if self.caches is not None:
-            job_pods = self.caches.pods_of(namespace, job.metadata.name)
-        else:
-            job_pods = self.kube.list("v1", "Pod", namespace, f"{render.JOB_LABEL}={job.metadata.name}")
-        return serve_status.serve_state(found, serve_status.load_pods(job_pods)), None
+            return self.caches.pods_of(job.metadata.namespace, job.metadata.name)
+        return self.kube.list("v1", "Pod", job.metadata.namespace, f"{render.JOB_LABEL}={job.metadata.name}")
 
     def _gpu_usage(self, body: dict[str, Any], previous: dict[str, Any], now: datetime.datetime) -> gpuhours.Usage | None:
         """The job's GPU accounting from the pod cache (None without one, or before its listing is complete)."""
