@@ -32,12 +32,13 @@ class ExportState(NamedTuple):
     stalled: bool  # the export failed for good: not Healthy
 
 
-def _job_condition(job: dict[str, Any], type_: str) -> bool:
+def job_condition(job: dict[str, Any], type_: str) -> bool:
     return any(c.get("type") == type_ and c.get("status") == "True" for c in (job.get("status") or {}).get("conditions") or [])
 
 
-def _reports(pods: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
-    """(pod name, parsed report or None, terminated state) of every terminated export container, oldest first."""
+def pod_reports(pods: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
+    """(pod name, parsed report or None, terminated state) of every terminated container of a
+    one-off Job's pods (the export's, the load's: each reports in its termination message), oldest first."""
     out = []
     for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -62,7 +63,7 @@ def export_state(export_job: dict[str, Any] | None, pods: list[dict[str, Any]]) 
     """What the condition and status.adapter say, given the export Job (None: not created yet)."""
     if export_job is None:
         return ExportState("Unknown", EXPORTING, "the export Job is being created", None, False)
-    reports = _reports(pods)
+    reports = pod_reports(pods)
     for _pod, report, _ended in reversed(reports):
         if report is not None and report.get("ok") is True:
             try:
@@ -70,7 +71,7 @@ def export_state(export_job: dict[str, Any] | None, pods: list[dict[str, Any]]) 
             except pydantic.ValidationError as err:
                 return ExportState("False", "UnreadableReport", f"pod {_pod}'s report does not fit status.adapter ({err.error_count()} errors)", None, True)
             return ExportState("True", "Exported", f"{adapter.get('uri')} ({adapter.get('digest')}, rollout {adapter.get('rollout')})", adapter, False)
-    if _job_condition(export_job, "Failed"):
+    if job_condition(export_job, "Failed"):
         reason, message = _why(*reports[-1]) if reports else ("ExportPodFailed", "the export Job failed before its pod ran")
         return ExportState("False", reason, message, None, True)
     if reports:

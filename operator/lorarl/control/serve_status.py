@@ -9,7 +9,6 @@ runs once per export. The reconcile calls it after AdapterExported is True."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
 
 import pydantic
@@ -17,6 +16,7 @@ import pydantic
 from ..api import types as api
 from ..job import serve_job
 from ..job.render import COMPONENT_LABEL
+from . import adapter_status
 
 ADAPTER_SERVED = "AdapterServed"
 SERVE_FAILED_STALL = "AdapterServeFailed"
@@ -32,25 +32,6 @@ class ServeState(NamedTuple):
     stalled: bool  # the load failed for good: not Healthy
 
 
-def _failed(job: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Failed" and c.get("status") == "True" for c in (job.get("status") or {}).get("conditions") or [])
-
-
-def _reports(pods: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
-    out = []
-    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            ended = (cs.get("state") or {}).get("terminated")
-            if not ended:
-                continue
-            try:
-                report = json.loads(ended.get("message") or "")
-            except ValueError:
-                report = None
-            out.append(((pod.get("metadata") or {}).get("name", "?"), report if isinstance(report, dict) else None, ended))
-    return out
-
-
 def _why(pod: str, report: dict[str, Any] | None, ended: dict[str, Any]) -> tuple[str, str]:
     if report is not None and report.get("ok") is False:
         return str(report.get("reason") or "LoadFailed")[:128], str(report.get("message") or "")[:MESSAGE_LIMIT]
@@ -61,7 +42,7 @@ def serve_state(load_job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> 
     """What the condition and status.serving say, given the load Job (None: not created yet)."""
     if load_job is None:
         return ServeState("Unknown", LOADING, "the load Job is being created", None, False)
-    reports = _reports(pods)
+    reports = adapter_status.pod_reports(pods)
     for pod, report, _ended in reversed(reports):
         if report is not None and report.get("ok") is True:
             try:
@@ -69,7 +50,7 @@ def serve_state(load_job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> 
             except pydantic.ValidationError as err:
                 return ServeState("False", "UnreadableReport", f"pod {pod}'s report does not fit status.serving ({err.error_count()} errors)", None, True)
             return ServeState("True", "Served", f"{serving.get('name')} at {serving.get('server')} ({serving.get('path')})", serving, False)
-    if _failed(load_job):
+    if adapter_status.job_condition(load_job, "Failed"):
         reason, message = _why(*reports[-1]) if reports else ("LoadPodFailed", "the load Job failed before its pod ran")
         return ServeState("False", reason, message, None, True)
     if reports:
