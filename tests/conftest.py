@@ -20,5 +20,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 def kube(control_plane) -> Api:
     """The operator's own API client, as admin, on the session's control plane."""
     client = control_plane.api_client()
-    yield Api(client)
+    api = Api(client)
+    yield api
+    api.close()
     client.close()

@@ -94,5 +94,7 @@ def isolated_namespace(request, isolated_plane):
 @pytest.fixture
 def isolated_kube(isolated_plane):
     client = isolated_plane.api_client()
-    yield Api(client)
+    api = Api(client)
+    yield api
+    api.close()
     client.close()

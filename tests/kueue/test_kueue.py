@@ -33,7 +33,9 @@ LORARL = "lorarl.dev/v1alpha1"
 @pytest.fixture
 def kube(kueue_cluster):
     client = kueue_cluster.api_client()
-    yield Api(client)
+    api = Api(client)
+    yield api
+    api.close()
     client.close()
 
 

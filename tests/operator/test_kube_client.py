@@ -7,7 +7,8 @@ import logging
 import threading
 
 import kubernetes
-from lorarl.runtime.kube import Api, raw_requests
+import pytest
+from lorarl.runtime.kube import Api, ApiError, raw_requests
 
 
 def test_the_client_keeps_a_connection_per_worker_in_flight(control_plane, caplog):
@@ -38,47 +39,65 @@ def test_the_client_keeps_a_connection_per_worker_in_flight(control_plane, caplo
             thread.join(timeout=60)
     assert answered == [200] * workers
     assert not [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()]
-    api.client.close()
+    api.close()
 
 
 def test_the_token_refresh_hook_runs_at_most_once_a_period():
+    from types import SimpleNamespace
+
     from lorarl.runtime.kube import ThrottledRefresh
 
     now = [100.0]
     calls: list[object] = []
-    hook = ThrottledRefresh(calls.append, period=10.0, clock=lambda: now[0])
+    config = SimpleNamespace(refresh_api_key_hook=None)
+
+    def loader_hook(configuration):  # as the client's loaders do: it installs itself again
+        calls.append(configuration)
+        configuration.refresh_api_key_hook = loader_hook
+
+    hook = ThrottledRefresh(loader_hook, period=10.0, clock=lambda: now[0])
+    config.refresh_api_key_hook = hook
     for _ in range(50):
-        hook("config")
-    assert calls == ["config"]  # the first request refreshes; the next 49 within the period do not
+        config.refresh_api_key_hook(config)
+    assert calls == [config]  # the first request refreshes; the next 49 within the period do not
+    assert config.refresh_api_key_hook is hook  # still in front of the loader's hook
     now[0] += 9.9
-    hook("config")
+    config.refresh_api_key_hook(config)
     assert len(calls) == 1
     now[0] += 0.2
-    hook("config")
+    config.refresh_api_key_hook(config)
     assert len(calls) == 2  # due again after the period
 
 
-def test_requests_stay_authenticated_with_the_refresh_throttled(control_plane, namespace):
-    # a ServiceAccount's bearer token: the kubeconfig loader's hook re-sets it before each request;
-    # wrapped, the real API server still authenticates every request (a 401/403 would raise), and
-    # the loader's hook ran once, not once per request
+def test_requests_stay_authenticated_with_the_refresh_throttled(control_plane, namespace, monkeypatch):
+    # a ServiceAccount's bearer token: the kubeconfig loader's hook re-sets it (and the host, and
+    # itself as the hook) before each request. Counted where the loader does its work, not in a
+    # wrapper of ours: the first version of the throttle was replaced by the loader's hook on its
+    # first run and every request after paid again, which a wrapper around the hook did not see.
+    loads: list[object] = []
+    loader_set_config = kubernetes.config.kube_config.KubeConfigLoader._set_config
+
+    def counting(self, client_configuration):
+        loads.append(client_configuration)
+        return loader_set_config(self, client_configuration)
+
+    monkeypatch.setattr(kubernetes.config.kube_config.KubeConfigLoader, "_set_config", counting)
     kubeconfig = control_plane.restricted_kubeconfig(namespace, "token-user")
     config = kubernetes.client.Configuration()
     kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=config)
-    loader_hook = config.refresh_api_key_hook
-    assert loader_hook is not None
-    runs: list[object] = []
-
-    def counting(configuration: object) -> None:
-        runs.append(configuration)
-        loader_hook(configuration)
-
-    config.refresh_api_key_hook = counting
+    loaded = len(loads)  # the loading itself
     api = Api.from_configuration(config)
     raw = raw_requests(api.client)
     review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     for _ in range(20):  # any authenticated user may ask who it is: the server names the token's owner
         answer = raw.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=review, serialize=False)
         assert json.loads(answer.data)["status"]["userInfo"]["username"] == f"system:serviceaccount:{namespace}:token-user"
-    assert len(runs) == 1
-    api.client.close()
+    # the reconcile workers' calls (Api) authenticate with the same token: the real
+    # server names the token's owner in its refusal (the ServiceAccount may not read Secrets)
+    for _ in range(20):
+        with pytest.raises(ApiError) as refused:
+            api.get("v1", "Secret", namespace, "anything")
+        assert refused.value.status == 403
+        assert f"system:serviceaccount:{namespace}:token-user" in str(refused.value)
+    assert len(loads) - loaded == 1  # refreshed once for 40 requests within the period
+    api.close()

@@ -151,6 +151,12 @@ class ThrottledRefresh:
             if self.clock() < self._next:
                 return  # another thread refreshed it meanwhile
             self.hook(configuration)
+            # the loaders' hooks install themselves again on every run (kubernetes 37:
+            # config/kube_config.py:529-537 ``_set_config``, config/incluster_config.py:87-100):
+            # the new one is what runs next time, and the throttle stays in front of it
+            if configuration.refresh_api_key_hook is not self:
+                self.hook = configuration.refresh_api_key_hook or self.hook
+                configuration.refresh_api_key_hook = self
             self._next = self.clock() + self.period
 
 
@@ -186,6 +192,10 @@ class Api:
 
     def __post_init__(self) -> None:
         self._dynamic = raw_requests(self.client)
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self.client.close()
 
     def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None, answer: bool = True) -> dict[str, Any]:
         def send() -> Any:

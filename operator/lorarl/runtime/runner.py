@@ -182,6 +182,7 @@ def run(
             stop_renewing.set()
             renewer.join()
             elector.release()
+        kube.close()  # its connections (the lease is released by now)
         if server is not None:
             server.stop()
         sys.stdout.flush()
