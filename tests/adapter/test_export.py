@@ -166,13 +166,6 @@ def test_a_non_contiguous_tensor_is_refused(save_root, tmp_path):
     assert _refusal(claim_job(), save_root, tmp_path)[0] == "UnreadableAdapter"
 
 
-def test_a_hub_destination_is_refused_as_not_built(save_root, tmp_path):
-    saves.write_save(str(save_root), 99)
-    j = job(export={"destinations": [{"hub": {"repo": "team/tiny-lora", "tokenSecretRef": {"name": "hub", "key": "token"}}}]})
-    reason, message = _refusal(j, save_root, tmp_path)
-    assert reason == "DestinationNotBuilt" and "spec.export.destinations[0].hub" in message
-
-
 def test_an_oci_destination_in_an_image_without_oras_is_refused_naming_it(save_root, tmp_path):
     """This venv has no oras (the operator image's /opt/exporter has): a clear refusal, nothing pushed."""
     if importlib.util.find_spec("oras") is not None:

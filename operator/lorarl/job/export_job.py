@@ -51,6 +51,20 @@ def _env(job: LoraRLJob) -> list[dict[str, Any]]:
                 {"name": key_var, "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_ACCESS_KEY_ID"}}},
                 {"name": secret_var, "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_SECRET_ACCESS_KEY"}}},
             ]
+        if dest.hub is not None:
+            ref = dest.hub.token_secret_ref
+            env.append({"name": export.hub_token_env(i), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    if any(dest.hub is not None for dest in job.spec.export.destinations):
+        # huggingface_hub reads these at import. Xet off: the client then uploads through the LFS
+        # batch API, the protocol the Hub stand-in serves and the tests exercise (with hf_xet,
+        # which the image has, it would use Xet storage, not tested here); no telemetry, no
+        # progress bars in the pod's log; its cache under /tmp (the root may be read-only).
+        env += [
+            {"name": "HF_HUB_DISABLE_XET", "value": "1"},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+            {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
+            {"name": "HF_HOME", "value": "/tmp/lorarl-hf"},
+        ]
     return env
 
 
@@ -100,7 +114,7 @@ def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> d
     ]
     container = {
         "name": CONTAINER,
-        # the operator's tools image has python3, botocore (s3) and oras (oci): every destination
+        # the operator's tools image has python3, botocore (s3), oras (oci) and huggingface_hub (hub): every destination
         # works without a choice of image (a training image has neither library)
         "image": export_spec.image or settings.tools_image,
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
