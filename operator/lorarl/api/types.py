@@ -931,6 +931,11 @@ class ExportSpec(ApiModel):
         description="Image of the export pod; it must provide python3 (with botocore for s3, oras for oci, huggingface_hub for hub). Default: the operator's tools image (`lorarl run --tools-image`), which has them.",
     )
     backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the export Job.")
+    on_save: bool = Field(
+        False,
+        description="Also export while the run goes on: each newly complete save (status.checkpoints.latestIteration) gets an export Job "
+        "of its own, at most one at a time; status.adapter shows the newest exported. The export after Succeeded stays (docs/adapters.md).",
+    )
 
 
 # --------------------------------------------------------------------------------------- serve
