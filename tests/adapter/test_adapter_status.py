@@ -83,3 +83,13 @@ def test_the_final_exports_pods_are_not_an_export_at_a_saves():
 
     final, at_save = pod("final"), pod("at-save", **{"lorarl.dev/export-rollout": "49"})
     assert export_pods([final, at_save]) == [final] and export_pods([final, at_save], 49) == [at_save]
+
+
+def test_an_export_pod_beside_the_run_is_not_the_runs_pod_trouble():
+    from lorarl.control import pods
+    from lorarl.control.reconcile import training_pods
+
+    pending = {"metadata": {"name": "j-export-r0000049-abcde", "labels": {"app.kubernetes.io/component": "export"}}}
+    pending["status"] = {"phase": "Pending", "containerStatuses": [{"name": "export", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}}]}
+    assert pods.diagnose([pending]) is not None  # as trouble it would be reported, were it the run's
+    assert training_pods([pending]) == []

@@ -119,6 +119,14 @@ def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> datetime.datet
     return None if finished is None else finished + datetime.timedelta(seconds=ttl)
 
 
+def training_pods(job_pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's own pods: an export's at a save (spec.export.onSave) may run beside them and is
+    not the run's trouble (its Job's pod reports its own)."""
+    return [
+        p for p in job_pods if ((p.get("metadata") or {}).get("labels") or {}).get(render.COMPONENT_LABEL) not in (export_job.COMPONENT, serve_job.COMPONENT)
+    ]
+
+
 def settled_finished(body: dict[str, Any]) -> bool:
     """A finished job whose every generation was seen: nothing is left for the operator but a
     TTL (which it schedules) and events (which bring the whole object back)."""
@@ -348,7 +356,7 @@ class Reconciler:
             admission=admission,
             no_progress=quiet,
             driver_lost=lost,
-            pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(self.caches.pods_of(namespace, job.metadata.name)),
+            pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(training_pods(self.caches.pods_of(namespace, job.metadata.name))),
         )
         new_status, events = status.compute(previous, rayjob, facts)
         if new_status[status.PHASE] == status.RUNNING and job.spec.export is not None and job.spec.export.on_save and not stopped:
