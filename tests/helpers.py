@@ -482,19 +482,21 @@ def export_pod(kube, namespace: str, job_name: str = NAME, child: str = "export"
     return wait_for(newest, what="the export Job's pod")
 
 
-def exporter_report(directory: pathlib.Path, **write: Any) -> str:
-    """The termination message of the real exporter (lorarl.adapter.export) on a tiny save in
-    miles' layout (tests/adapter/saves.py; ``write``: its write_save options, e.g. states=False)."""
+def exporter_report(directory: pathlib.Path, rollout: int = 99, at_save: bool = False, **write: Any) -> str:
+    """The termination message of the real exporter (lorarl.adapter.export) on a tiny save of
+    ``rollout`` in miles' layout (tests/adapter/saves.py; ``write``: its write_save options, e.g.
+    states=False); ``at_save``: as an export at that save (the plan names the rollout)."""
     import datetime
 
     from lorarl.adapter import export, plan
 
     from tests.adapter import saves
 
-    saves.write_save(str(directory / "ckpt"), 99, **write)
+    saves.write_save(str(directory / "ckpt"), rollout, **write)
     tiny = api.LoraRLJob.model_validate(saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "served"}}]}))
     now = datetime.datetime(2026, 12, 2, tzinfo=datetime.UTC)
-    report = export.termination_message(export.run(plan.export_plan(tiny), saves.STATUS, str(directory / "ckpt"), now, claim_root=str(directory / "mnt")))
+    the_plan = {**plan.export_plan(tiny), **({"rollout": rollout} if at_save else {})}
+    report = export.termination_message(export.run(the_plan, saves.STATUS, str(directory / "ckpt"), now, claim_root=str(directory / "mnt")))
     return report.replace(str(directory / "ckpt"), "/root/shared_data/checkpoints")  # the save's path as the pod sees it: the same in every run
 
 

@@ -5,7 +5,7 @@
 #
 # usage: hack/image/install.sh SOURCE_DIR VENV_DIR WHEEL_DIR [EXPORTER_VENV_DIR]
 #
-# With EXPORTER_VENV_DIR, a second virtualenv gets the export pod's stores (botocore, oras: the
+# With EXPORTER_VENV_DIR, a second virtualenv gets the export pod's stores (botocore, oras, huggingface_hub: the
 # pins of hack/image/exporter-requirements.txt) and nothing of lorarl's: botocore requires
 # python-dateutil<3 and the kubernetes client >=3, so they cannot share one environment.
 #

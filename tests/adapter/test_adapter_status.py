@@ -55,3 +55,41 @@ def test_running_or_not_yet_created_is_unknown():
     assert export_state(None, []).status == "Unknown"
     assert export_state(JOB, []).reason == "Exporting"
     assert json.loads(json.dumps(export_state(JOB, [])._asdict()))  # plain values only
+
+
+def _job_of(rollout: int, *done: str) -> dict:
+    conds = [{"type": c, "status": "True"} for c in done]
+    return {"metadata": {"name": f"j-export-r{rollout:07d}", "labels": {"lorarl.dev/export-rollout": str(rollout)}}, "status": {"conditions": conds}}
+
+
+def test_the_next_save_to_export_is_the_newest_complete_one_when_none_runs():
+    from lorarl.control.adapter_status import next_save_to_export, saved_exports
+
+    assert next_save_to_export({}, 49) == 49
+    assert next_save_to_export({}, None) is None and next_save_to_export({}, True) is None
+    assert next_save_to_export(saved_exports([_job_of(49)]), 59) is None  # one runs
+    assert next_save_to_export(saved_exports([_job_of(49, "Complete")]), 59) == 59
+    assert next_save_to_export(saved_exports([_job_of(49, "Failed")]), 59) == 59  # a failed one: the next save gets its own
+    assert next_save_to_export(saved_exports([_job_of(59, "Complete")]), 59) is None  # made already
+    assert next_save_to_export(saved_exports([_job_of(59, "Complete")]), 49) is None  # never an older save
+    assert saved_exports([{"metadata": {"name": "j-export", "labels": {}}}]) == {}  # the final export is not one
+
+
+def test_the_final_exports_pods_are_not_an_export_at_a_saves():
+    from lorarl.control.adapter_status import export_pods
+
+    def pod(name, **labels):
+        return {"metadata": {"name": name, "labels": {"app.kubernetes.io/component": "export", **labels}}}
+
+    final, at_save = pod("final"), pod("at-save", **{"lorarl.dev/export-rollout": "49"})
+    assert export_pods([final, at_save]) == [final] and export_pods([final, at_save], 49) == [at_save]
+
+
+def test_an_export_pod_beside_the_run_is_not_the_runs_pod_trouble():
+    from lorarl.control import pods
+    from lorarl.control.reconcile import training_pods
+
+    pending = {"metadata": {"name": "j-export-r0000049-abcde", "labels": {"app.kubernetes.io/component": "export"}}}
+    pending["status"] = {"phase": "Pending", "containerStatuses": [{"name": "export", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}}]}
+    assert pods.diagnose([pending]) is not None  # as trouble it would be reported, were it the run's
+    assert training_pods([pending]) == []

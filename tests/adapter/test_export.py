@@ -103,6 +103,27 @@ def test_an_incomplete_newest_save_is_refused_not_replaced_by_an_older_one(save_
     assert reason == "SaveIncomplete" and "rollout 99" in message
 
 
+def test_an_export_at_a_save_takes_that_rollout_while_a_newer_one_is_being_written(save_root, tmp_path):
+    saves.write_save(str(save_root), 49)
+    saves.write_save(str(save_root), 99, states=False)  # being written as the run goes on
+    at = plan.export_plan(claim_job())
+    report = export.run({**at, "rollout": 49}, saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt"))
+    assert report["ok"] and report["adapter"]["rollout"] == 49 and report["adapter"]["uri"].endswith("/rollout-0000049/"), report
+    refused = export.run({**at, "rollout": 99}, saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt2"))
+    assert refused["reason"] == "SaveIncomplete" and "rollout 99" in refused["message"]
+    missing = export.run({**at, "rollout": 60}, saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt3"))
+    assert missing["reason"] == "NoCompleteSave" and "rollout 60" in missing["message"]
+
+
+def test_a_save_proven_only_by_a_newer_one_is_not_exported_at_its_rollout(save_root, tmp_path):
+    """At the end any save older than the newest counts as complete (reporter.checkpoints' rule);
+    an export of one rollout needs its own files whole: a newer save proves nothing of a torn one."""
+    saves.write_save(str(save_root), 49, states=False)
+    saves.write_save(str(save_root), 99)
+    report = export.run({**plan.export_plan(claim_job()), "rollout": 49}, saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt"))
+    assert report["reason"] == "SaveIncomplete" and "rollout 49" in report["message"]
+
+
 def test_a_torn_shard_is_refused(save_root, tmp_path):
     adapter = pathlib.Path(saves.write_save(str(save_root), 99))
     shard = adapter / "training_state_rank1.pt"
@@ -164,13 +185,6 @@ def test_a_non_contiguous_tensor_is_refused(save_root, tmp_path):
     adapter = pathlib.Path(saves.write_save(str(save_root), 99))
     saves.torch_save(str(adapter / "adapter_model.bin"), {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": (8, 64)}, stride=(1, 8))
     assert _refusal(claim_job(), save_root, tmp_path)[0] == "UnreadableAdapter"
-
-
-def test_a_hub_destination_is_refused_as_not_built(save_root, tmp_path):
-    saves.write_save(str(save_root), 99)
-    j = job(export={"destinations": [{"hub": {"repo": "team/tiny-lora", "tokenSecretRef": {"name": "hub", "key": "token"}}}]})
-    reason, message = _refusal(j, save_root, tmp_path)
-    assert reason == "DestinationNotBuilt" and "spec.export.destinations[0].hub" in message
 
 
 def test_an_oci_destination_in_an_image_without_oras_is_refused_naming_it(save_root, tmp_path):

@@ -70,6 +70,17 @@ def test_the_s3_keys_reach_the_pod_as_secret_references_only():
     assert data["persistentVolumeClaim"] == {"claimName": "tiny-lora-data", "readOnly": True}
 
 
+def test_the_hub_token_reaches_the_pod_as_a_secret_reference_only_and_xet_is_off():
+    doc = saves.tiny_job_doc(
+        export={"destinations": [{"hub": {"repo": "team/tiny-lora", "tokenSecretRef": {"name": "hub-rw", "key": "token"}}}, {"claim": {"claimName": "c"}}]}
+    )
+    env = export_job.children(api.LoraRLJob.model_validate(doc))[1]["spec"]["template"]["spec"]["containers"][0]["env"]
+    token = [e for e in env if e["name"] == "LORARL_EXPORT_0_HF_TOKEN"]
+    assert token == [{"name": "LORARL_EXPORT_0_HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-rw", "key": "token"}}}]
+    assert {"name": "HF_HUB_DISABLE_XET", "value": "1"} in env  # the protocol the tests exercise (docs/adapters.md)
+    assert not any(e["name"] == "HF_TOKEN" for e in env)  # only the exporter reads the token, by index
+
+
 @pytest.mark.controlplane
 def test_the_api_server_admits_the_export_children(kube_api, namespace):
     cm, j = export_job.children(job(namespace))

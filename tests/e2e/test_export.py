@@ -13,9 +13,11 @@ per save."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -111,14 +113,18 @@ def test_the_seed_job_exports_its_adapter_to_a_claim_and_pull_verifies_it(real_n
 
 SENTINEL_KEY_ID = "AKIANODESENTINEL21"
 SENTINEL_SECRET = "node21-export-sentinel-secret-do-not-print"  # noqa: S105 - a test value, searched for
+SENTINEL_HF_TOKEN = "hf_node21_export_sentinel_token_do_not_print"  # noqa: S105 - a test value, searched for
+HUB_REPO = "team/qwen3-4b-lora"
 
 
-def test_the_seed_job_exports_to_a_bucket_and_a_registry_and_pull_verifies_both(real_node_cluster, hub, node_images, job_ns, tmp_path):
-    """Two destinations of one run: moto's S3 server and crane's OCI registry, both on the node IP
-    inside the cluster's network namespace (beside the Hub stand-in), where the export pod reaches
-    them; the export pod runs the operator's image (its /opt/exporter: botocore, oras). The bucket's
-    keys reach the pod only from a Secret (secretKeyRef); the sentinel values are in no object,
-    event or log. The oracles: botocore listing the bucket, crane reading the registry, the pulls."""
+def test_the_seed_job_exports_to_a_bucket_a_registry_and_the_hub_and_pull_verifies_each(real_node_cluster, hub, node_images, job_ns, tmp_path):
+    """Three destinations of one run: moto's S3 server, crane's OCI registry and the Hub stand-in
+    (the one that served the model), all on the node IP inside the cluster's network namespace,
+    where the export pod reaches them; the export pod runs the operator's image (its
+    /opt/exporter: botocore, oras, huggingface_hub). The bucket's keys and the Hub token reach the
+    pod only from Secrets (secretKeyRef); the sentinel values are in no object, event or log (nor
+    the stand-in's access log). The oracles: botocore listing the bucket, crane reading the
+    registry, the real `hf download` of the Hub commit, the pulls."""
     from lorarl_dev import exporter, moto, registry
     from lorarl_dev.node.netns import nsenter_prefix
 
@@ -131,6 +137,9 @@ def test_the_seed_job_exports_to_a_bucket_and_a_registry_and_pull_verifies_both(
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "adapters-rw", "namespace": ns}}
     secret["stringData"] = {"AWS_ACCESS_KEY_ID": SENTINEL_KEY_ID, "AWS_SECRET_ACCESS_KEY": SENTINEL_SECRET}
     cp.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    hub_secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub-rw", "namespace": ns}, "stringData": {"token": SENTINEL_HF_TOKEN}}
+    cp.kubectl("apply", "-f", "-", input=json.dumps(hub_secret))
+    hubstub.write_repo(str(hub.root), HUB_REPO, {"README.md": "# the seed job's adapter\n"}, write_tokens=(SENTINEL_HF_TOKEN,))
     revision = hub.revision({"seconds_per_rollout": 0.2, "adapter_data": 1}, config=hubstub.tiny_config())
     spec = {
         "model": {"architecture": hubstub.TINY_ARCHITECTURE},
@@ -140,6 +149,7 @@ def test_the_seed_job_exports_to_a_bucket_and_a_registry_and_pull_verifies_both(
             "destinations": [
                 {"s3": {"bucket": "adapters", "prefix": "team/", "endpoint": endpoint, "credentialsSecretName": "adapters-rw"}},
                 {"oci": {"repository": f"{address}/adapters/qwen3-4b", "plainHttp": True}},
+                {"hub": {"repo": HUB_REPO, "endpoint": hub.endpoint, "tokenSecretRef": {"name": "hub-rw", "key": "token"}}},
             ],
         },
     }
@@ -155,12 +165,14 @@ def test_the_seed_job_exports_to_a_bucket_and_a_registry_and_pull_verifies_both(
     exported = _condition(status, "AdapterExported")
     assert exported["status"] == "True", (exported, explain())
     seconds = (_when(exported["lastTransitionTime"]) - _when(status["completionTime"])).total_seconds()
-    MEASURED.append(f"export to s3 + oci: Succeeded -> AdapterExported=True in {seconds:.0f} s")
+    MEASURED.append(f"export to s3 + oci + hub: Succeeded -> AdapterExported=True in {seconds:.0f} s")
 
     adapter = status["adapter"]
     prefix = f"team/{ns}/{name}/rollout-0000099/"
     reference = f"{address}/adapters/qwen3-4b:{name}-rollout-0000099"
-    assert adapter["uri"] == f"s3://adapters/{prefix}" and adapter["uris"] == [adapter["uri"], f"oci://{reference}"], adapter
+    assert adapter["uri"] == f"s3://adapters/{prefix}" and adapter["uris"][:2] == [adapter["uri"], f"oci://{reference}"], adapter
+    hub_uri = adapter["uris"][2]
+    assert re.fullmatch(rf"hf://{HUB_REPO}@[0-9a-f]{{40}}", hub_uri), adapter
 
     # the bucket, listed by botocore (moto's interpreter) with the admin's keys
     listed = moto.run(
@@ -183,26 +195,45 @@ def test_the_seed_job_exports_to_a_bucket_and_a_registry_and_pull_verifies_both(
     ]
     assert sum(layer["size"] for layer in manifest["layers"]) == adapter["size"]
 
+    # the Hub commit, read by the real hf CLI (no token: the repo is public to read)
+    hf = os.path.join(os.path.dirname(sys.executable), "hf")
+    hf_env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    hf_env.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1")
+    got = tmp_path / "hf-download"
+    commit = hub_uri.rsplit("@", 1)[1]
+    dl = subprocess.run(
+        [*in_netns, hf, "download", HUB_REPO, "--revision", commit, "--local-dir", str(got)], env=hf_env, capture_output=True, text=True, timeout=300
+    )
+    assert dl.returncode == 0, dl.stderr
+    downloaded = {p.name: p.read_bytes() for p in got.iterdir() if p.is_file()}
+    assert sorted(downloaded) == ["README.md", "adapter_config.json", "adapter_model.safetensors", "lorarl-adapter.json"]
+    assert "sha256:" + hashlib.sha256(downloaded["lorarl-adapter.json"]).hexdigest() == adapter["digest"]
+
     # both pulled back by `lorarl adapter pull` (in the namespace, where the stores listen) and verified
     libs = tmp_path / "libs"
     libs.mkdir()
     for package in ("botocore", "oras"):
         (libs / package).symlink_to(exporter.package_dir(package))
     env = {**os.environ, "PYTHONPATH": str(libs), "AWS_ACCESS_KEY_ID": "AKIDREADER", "AWS_SECRET_ACCESS_KEY": "reader", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {**{k: v for k, v in env.items() if not k.startswith("HF_")}, "HF_HOME": str(tmp_path / "pull-hf-home"), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     pulled = {}
-    for uri, extra in ((adapter["uri"], ["--endpoint", endpoint]), (f"oci://{reference}", ["--plain-http"])):
+    for uri, extra in ((adapter["uri"], ["--endpoint", endpoint]), (f"oci://{reference}", ["--plain-http"]), (hub_uri, ["--endpoint", hub.endpoint])):
         target = tmp_path / f"pulled-{len(pulled)}"
         cmd = [*in_netns, sys.executable, "-m", "lorarl.cli", "adapter", "pull", uri, str(target), "--digest", adapter["digest"], *extra]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0 and "2 files verified, rollout 99" in done.stdout, (uri, done.stdout, done.stderr)
         pulled[uri] = {p.name: p.read_bytes() for p in target.iterdir()}
-    assert len({json.dumps({k: v.hex() for k, v in files.items()}) for files in pulled.values()}) == 1  # the same bytes from both
+    assert len({json.dumps({k: v.hex() for k, v in files.items()}) for files in pulled.values()}) == 1  # the same bytes from each
 
     # the export pod ran the operator's image; the keys came by secretKeyRef, not as values
     (pod,) = seedrun.pods(cp, ns, f"batch.kubernetes.io/job-name={name}-export")
     assert pod["spec"]["containers"][0]["image"] == node_images["operator"]
     refs = [e["valueFrom"]["secretKeyRef"] for e in pod["spec"]["containers"][0]["env"] if "valueFrom" in e]
-    assert refs == [{"name": "adapters-rw", "key": "AWS_ACCESS_KEY_ID"}, {"name": "adapters-rw", "key": "AWS_SECRET_ACCESS_KEY"}]
+    assert refs == [
+        {"name": "adapters-rw", "key": "AWS_ACCESS_KEY_ID"},
+        {"name": "adapters-rw", "key": "AWS_SECRET_ACCESS_KEY"},
+        {"name": "hub-rw", "key": "token"},
+    ]
 
     # the sentinel: in no object of the namespace (the Secret aside), no event, no pod's log, no operator log
     texts = [cp.kubectl("get", kind, "-n", ns, "-o", "json").stdout for kind in ("lorarljobs", "rayjobs", "jobs", "pods", "configmaps", "events")]
@@ -210,4 +241,5 @@ def test_the_seed_job_exports_to_a_bucket_and_a_registry_and_pull_verifies_both(
     texts += [
         cp.kubectl("logs", "-n", seedrun.OPERATOR_NAMESPACE, p["metadata"]["name"], check=False).stdout for p in seedrun.pods(cp, seedrun.OPERATOR_NAMESPACE)
     ]
-    assert not [t[:200] for t in texts if SENTINEL_KEY_ID in t or SENTINEL_SECRET in t]
+    texts.append((cp.workdir / "logs" / "hubstub.log").read_text())  # the stand-in's access log
+    assert not [t[:200] for t in texts if SENTINEL_KEY_ID in t or SENTINEL_SECRET in t or SENTINEL_HF_TOKEN in t]

@@ -130,9 +130,9 @@ def test_operator_runs_as_65532_on_a_read_only_root(operator_bundle):
     assert "kind: CustomResourceDefinition" in crd.stdout and "lorarljobs.lorarl.dev" in crd.stdout
     whoami = operator_bundle.run("python3", "-c", "import getpass, os; print(os.getuid(), getpass.getuser())", read_only=True)
     assert whoami.stdout.split() == ["65532", "lorarl"], whoami.stderr  # kopf's peering identity needs the name
-    # `python3` is the export pod's (the exporter venv: botocore and oras, no lorarl); `lorarl` runs
+    # `python3` is the export pod's (the exporter venv: botocore, oras and huggingface_hub, no lorarl); `lorarl` runs
     # /opt/venv's by its shebang; both the base's interpreter, reached through the venvs' symlinks
-    python = operator_bundle.run("python3", "-c", "import sys, botocore, oras; print(sys.prefix, sys.base_prefix)", read_only=True)
+    python = operator_bundle.run("python3", "-c", "import sys, botocore, oras, huggingface_hub; print(sys.prefix, sys.base_prefix)", read_only=True)
     assert python.stdout.split() == ["/opt/exporter", "/usr"], python.stdout + python.stderr
     shebang = (operator_bundle.rootfs / "opt/venv/bin/lorarl").read_text().splitlines()[0]
     assert shebang == "#!/opt/venv/bin/python", shebang

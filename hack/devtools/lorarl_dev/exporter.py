@@ -1,4 +1,4 @@
-"""The export pod's store libraries (botocore, oras) as the operator image has them: a venv of
+"""The export pod's store libraries (botocore, oras, huggingface_hub) as the operator image has them: a venv of
 their own made from hack/image/exporter-requirements.txt (the image's pins), cached by the file's
 hash under ~/.cache/lorarl/venvs. Tests give our CLI one package of it through PYTHONPATH."""
 

@@ -25,6 +25,42 @@ are of that version's source:
   (401 without a token, 403 with a wrong one); a bad token on a private repo is 401 with
   ``X-Error-Message: Invalid credentials in Authorization header``.
 
+Uploads, as ``HfApi.create_commit`` / ``upload_folder`` make them with ``HF_HUB_DISABLE_XET=1``
+(with hf_xet installed and not disabled the client uploads through Xet storage instead,
+_commit_api.py:396-411, utils/_runtime.py:157-162, which is not served here):
+
+* preupload: ``POST /api/{type}s/{repo}/preupload/{revision}`` with ``{"files": [{"path",
+  "sample" (base64 of the first 512 bytes), "size"}]}`` (_commit_api.py:749-770); the answer is
+  ``{"files": [{"path", "uploadMode": "lfs"|"regular", "shouldIgnore", "oid"}]}`` with ``oid``
+  the file's current id on the branch (sha256 for LFS, git blob SHA-1 otherwise) so that an
+  unchanged file is left out of the commit (_commit_api.py:771-779, 687-700, 285-305;
+  hf_api.py:5228-5250). LFS: ``--lfs-threshold`` bytes or more, a name the Hub's default
+  ``.gitattributes`` tracks in LFS (``*.safetensors``, ``*.bin``, ...), or a NUL byte in the sample;
+* LFS batch: ``POST {endpoint}/[datasets/]{repo}.git/info/lfs/objects/batch`` with
+  ``{"operation": "upload", "transfers": ["basic", "multipart"], "objects": [{"oid", "size"}],
+  "hash_algo": "sha256", "ref": {"name"}}`` (lfs.py:185-199), answered ``{"transfer": "basic",
+  "objects": [...]}``: an object already stored has no ``actions`` (skipped, _commit_api.py:515-522),
+  else ``actions.upload.href`` (a presigned-style URL: the client PUTs the bytes there without
+  its Authorization header, lfs.py:287-297, 351-368) and ``actions.verify.href`` (POSTed
+  ``{"oid", "size"}`` with the token, lfs.py:300-309); a malformed object gets an ``error``
+  (lfs.py:218-219, 337-348). The upload is refused (400) unless the bytes have that sha256 and
+  size, so nothing but the named object is ever stored; verify answers 404 for an object not stored;
+* commit: ``POST /api/{type}s/{repo}/commit/{revision}``, an NDJSON body: ``{"key": "header",
+  "value": {"summary", "description", "parentCommit"?}}``, then ``file`` (``content`` base64,
+  ``path``, ``encoding``), ``lfsFile`` (``path``, ``algo``, ``oid``, ``size``), ``deletedFile``,
+  ``deletedFolder`` (_commit_api.py:909-1010, 1013-1068); the answer ``{"commitUrl", "commitOid",
+  "pullRequestUrl"}`` (_commit_api.py:1070-1080). An ``lfsFile`` whose object was never uploaded
+  (or of another size) is refused (400), so is a ``parentCommit`` that is not the branch's head
+  (412). The new commit is a directory named by its id, the branch moves to it, and both are
+  served by the download path above (``hf download REPO --revision <commitOid>``).
+* write access: ``hubstub-access.json`` may list ``writeTokens`` (may commit) and
+  ``readTokens`` (known to the Hub, no write here). A write without a token: 401; with an
+  unknown token: 401 ``Invalid credentials in Authorization header``; with a known token that may
+  not write: 403; to a missing repo: 404 ``RepoNotFound``; to a revision that is not a branch:
+  404 ``RevisionNotFound``. Not followed: Xet, the multipart LFS transfer, pull requests
+  (``create_pr``), ``.gitignore``, the Hub's own commit ids (here: the SHA-1 of the tree, so the
+  same files committed twice give the same id).
+
 Layout under ``--root``: ``models/<repo_id>/<revision>/<files>`` and ``datasets/<repo_id>/
 <revision>/<files>``; a revision directory is a branch or tag (``main``), or a 40-hex commit id.
 A branch's commit id is the SHA-1 of its file list and contents (stable while the files are).
@@ -38,12 +74,16 @@ revision) is refused with 400. The access log never contains a header, so never 
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import hmac
 import json
 import os
 import re
+import secrets
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -54,6 +94,10 @@ ACCESS_FILE = "hubstub-access.json"
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 DEFAULT_LFS_THRESHOLD = 10 << 20  # the Hub stores files over 10 MB in LFS
 CHUNK = 1 << 20
+LFS_DIR, TMP_DIR = "hubstub-lfs", "hubstub-tmp"  # under --root, beside models/ and datasets/
+OID_RE = re.compile(r"[0-9a-f]{64}")
+# names the Hub's default .gitattributes of a new repo tracks in LFS (a subset)
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".npy", ".npz", ".pkl", ".zip", ".tar", ".gz", ".parquet", ".arrow")
 
 
 class HubError(Exception):
@@ -129,6 +173,8 @@ class Hub:
         self.root = os.path.abspath(root)
         self.lfs_threshold = lfs_threshold
         self.page_size = max(1, page_size)
+        self.secret = secrets.token_bytes(32)  # signs upload hrefs; new at each start
+        self.lock = threading.Lock()  # one commit at a time (the branch moves under it)
 
     def repo(self, kind: str, repo_id: str, token: str | None) -> Repo:
         parts = repo_id.split("/")
@@ -147,9 +193,127 @@ class Hub:
                     raise HubError(403, "GatedRepo", "Access to this model is restricted and you are not in the authorized list")
             elif token is None:
                 raise HubError(401, "RepoNotFound", "Repository not found")
-            elif not hmac.compare_digest(token, wanted):
+            elif not any(hmac.compare_digest(token, t) for t in [wanted, *access.get("writeTokens", [])]):
                 raise HubError(401, None, "Invalid credentials in Authorization header")
         return repo
+
+    def writable(self, kind: str, repo_id: str, token: str | None) -> Repo:
+        """The repo a write goes to, if the token may write there (the refusals in the docstring)."""
+        parts = repo_id.split("/")
+        if not 1 <= len(parts) <= 2 or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            raise HubError(400, None, f"Invalid repo id {repo_id!r}")
+        if token is None:
+            raise HubError(401, None, "Invalid username or password.")
+        repo = Repo(self.root, kind, repo_id)
+        if not os.path.isdir(repo.path):
+            raise HubError(404, "RepoNotFound", "Repository not found")
+        access = repo.access()
+        if any(hmac.compare_digest(token, t) for t in access.get("writeTokens", [])):
+            return repo
+        known = [t for t in [access.get("token"), *access.get("readTokens", [])] if t]
+        if any(hmac.compare_digest(token, t) for t in known):
+            raise HubError(403, None, f"You don't have the rights to create a commit on {repo_id}")
+        raise HubError(401, None, "Invalid credentials in Authorization header")
+
+    def branch(self, repo: Repo, revision: str) -> str:
+        """A branch's directory (or its symlink to its commit); a commit id is not a branch."""
+        path = os.path.join(repo.path, revision)
+        if COMMIT_RE.fullmatch(revision) or "/" in revision or revision.startswith(".") or revision == ACCESS_FILE or not os.path.isdir(path):
+            raise HubError(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        return path
+
+    def lfs_path(self, repo: Repo, oid: str) -> str:
+        return os.path.join(self.root, LFS_DIR, repo.kind, *repo.repo_id.split("/"), oid)
+
+    def upload_signature(self, repo: Repo, oid: str, size: int) -> str:
+        """What makes an upload href usable without the token (as a presigned S3 URL)."""
+        return hmac.new(self.secret, f"{repo.kind}/{repo.repo_id}/{oid}/{size}".encode(), hashlib.sha256).hexdigest()
+
+    def upload_mode(self, path: str, size: int, sample: bytes) -> str:
+        return "lfs" if size >= self.lfs_threshold or path.lower().endswith(LFS_SUFFIXES) or b"\0" in sample else "regular"
+
+    def commit(self, repo: Repo, revision: str, lines: list) -> str:
+        """Apply one NDJSON commit to the branch; returns the new commit id."""
+        if not lines or lines[0].get("key") != "header" or not isinstance(lines[0].get("value"), dict):
+            raise HubError(400, None, "The first line of a commit must be its header")
+        header = lines[0]["value"]
+        if not str(header.get("summary", "")).strip():
+            raise HubError(400, None, "A commit needs a summary")
+        with self.lock:
+            branch = self.branch(repo, revision)
+            head = Repo.commit_of(branch)
+            if header.get("parentCommit") and header["parentCommit"] != head:
+                raise HubError(412, None, "A commit has happened since. Please refresh and try again.")
+            tmp_root = os.path.join(self.root, TMP_DIR)
+            os.makedirs(tmp_root, exist_ok=True)
+            work = tempfile.mkdtemp(dir=tmp_root)
+            try:
+                tree = os.path.join(work, "tree")
+                shutil.copytree(os.path.realpath(branch), tree)
+                for line in lines[1:]:
+                    self._apply(repo, tree, line, head)
+                commit = Repo.commit_of(tree)
+                target = os.path.join(repo.path, commit)
+                if not os.path.isdir(target):
+                    os.replace(tree, target)
+                link = os.path.join(work, "link")
+                os.symlink(commit, link)
+                if not os.path.islink(branch):  # a branch written as a directory: keep its tree as its commit's
+                    old = Repo.commit_of(branch)
+                    if not os.path.exists(os.path.join(repo.path, old)):
+                        os.replace(branch, os.path.join(repo.path, old))
+                    else:
+                        os.replace(branch, os.path.join(work, "old"))
+                os.replace(link, branch)
+                return commit
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+
+    def _apply(self, repo: Repo, tree: str, line: dict, head: str) -> None:
+        key, value = line.get("key"), line.get("value")
+        if not isinstance(value, dict) or not isinstance(value.get("path"), str):
+            raise HubError(400, None, f"Malformed commit line {key!r}")
+        path = value["path"].strip("/") if key == "deletedFolder" else value["path"]
+        parts = path.split("/")
+        if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in path or parts[0] == ".git":
+            raise HubError(400, None, f"Invalid path {path!r}")
+        full = os.path.join(tree, *parts)
+        if key == "file":
+            if value.get("encoding") != "base64":
+                raise HubError(400, None, f"{path}: encoding must be base64")
+            try:
+                content = base64.b64decode(value.get("content", ""), validate=True)
+            except ValueError:
+                raise HubError(400, None, f"{path}: content is not base64") from None
+            self._write(full, content=content)
+        elif key == "lfsFile":
+            oid = str(value.get("oid", ""))
+            stored = self.lfs_path(repo, oid)
+            if value.get("algo", "sha256") != "sha256" or not OID_RE.fullmatch(oid) or not os.path.isfile(stored):
+                raise HubError(400, None, f"{path}: LFS object {oid} was never uploaded")
+            if "size" in value and value["size"] != os.path.getsize(stored):
+                raise HubError(400, None, f"{path}: LFS object {oid} has {os.path.getsize(stored)} bytes, not {value['size']}")
+            self._write(full, source=stored)
+        elif key in ("deletedFile", "deletedFolder"):
+            if key == "deletedFile" and os.path.isfile(full):
+                os.remove(full)
+            elif key == "deletedFolder" and os.path.isdir(full):
+                shutil.rmtree(full)
+            else:
+                raise HubError(404, "EntryNotFound", f"A file with this name doesn't exist: {path}", commit=head)
+        else:
+            raise HubError(400, None, f"Unknown commit line {key!r}")
+
+    @staticmethod
+    def _write(full: str, content: bytes | None = None, source: str | None = None) -> None:
+        if os.path.isdir(full):
+            raise HubError(400, None, "A directory has this name")
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        if source is not None:
+            shutil.copyfile(source, full)
+        else:
+            with open(full, "wb") as f:
+                f.write(content or b"")
 
     def revision(self, repo: Repo, revision: str) -> tuple:
         rev_dir = repo.revisions().get(revision)
@@ -211,7 +375,38 @@ def make_handler(hub: Hub, quiet: bool = True):
 
         def log_message(self, fmt, *args):  # the request line only: never a header, so never a token
             if not quiet:
-                sys.stderr.write(f"hubstub: {self.address_string()} {fmt % args}\n")
+                # nor a query string: an upload href's signature is one
+                line = re.sub(r"\?\S*", "?...", fmt % args)
+                sys.stderr.write(f"hubstub: {self.address_string()} {line}\n")
+
+        def _body(self, limit: int = 1 << 30) -> bytes:
+            """The request's body: Content-Length or chunked (httpx streams a file so)."""
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                out = bytearray()
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        return bytes(out)
+                    if len(out) + size > limit:
+                        raise HubError(413, None, "Payload too large")
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > limit:
+                raise HubError(413, None, "Payload too large")
+            return self.rfile.read(length)
+
+        def _json_body(self):
+            try:
+                return json.loads(self._body(64 << 20))
+            except ValueError:
+                raise HubError(400, None, "The body is not JSON") from None
+
+        def _base(self) -> str:
+            host = self.headers.get("Host") or f"{self.server.server_address[0]}:{self.server.server_address[1]}"
+            return f"http://{host}"
 
         # ------------------------------------------------------------------ plumbing
         def _send(self, status: int, headers: dict, body: bytes = b"") -> None:
@@ -230,6 +425,8 @@ def make_handler(hub: Hub, quiet: bool = True):
 
         def _error(self, err: HubError) -> None:
             headers = {"Content-Type": "application/json", "X-Error-Message": err.message}
+            if self.close_connection:
+                headers["Connection"] = "close"
             if err.code:
                 headers["X-Error-Code"] = err.code
             if err.commit:
@@ -254,6 +451,150 @@ def make_handler(hub: Hub, quiet: bool = True):
                 revision, _, filename = tail.partition("/")
                 return self._resolve(kind, urllib.parse.unquote(repo_id), urllib.parse.unquote(revision), urllib.parse.unquote(filename), token)
             raise HubError(404, None, "Not found")
+
+        def _route_write(self):
+            url = urllib.parse.urlsplit(self.path)
+            path, query = url.path, urllib.parse.parse_qs(url.query)
+            token = _token(self.headers.get("Authorization"))
+            if self.command == "PUT" and path.startswith("/hubstub-lfs-upload/"):
+                return self._lfs_upload(path[len("/hubstub-lfs-upload/") :], query)
+            if self.command != "POST":
+                raise HubError(405, None, "Method not allowed")
+            if path.startswith("/api/"):
+                kind, _, rest = path[len("/api/") :].partition("/")
+                for marker in ("/preupload/", "/commit/"):
+                    if kind in REPO_TYPES and marker in rest:
+                        repo_id, _, revision = rest.partition(marker)
+                        repo = hub.writable(kind, urllib.parse.unquote(repo_id), token)
+                        if marker == "/preupload/":
+                            return self._preupload(repo, urllib.parse.unquote(revision))
+                        return self._commit(repo, urllib.parse.unquote(revision))
+                raise HubError(404, None, "Not found")
+            kind, rest = "models", path.lstrip("/")
+            if rest.startswith("datasets/"):
+                kind, rest = "datasets", rest[len("datasets/") :]
+            for marker in (".git/info/lfs/objects/batch", ".git/info/lfs/objects/verify"):
+                if rest.endswith(marker):
+                    repo = hub.writable(kind, urllib.parse.unquote(rest[: -len(marker)]), token)
+                    return self._lfs_batch(repo) if marker.endswith("batch") else self._lfs_verify(repo)
+            raise HubError(404, None, "Not found")
+
+        def _dispatch_write(self):
+            try:
+                self._route_write()
+            except HubError as err:
+                # the body may be unread: the connection cannot carry another request
+                self.close_connection = True
+                self._error(err)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        do_POST = _dispatch_write
+        do_PUT = _dispatch_write
+
+        # ------------------------------------------------------------------ uploads
+        def _preupload(self, repo: Repo, revision: str) -> None:
+            branch = hub.branch(repo, revision)
+            body = self._json_body()
+            files = body.get("files") if isinstance(body, dict) else None
+            if not isinstance(files, list):
+                raise HubError(400, None, "files: a list is expected")
+            out = []
+            for item in files:
+                if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not isinstance(item.get("size"), int):
+                    raise HubError(400, None, "files[]: path and size are expected")
+                try:
+                    sample = base64.b64decode(item.get("sample", ""))
+                except ValueError:
+                    raise HubError(400, None, f"{item['path']}: sample is not base64") from None
+                mode = hub.upload_mode(item["path"], item["size"], sample)
+                current = os.path.join(os.path.realpath(branch), *item["path"].split("/"))
+                oid = None
+                if os.path.isfile(current) and ".." not in item["path"].split("/"):
+                    oid = sha256_of(current) if mode == "lfs" else git_blob_sha1(current)
+                out.append({"path": item["path"], "uploadMode": mode, "shouldIgnore": False, "oid": oid})
+            self._json({"files": out})
+
+        def _lfs_batch(self, repo: Repo) -> None:
+            body = self._json_body()
+            if not isinstance(body, dict) or body.get("operation") != "upload" or not isinstance(body.get("objects"), list):
+                raise HubError(400, None, "operation upload with objects is expected")
+            if "basic" not in (body.get("transfers") or ["basic"]):
+                raise HubError(422, None, "Only the basic transfer is served")
+            if (body.get("hash_algo") or "sha256") != "sha256":
+                raise HubError(422, None, "Only sha256 is served")
+            ref = (body.get("ref") or {}).get("name")
+            if ref:
+                hub.branch(repo, ref)
+            prefix = "" if repo.kind == "models" else "datasets/"
+            objects = []
+            for obj in body["objects"]:
+                oid, size = (obj.get("oid"), obj.get("size")) if isinstance(obj, dict) else (None, None)
+                if not isinstance(oid, str) or not OID_RE.fullmatch(oid) or not isinstance(size, int) or size < 0:
+                    objects.append({"oid": str(oid), "size": size if isinstance(size, int) else 0, "error": {"code": 422, "message": "Invalid oid or size"}})
+                    continue
+                stored = hub.lfs_path(repo, oid)
+                if os.path.isfile(stored) and os.path.getsize(stored) == size:
+                    objects.append({"oid": oid, "size": size})
+                    continue
+                query = urllib.parse.urlencode({"size": size, "sig": hub.upload_signature(repo, oid, size)})
+                objects.append(
+                    {
+                        "oid": oid,
+                        "size": size,
+                        "authenticated": True,
+                        "actions": {
+                            "upload": {"href": f"{self._base()}/hubstub-lfs-upload/{repo.kind}/{repo.repo_id}/{oid}?{query}"},
+                            "verify": {"href": f"{self._base()}/{prefix}{repo.repo_id}.git/info/lfs/objects/verify"},
+                        },
+                    }
+                )
+            self._send(200, {"Content-Type": "application/vnd.git-lfs+json"}, json.dumps({"transfer": "basic", "objects": objects}).encode())
+
+        def _lfs_upload(self, rest: str, query: dict) -> None:
+            kind, _, tail = rest.partition("/")
+            repo_id, _, oid = tail.rpartition("/")
+            if kind not in REPO_TYPES or not OID_RE.fullmatch(oid):
+                raise HubError(404, None, "Not found")
+            repo = Repo(hub.root, kind, repo_id)
+            try:
+                size = int(query.get("size", [""])[0])
+            except ValueError:
+                raise HubError(403, None, "Request has expired or its signature does not match") from None
+            if not hmac.compare_digest(query.get("sig", [""])[0], hub.upload_signature(repo, oid, size)):
+                raise HubError(403, None, "Request has expired or its signature does not match")
+            data = self._body(size + 1)
+            if len(data) != size or hashlib.sha256(data).hexdigest() != oid:
+                raise HubError(400, None, f"The body is not object {oid} of {size} bytes")
+            stored = hub.lfs_path(repo, oid)
+            os.makedirs(os.path.dirname(stored), exist_ok=True)
+            part = f"{stored}.{secrets.token_hex(4)}.part"
+            with open(part, "wb") as f:
+                f.write(data)
+            os.replace(part, stored)
+            self._send(200, {"ETag": f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'})
+
+        def _lfs_verify(self, repo: Repo) -> None:
+            body = self._json_body()
+            oid, size = (body.get("oid"), body.get("size")) if isinstance(body, dict) else (None, None)
+            stored = hub.lfs_path(repo, oid) if isinstance(oid, str) and OID_RE.fullmatch(oid) else None
+            if stored is None or not os.path.isfile(stored) or os.path.getsize(stored) != size:
+                raise HubError(404, None, f"Object {oid} of {size} bytes was not uploaded")
+            self._json({"success": True})
+
+        def _commit(self, repo: Repo, revision: str) -> None:
+            lines = []
+            for raw in self._body(256 << 20).splitlines():
+                if raw.strip():
+                    try:
+                        lines.append(json.loads(raw))
+                    except ValueError:
+                        raise HubError(400, None, "A commit line is not JSON") from None
+            if not all(isinstance(line, dict) for line in lines):
+                raise HubError(400, None, "A commit line is not an object")
+            commit = hub.commit(repo, revision, lines)
+            prefix = "" if repo.kind == "models" else "datasets/"
+            self._json({"commitUrl": f"{self._base()}/{prefix}{repo.repo_id}/commit/{commit}", "commitOid": commit, "pullRequestUrl": None})
 
         def _dispatch(self):
             try:
@@ -420,8 +761,20 @@ class HubStub:
 # ---------------------------------------------------------------------------- repos for tests
 
 
-def write_repo(root: str, repo_id: str, files: dict, *, repo_type: str = "model", revision: str = "main", token: str | None = None, gated: bool = False) -> str:
-    """Write one revision of a repo (``files``: path -> bytes or str); returns its directory."""
+def write_repo(
+    root: str,
+    repo_id: str,
+    files: dict,
+    *,
+    repo_type: str = "model",
+    revision: str = "main",
+    token: str | None = None,
+    gated: bool = False,
+    write_tokens: tuple = (),
+    read_tokens: tuple = (),
+) -> str:
+    """Write one revision of a repo (``files``: path -> bytes or str); returns its directory.
+    ``token`` makes it private (or gated); ``write_tokens`` may commit, ``read_tokens`` may not."""
     kind = {"model": "models", "dataset": "datasets"}[repo_type]
     repo_dir = os.path.join(root, kind, *repo_id.split("/"))
     rev_dir = os.path.join(repo_dir, revision)
@@ -431,9 +784,10 @@ def write_repo(root: str, repo_id: str, files: dict, *, repo_type: str = "model"
         with open(path, "wb") as f:
             f.write(content.encode() if isinstance(content, str) else content)
     os.makedirs(rev_dir, exist_ok=True)
-    if token:
+    access = {k: v for k, v in (("token", token), ("writeTokens", list(write_tokens)), ("readTokens", list(read_tokens))) if v}
+    if access:
         with open(os.path.join(repo_dir, ACCESS_FILE), "w", encoding="utf-8") as f:
-            json.dump({"token": token, "gated": gated}, f)
+            json.dump({**access, "gated": gated}, f)
     return rev_dir
 
 

@@ -22,14 +22,16 @@ def adapter() -> None:
 @click.argument("directory", type=click.Path(file_okay=False))
 @follow.namespace_option
 @click.option("--digest", default=None, help="The manifest's expected sha256:<hex> (default, for a job: its status.adapter.digest).")
-@click.option("--endpoint", default=None, help="S3-compatible endpoint for an s3:// URI [default: $AWS_ENDPOINT_URL].")
+@click.option(
+    "--endpoint", default=None, help="S3-compatible endpoint for an s3:// URI [default: $AWS_ENDPOINT_URL], Hub endpoint for hf:// [default: $HF_ENDPOINT]."
+)
 @click.option("--plain-http", is_flag=True, help="Reach an oci:// registry over HTTP, not HTTPS (as oras --plain-http).")
 def pull(source: str, directory: str, namespace: str | None, digest: str | None, endpoint: str | None, plain_http: bool) -> None:
     """Fetch an adapter into DIRECTORY and verify every file's sha256. SOURCE: a job name (its
-    status.adapter.uri) or a URI (s3://bucket/prefix/, oci://registry/repository:tag or a
-    directory). Credentials for s3 come from the environment (AWS_ACCESS_KEY_ID,
-    AWS_SECRET_ACCESS_KEY) as for the AWS CLI, for oci from the docker config (~/.docker/config.json)
-    as oras reads it."""
+    status.adapter.uri) or a URI (s3://bucket/prefix/, oci://registry/repository:tag,
+    hf://org/name@commit or a directory). Credentials for s3 come from the environment
+    (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) as for the AWS CLI, for oci from the docker config
+    (~/.docker/config.json) as oras reads it, for hf from HF_TOKEN as huggingface_hub reads it."""
     from . import pull as puller
     from . import stores
 
@@ -44,8 +46,8 @@ def pull(source: str, directory: str, namespace: str | None, digest: str | None,
             exported = follow.condition(body, "AdapterExported")
             why = f": {exported.get('reason')}: {exported.get('message', '')}" if exported else " (no spec.export?)"
             raise click.ClickException(f"{api.KIND} {namespace}/{source} has no exported adapter{why}")
-        if not str(status["uri"]).startswith(("s3://", "oci://")):
-            raise click.ClickException(f"{status['uri']}: pulling from a claim is not built; mount the claim or use an s3 or oci destination")
+        if not str(status["uri"]).startswith(("s3://", "oci://", "hf://")):
+            raise click.ClickException(f"{status['uri']}: pulling from a claim is not built; mount the claim or use an s3, oci or hub destination")
         uri, digest = status["uri"], digest or status.get("digest")
     try:
         manifest = puller.pull(stores.for_uri(uri, endpoint, plain_http), directory, digest)

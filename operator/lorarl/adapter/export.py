@@ -23,6 +23,11 @@ def credential_env(index: int) -> tuple[str, str]:
     return f"LORARL_EXPORT_{index}_AWS_ACCESS_KEY_ID", f"LORARL_EXPORT_{index}_AWS_SECRET_ACCESS_KEY"
 
 
+def hub_token_env(index: int) -> str:
+    """The environment variable a hub destination's token reaches the export pod under (secretKeyRef)."""
+    return f"LORARL_EXPORT_{index}_HF_TOKEN"
+
+
 def oci_tag(plan: dict, rollout: int) -> str:
     """The default tag: <job>-rollout-<NNNNNNN> (a re-run never moves another run's tag)."""
     return f"{plan['job']['name']}-rollout-{rollout:07d}"
@@ -53,8 +58,15 @@ def destination_store(
             return stores.OciStore(reference, plain_http=bool(oci.get("plainHttp")), docker_config=config, created=created)
         except stores.StoreError as err:
             raise package.Refused("DestinationFailed", f"spec.export.destinations[{index}].oci: {err}") from None
-    kind = "hub"
-    raise package.Refused("DestinationNotBuilt", f"spec.export.destinations[{index}].{kind}: this destination is not exported yet")
+    if "hub" in dest:
+        hub = dest["hub"]
+        job = plan["job"]
+        message = f"lorarl export of {job['namespace']}/{job['name']}, rollout {rollout}"
+        try:
+            return stores.HubStore(hub["repo"], hub.get("revision", "main"), token=env.get(hub_token_env(index)), endpoint=hub.get("endpoint"), message=message)
+        except stores.StoreError as err:
+            raise package.Refused("DestinationFailed", f"spec.export.destinations[{index}].hub: {err}") from None
+    raise package.Refused("DestinationFailed", f"spec.export.destinations[{index}]: none of s3, claim, oci, hub")
 
 
 def run(

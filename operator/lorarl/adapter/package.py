@@ -45,9 +45,15 @@ class Package:
     source: str  # the save's adapter directory
 
 
-def choose_save(save_root: str, ranks: int) -> checkpoints.Save:
-    """The newest save of any attempt; refused unless complete (reporter.checkpoints' rules)."""
+def choose_save(save_root: str, ranks: int, rollout: int | None = None) -> checkpoints.Save:
+    """The newest save of any attempt (or the save of ``rollout``, for an export at a save while
+    the run goes on, when newer saves may be being written); refused unless complete
+    (reporter.checkpoints' rules)."""
     saves = checkpoints.scan(launcher.save_dirs(save_root, attempts.read_all(save_root)), ranks) or []
+    if rollout is not None:
+        saves = [s for s in saves if s.rollout <= rollout]  # a newer save does not make it complete
+        if not any(s.rollout == rollout for s in saves):
+            raise Refused("NoCompleteSave", f"no save of rollout {rollout} under {save_root}")
     if not saves:
         raise Refused("NoCompleteSave", f"no save under {save_root}")
     newest = max(saves, key=lambda s: (s.rollout, s.attempt))
@@ -125,7 +131,7 @@ def _sha256(path: str) -> str:
 
 def build(plan: dict, status: dict, save_root: str, staging: str, now: datetime.datetime) -> Package:
     """Choose, check and convert the newest complete save into ``staging`` (created, must not exist)."""
-    save = choose_save(save_root, int(plan["ranks"]))
+    save = choose_save(save_root, int(plan["ranks"]), plan.get("rollout"))
     bin_path, config_path = os.path.join(save.adapter, "adapter_model.bin"), os.path.join(save.adapter, CONFIG)
     if not (os.path.isfile(bin_path) and os.path.isfile(config_path)):
         raise Refused("NoPeftExport", f"{save.adapter} has no adapter_model.bin and adapter_config.json (miles' HF PEFT export failed for that save)")

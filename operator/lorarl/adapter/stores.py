@@ -1,6 +1,7 @@
 """Where an adapter is written to and read from: an s3:// prefix (botocore: SigV4, retries, the
-AWS_* environment), an OCI registry (oras: the adapter as one OCI artifact) or a directory (a
-claim mounted in the export pod, or a local path when pulling). Each store copies files by name;
+AWS_* environment), an OCI registry (oras: the adapter as one OCI artifact), a Hugging Face Hub
+repo (huggingface_hub: the adapter as one commit) or a directory (a claim mounted in the export
+pod, or a local path when pulling). Each store copies files by name;
 it never chooses or checks them (package.py, pull.py do). The manifest is written last, so a
 directory with a manifest is a whole export; ``finish`` ends an export (the OCI manifest)."""
 
@@ -179,6 +180,86 @@ class OciStore:
         return response.raw
 
 
+# hf://<repo>@<revision>: huggingface_hub's own URI form (HfFileSystem, hf_file_system.py:379-385),
+# with the commit id as the revision, so the URI names the exported files and nothing later.
+HUB_SCHEME = "hf://"
+
+
+def hub_uri(repo: str, revision: str) -> str:
+    return f"{HUB_SCHEME}{repo}@{revision}"
+
+
+def parse_hub_uri(uri: str) -> tuple[str, str]:
+    """hf://<org>/<name>[@<revision>] -> (repo, revision); models only, the files at the root."""
+    rest = uri[len(HUB_SCHEME) :].rstrip("/")
+    repo, _, revision = rest.partition("@")
+    parts = repo.split("/")
+    if len(parts) != 2 or not all(parts) or repo.startswith(("datasets/", "spaces/", "buckets/")) or "/" in revision:
+        raise StoreError(f"{uri}: hf://<org>/<name>[@<revision>] of a model repo is expected")
+    return repo, revision or "main"
+
+
+class HubStore:
+    """A model repo on the Hugging Face Hub through huggingface_hub's public API: the files are
+    collected and ``finish`` makes ONE commit of them (``HfApi.create_commit`` with
+    ``CommitOperationAdd``: preupload, LFS upload, commit) on the branch; ``uri`` is then
+    ``hf://<repo>@<commit id>``. Files go to the repo's root (where PEFT and a server that loads
+    ``hf://<repo>`` look). Reading is ``hf_hub_download`` at the revision, into a directory of
+    the store's. The token is passed to the client, never put in a message."""
+
+    def __init__(self, repo: str, revision: str = "main", token: str | None = None, endpoint: str | None = None, message: str = "lorarl export"):
+        try:
+            import httpx2
+            import huggingface_hub
+            import huggingface_hub.errors
+        except ImportError:
+            raise StoreError("hf:// needs huggingface_hub: set spec.export.image to an image that has it") from None
+        self._hf = huggingface_hub
+        self._errors = (huggingface_hub.errors.HfHubHTTPError, httpx2.HTTPError, OSError, ValueError, RuntimeError)
+        self.repo, self.revision, self.uri = repo, revision, hub_uri(repo, revision)
+        self._token = token if token else None
+        self._endpoint = endpoint
+        self._message = message
+        self._api = huggingface_hub.HfApi(endpoint=endpoint, token=self._token)
+        self._adds: list = []
+        self._downloads: tempfile.TemporaryDirectory | None = None
+
+    def _fail(self, what: str, err: Exception) -> StoreError:
+        cause = err
+        while cause.__cause__ is not None and getattr(cause, "response", None) is None:
+            cause = cause.__cause__  # the upload's RuntimeError wraps the HTTP error
+        response = getattr(cause, "response", None)
+        if response is not None:
+            code = f"HTTP {response.status_code}"
+            detail = response.headers.get("X-Error-Code") or {401: "the token is missing or invalid", 403: "the token may not write there"}.get(
+                response.status_code
+            )
+            code += f" ({detail})" if detail else ""
+        else:
+            code = type(cause).__name__
+        return StoreError(f"{what} {self.uri}: {code}")
+
+    def put(self, name: str, path: str) -> None:
+        self._adds.append(self._hf.CommitOperationAdd(path_in_repo=name, path_or_fileobj=path))
+
+    def finish(self) -> None:
+        """One commit of every file put; the URI then names that commit."""
+        try:
+            info = self._api.create_commit(self.repo, operations=self._adds, commit_message=self._message, revision=self.revision)
+        except self._errors as err:
+            raise self._fail("committing to", err) from None
+        self.uri = hub_uri(self.repo, info.oid)
+
+    def open(self, name: str) -> BinaryIO:
+        if self._downloads is None:
+            self._downloads = tempfile.TemporaryDirectory(prefix="lorarl-hub-")
+        try:
+            path = self._hf.hf_hub_download(self.repo, name, revision=self.revision, endpoint=self._endpoint, token=self._token, local_dir=self._downloads.name)
+            return open(path, "rb")
+        except self._errors as err:
+            raise self._fail(f"reading {name} from", err) from None
+
+
 class DirStore:
     def __init__(self, path: str, uri: str | None = None):
         self.path = path
@@ -205,7 +286,11 @@ class DirStore:
 
 def for_uri(uri: str, endpoint: str | None = None, plain_http: bool = False) -> Store:
     """A store to pull from: s3:// (credentials from the AWS_* environment), oci:// (the docker
-    config's, as oras reads it) or a local directory."""
+    config's, as oras reads it), hf:// (HF_TOKEN and HF_ENDPOINT, as huggingface_hub reads
+    them; ``endpoint`` overrides) or a local directory."""
+    if uri.startswith(HUB_SCHEME):
+        repo, revision = parse_hub_uri(uri)
+        return HubStore(repo, revision, token=os.environ.get("HF_TOKEN"), endpoint=endpoint or os.environ.get("HF_ENDPOINT"))
     if uri.startswith("s3://"):
         return S3Store(uri if uri.endswith("/") else uri + "/", endpoint=endpoint or os.environ.get("AWS_ENDPOINT_URL"))
     if uri.startswith("oci://"):
@@ -213,5 +298,5 @@ def for_uri(uri: str, endpoint: str | None = None, plain_http: bool = False) -> 
     if uri.startswith("file://"):
         uri = uri[len("file://") :]
     if "://" in uri:
-        raise StoreError(f"{uri}: only s3://, oci:// and local directories can be pulled")
+        raise StoreError(f"{uri}: only s3://, oci://, hf:// and local directories can be pulled")
     return DirStore(uri)

@@ -890,7 +890,8 @@ class OciDestination(ApiModel):
 
 
 class HubDestination(ApiModel):
-    """A Hugging Face Hub model repository. Typed, not exported yet (AdapterExported=False, DestinationNotBuilt)."""
+    """A Hugging Face Hub model repository: the adapter's files as one commit on the branch (huggingface_hub's create_commit);
+    status.adapter.uri is hf://<repo>@<commit id>."""
 
     repo: str = Field(..., max_length=96, description="Repository id <org>/<name>.", json_schema_extra={"x-kubernetes-validations": [repo_id_rule()]})
     revision: str = Field("main", max_length=64, pattern=SHELL_SAFE, description="Branch to commit to.", json_schema_extra=REVISION_SCHEMA)
@@ -915,7 +916,7 @@ class ExportDestination(ApiModel):
     s3: S3Destination | None = Field(None, description="An S3-compatible bucket.")
     claim: ClaimDestination | None = Field(None, description="A directory on a PVC of the user's.")
     oci: OciDestination | None = Field(None, description="An OCI registry (an OCI artifact, as ORAS pushes files).")
-    hub: HubDestination | None = Field(None, description="The Hugging Face Hub (not exported yet).")
+    hub: HubDestination | None = Field(None, description="The Hugging Face Hub (one commit to a model repo).")
 
 
 class ExportSpec(ApiModel):
@@ -927,9 +928,14 @@ class ExportSpec(ApiModel):
         None,
         max_length=512,
         pattern=IMAGE,
-        description="Image of the export pod; it must provide python3 (with botocore for s3, oras for oci). Default: the operator's tools image (`lorarl run --tools-image`), which has both.",
+        description="Image of the export pod; it must provide python3 (with botocore for s3, oras for oci, huggingface_hub for hub). Default: the operator's tools image (`lorarl run --tools-image`), which has them.",
     )
     backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the export Job.")
+    on_save: bool = Field(
+        False,
+        description="Also export while the run goes on: each newly complete save (status.checkpoints.latestIteration) gets an export Job "
+        "of its own, at most one at a time; status.adapter shows the newest exported. The export after Succeeded stays (docs/adapters.md).",
+    )
 
 
 # --------------------------------------------------------------------------------------- serve

@@ -105,6 +105,47 @@ def written_state(job_status: dict[str, Any]) -> ExportState | None:
     return ExportState(cond["status"], str(cond.get("reason") or ""), str(cond.get("message") or ""), adapter, cond["status"] == "False")
 
 
-def export_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The export Job's pods among a job's cached pods (the Ray pods carry the job label too)."""
-    return [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL) == export_job.COMPONENT]
+def export_pods(pods: list[dict[str, Any]], rollout: int | None = None) -> list[dict[str, Any]]:
+    """The export Job's pods among a job's cached pods (the Ray pods carry the job label too): the
+    export after Succeeded's, or those of the export at the save of ``rollout`` (spec.export.onSave)."""
+    want = None if rollout is None else str(rollout)
+    return [
+        p
+        for p in pods
+        if (labels := (p.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL) == export_job.COMPONENT
+        and labels.get(export_job.ROLLOUT_LABEL) == want
+    ]
+
+
+def finished(job: dict[str, Any]) -> bool:
+    return job_condition(job, "Complete") or job_condition(job, "Failed")
+
+
+def saved_exports(jobs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The exports at a save among a job's export Jobs: rollout -> Job."""
+    out = {}
+    for job in jobs:
+        value = ((job.get("metadata") or {}).get("labels") or {}).get(export_job.ROLLOUT_LABEL)
+        if value is not None and value.isdigit():
+            out[int(value)] = job
+    return out
+
+
+def newest_saved_adapter(saved: dict[int, dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """status.adapter of the newest export at a save that succeeded (None: none yet)."""
+    for rollout in sorted(saved, reverse=True):
+        state = export_state(saved[rollout], export_pods(pods, rollout))
+        if state.status == "True":
+            return state.adapter
+    return None
+
+
+def next_save_to_export(saved: dict[int, dict[str, Any]], latest_complete: Any) -> int | None:
+    """The rollout whose save to export now: the newest complete one (status.checkpoints.latestIteration),
+    when no export at a save is running and none was made for it or a newer one (one at a time;
+    saves completed meanwhile are skipped, the newest is what matters)."""
+    if not isinstance(latest_complete, int) or isinstance(latest_complete, bool) or latest_complete < 0:
+        return None
+    if any(not finished(job) for job in saved.values()) or latest_complete <= max(saved, default=-1):
+        return None
+    return latest_complete

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..job.render import COMPONENT_LABEL, JOB_LABEL, PREPARE_CONTAINER
+from ..job.render import COMPONENT_LABEL, EXPORT_ROLLOUT_LABEL, JOB_LABEL, PREPARE_CONTAINER
 from .driver import CLUSTER_LABEL, NODE_TYPE_LABEL
 from .gpuhours import GPU_RESOURCES
 
@@ -76,7 +76,9 @@ def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
             **{k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp") if k in meta},
             # the job's, KubeRay's cluster and node type (driver.py finds the head of the current cluster), and the
             # component, which tells the export Job's pod from the Ray cluster's (adapter_status.export_pods)
-            "labels": {k: v for k, v in (meta.get("labels") or {}).items() if k in (JOB_LABEL, CLUSTER_LABEL, NODE_TYPE_LABEL, COMPONENT_LABEL)},
+            "labels": {
+                k: v for k, v in (meta.get("labels") or {}).items() if k in (JOB_LABEL, CLUSTER_LABEL, NODE_TYPE_LABEL, COMPONENT_LABEL, EXPORT_ROLLOUT_LABEL)
+            },
         },
         "spec": {
             "images": {c.get("name"): c.get("image") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])},

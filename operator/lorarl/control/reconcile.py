@@ -119,6 +119,14 @@ def ttl_expiry(job: api.LoraRLJob, job_status: dict[str, Any]) -> datetime.datet
     return None if finished is None else finished + datetime.timedelta(seconds=ttl)
 
 
+def training_pods(job_pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's own pods: an export's at a save (spec.export.onSave) may run beside them and is
+    not the run's trouble (its Job's pod reports its own)."""
+    return [
+        p for p in job_pods if ((p.get("metadata") or {}).get("labels") or {}).get(render.COMPONENT_LABEL) not in (export_job.COMPONENT, serve_job.COMPONENT)
+    ]
+
+
 def settled_finished(body: dict[str, Any]) -> bool:
     """A finished job whose every generation was seen: nothing is left for the operator but a
     TTL (which it schedules) and events (which bring the whole object back)."""
@@ -348,9 +356,14 @@ class Reconciler:
             admission=admission,
             no_progress=quiet,
             driver_lost=lost,
-            pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(self.caches.pods_of(namespace, job.metadata.name)),
+            pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(training_pods(self.caches.pods_of(namespace, job.metadata.name))),
         )
         new_status, events = status.compute(previous, rayjob, facts)
+        if new_status[status.PHASE] == status.RUNNING and job.spec.export is not None and job.spec.export.on_save and not stopped:
+            saved_adapter, save_refused = self._export_on_save(job, body)
+            apply_failed = apply_failed or save_refused
+            if saved_adapter is not None:
+                new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, saved_adapter=saved_adapter))
         if new_status[status.PHASE] == status.SUCCEEDED and job.spec.export is not None and not stopped:
             export_state, export_refused = self._export(job, body, previous)
             apply_failed = apply_failed or export_refused
@@ -396,6 +409,33 @@ class Reconciler:
         if refused is not None:
             return adapter_status.ExportState("Unknown", status.APPLY_FAILED, refused, None, False), refused
         return adapter_status.export_state(found, adapter_status.export_pods(self._pods_of(job))), None
+
+    def _export_on_save(self, job: api.LoraRLJob, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        """The exports at each complete save of a running job (spec.export.onSave): an export Job
+        of its own for the newest complete save once none runs (``adapter_status.next_save_to_export``);
+        returns status.adapter of the newest that succeeded, and the message of a refused apply.
+        A failed one is left as it is (its pod says why): the next save gets its own."""
+        if self.caches is not None and not self.caches.export_jobs_listed.is_set():
+            return None, None
+        namespace = job.metadata.namespace
+        selector = f"{render.JOB_LABEL}={job.metadata.name},{export_job.ROLLOUT_LABEL}"
+        if self.caches is not None:
+            mine = [
+                j
+                for j in self.caches.export_jobs.values()
+                if j["metadata"].get("namespace") == namespace and (j["metadata"].get("labels") or {}).get(render.JOB_LABEL) == job.metadata.name
+            ]
+        else:
+            mine = self.kube.list("batch/v1", "Job", namespace, selector)
+        saved = adapter_status.saved_exports(mine)
+        rollout = adapter_status.next_save_to_export(saved, ((body.get("status") or {}).get("checkpoints") or {}).get("latestIteration"))
+        refused = None
+        if rollout is not None:
+            current = job.model_copy(update={"status": body.get("status") or {}})
+            found, refused = self._one_off_job(namespace, export_job.name(job, rollout), lambda: export_job.children(current, self.render_settings, rollout))
+            if found is not None:
+                saved[rollout] = found
+        return adapter_status.newest_saved_adapter(saved, self._pods_of(job)), refused
 
     def _serve(
         self, job: api.LoraRLJob, body: dict[str, Any], previous: dict[str, Any], exported: adapter_status.ExportState

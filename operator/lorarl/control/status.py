@@ -110,6 +110,7 @@ class Facts:
     driver_lost: str | None = None  # message when KubeRay says RUNNING but the driver's head is gone (driver.lost)
     export: adapter_status.ExportState | None = None  # a Succeeded job's export (spec.export; None: none asked)
     serve: serve_status.ServeState | None = None  # its load into a server once exported (spec.serve; None: none asked or not yet)
+    saved_adapter: dict[str, Any] | None = None  # a Running job's newest export at a save (spec.export.onSave)
 
 
 def queue_observation(queue_name: str, adm: Admission | None) -> Observation:
@@ -464,6 +465,8 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         out[COMPLETION_TIME] = previous.get(COMPLETION_TIME) or end or now
     if export is not None and export.adapter is not None:
         out[ADAPTER] = export.adapter
+    elif phase == RUNNING and facts.saved_adapter is not None:
+        out[ADAPTER] = facts.saved_adapter  # the final export's (after Succeeded) replaces it
     if serve is not None and serve.serving is not None:
         out[SERVING] = serve.serving
 
@@ -474,6 +477,9 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         events.append(Event(kind, phase, f"{prev_phase or 'New'} -> {phase}: {obs.reason}: {obs.message}"[:1024]))
     if export is not None and export.status == "True" and condition(previous, adapter_status.ADAPTER_EXPORTED, "status") != "True":
         events.append(Event("Normal", adapter_status.ADAPTER_EXPORTED, export.message[:1024]))
+    saved = out.get(ADAPTER) if phase == RUNNING else None
+    if saved is not None and (previous.get(ADAPTER) or {}).get("rollout") != saved.get("rollout"):
+        events.append(Event("Normal", "AdapterExportedAtSave", f"{saved.get('uri')} ({saved.get('digest')}, rollout {saved.get('rollout')})"[:1024]))
     if serve is not None and serve.status == "True" and condition(previous, serve_status.ADAPTER_SERVED, "status") != "True":
         events.append(Event("Normal", serve_status.ADAPTER_SERVED, serve.message[:1024]))
     if healthy.status == "False" and condition(previous, TRAINING_HEALTHY, "status") != "False":

@@ -20,8 +20,16 @@ CONTAINER = "export"
 COMPONENT = "export"  # the app.kubernetes.io/component label of the export's objects and pod
 
 
-def name(job: LoraRLJob) -> str:
-    return f"{job.metadata.name}-export"
+ROLLOUT_LABEL = render.EXPORT_ROLLOUT_LABEL
+
+
+def name(job: LoraRLJob, rollout: int | None = None) -> str:
+    """``<job>-export`` (after Succeeded), ``<job>-export-r<NNNNNNN>`` (at the save of a rollout)."""
+    return f"{job.metadata.name}-export" if rollout is None else f"{job.metadata.name}-export-r{rollout:07d}"
+
+
+def _metadata(job: LoraRLJob, rollout: int | None) -> dict[str, Any]:
+    return render.metadata(job, name(job, rollout), COMPONENT, {ROLLOUT_LABEL: str(rollout)} if rollout is not None else None)
 
 
 def _status_for_export(status: dict[str, Any] | None) -> dict[str, Any]:
@@ -30,12 +38,15 @@ def _status_for_export(status: dict[str, Any] | None) -> dict[str, Any]:
     return {"history": {k: history[k] for k in ("reward", "eval") if k in history}}
 
 
-def configmap(job: LoraRLJob) -> dict[str, Any]:
+def configmap(job: LoraRLJob, rollout: int | None = None) -> dict[str, Any]:
+    export_plan = plan.export_plan(job)
+    if rollout is not None:
+        export_plan["rollout"] = rollout  # that save, not the newest (a newer one may be being written)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": render.metadata(job, name(job), COMPONENT),
-        "data": {"plan.json": json.dumps(plan.export_plan(job), sort_keys=True), "status.json": json.dumps(_status_for_export(job.status), sort_keys=True)},
+        "metadata": _metadata(job, rollout),
+        "data": {"plan.json": json.dumps(export_plan, sort_keys=True), "status.json": json.dumps(_status_for_export(job.status), sort_keys=True)},
         "binaryData": {EXPORTER_FILE: base64.b64encode(artifact.exporter_zipapp()).decode("ascii")},
     }
 
@@ -51,6 +62,20 @@ def _env(job: LoraRLJob) -> list[dict[str, Any]]:
                 {"name": key_var, "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_ACCESS_KEY_ID"}}},
                 {"name": secret_var, "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_SECRET_ACCESS_KEY"}}},
             ]
+        if dest.hub is not None:
+            ref = dest.hub.token_secret_ref
+            env.append({"name": export.hub_token_env(i), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    if any(dest.hub is not None for dest in job.spec.export.destinations):
+        # huggingface_hub reads these at import. Xet off: the client then uploads through the LFS
+        # batch API, the protocol the Hub stand-in serves and the tests exercise (with hf_xet,
+        # which the image has, it would use Xet storage, not tested here); no telemetry, no
+        # progress bars in the pod's log; its cache under /tmp (the root may be read-only).
+        env += [
+            {"name": "HF_HUB_DISABLE_XET", "value": "1"},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+            {"name": "HF_HUB_DISABLE_PROGRESS_BARS", "value": "1"},
+            {"name": "HF_HOME", "value": "/tmp/lorarl-hf"},
+        ]
     return env
 
 
@@ -67,12 +92,12 @@ def _security_context(job: LoraRLJob) -> dict[str, Any]:
     return ctx
 
 
-def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> dict[str, Any]:
+def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS, rollout: int | None = None) -> dict[str, Any]:
     export_spec = job.spec.export
     assert export_spec is not None
     volumes: list[dict[str, Any]] = [
         {"name": "data", "persistentVolumeClaim": {"claimName": render.claim_name(job), "readOnly": True}},
-        {"name": "exporter", "configMap": {"name": name(job)}},
+        {"name": "exporter", "configMap": {"name": name(job, rollout)}},
     ]
     mounts: list[dict[str, Any]] = [
         # where the training pods mount it: the attempts' ledger records absolute save directories
@@ -100,7 +125,7 @@ def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> d
     ]
     container = {
         "name": CONTAINER,
-        # the operator's tools image has python3, botocore (s3) and oras (oci): every destination
+        # the operator's tools image has python3, botocore (s3), oras (oci) and huggingface_hub (hub): every destination
         # works without a choice of image (a training image has neither library)
         "image": export_spec.image or settings.tools_image,
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
@@ -114,11 +139,11 @@ def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> d
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": render.metadata(job, name(job), COMPONENT),
+        "metadata": _metadata(job, rollout),
         "spec": {
             "backoffLimit": export_spec.backoff_limit,
             "template": {
-                "metadata": {"labels": render.labels(job, COMPONENT)},
+                "metadata": {"labels": _metadata(job, rollout)["labels"]},
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,  # the pod reports through its termination message
@@ -131,8 +156,8 @@ def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> d
     }
 
 
-def children(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
-    """The export's objects, or none without spec.export."""
+def children(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS, rollout: int | None = None) -> list[dict[str, Any]]:
+    """The export's objects (of the save of ``rollout``, or after Succeeded), or none without spec.export."""
     if job.spec.export is None:
         return []
-    return [configmap(job), job_object(job, settings)]
+    return [configmap(job, rollout), job_object(job, settings, rollout)]

@@ -95,6 +95,7 @@ def pod_service_account(job: LoraRLJob) -> str:
 # ---------------------------------------------------------------------------------- metadata
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
+EXPORT_ROLLOUT_LABEL = "lorarl.dev/export-rollout"  # an export at a save (spec.export.onSave): its rollout
 RAY_COMPONENTS = ("ray-head", "ray-worker")  # the pods the NetworkPolicy protects
 JOB_COMPONENTS = (*RAY_COMPONENTS, "submitter")  # the pods it admits on every port
 
