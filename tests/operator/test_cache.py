@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lorarl.control.cache import Caches, Memo, merge_patch
 
 
@@ -263,3 +265,40 @@ def test_jobs_outside_the_watched_namespaces_are_ignored():
     other["metadata"]["namespace"] = "elsewhere"
     ctl.on_job("ADDED", other, True)
     assert len(ctl.caches.jobs) == 0 and ctl.queue.waiting() == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "delete", "note"]),
+            st.sampled_from(["ns-a", "ns-b"]),
+            st.sampled_from(["p1", "p2", "p3", "p4"]),
+            st.sampled_from([None, "job-1", "job-2"]),
+            st.sampled_from(["u1", "u2"]),
+        ),
+        max_size=40,
+    )
+)
+def test_a_jobs_pods_by_index_are_those_a_full_scan_finds(ops):
+    # the oracle: a scan of every cached pod, as pods_of did before the index
+    caches = Caches()
+    rv = 0
+    for op, namespace, name, job, uid in ops:
+        rv += 1
+        labels = {"lorarl.dev/job": job} if job else {}
+        body = {"metadata": {"namespace": namespace, "name": name, "uid": uid, "resourceVersion": str(rv), "labels": labels}, "status": {}}
+        if op == "put":
+            caches.pods.put(body)
+        elif op == "note":
+            caches.pods.note_own_write(body)
+        else:
+            caches.pods.delete(body)
+    for namespace in ("ns-a", "ns-b"):
+        for job in ("job-1", "job-2"):
+            scan = sorted(
+                p["metadata"]["name"]
+                for p in caches.pods.values()
+                if p["metadata"]["namespace"] == namespace and (p["metadata"].get("labels") or {}).get("lorarl.dev/job") == job
+            )
+            assert sorted(p["metadata"]["name"] for p in caches.pods_of(namespace, job)) == scan

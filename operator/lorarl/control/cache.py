@@ -219,12 +219,28 @@ def key_of(body: dict[str, Any]) -> Key:
     return meta["namespace"], meta["name"]
 
 
-class Store:
-    """One kind's objects by (namespace, name), thread-safe."""
+def by_job(body: dict[str, Any]) -> Key | None:
+    """(namespace, job) of an object labelled with its LoraRLJob (its Ray pods, its export Jobs)."""
+    meta = body["metadata"]
+    job = (meta.get("labels") or {}).get(pods.JOB_LABEL)
+    return (meta["namespace"], job) if job else None
 
-    def __init__(self, trim: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]], fingerprint: Callable[[dict[str, Any]], Any]) -> None:
+
+class Store:
+    """One kind's objects by (namespace, name), thread-safe; with ``index``, also by what it
+    says (client-go's Indexer, tools/cache/thread_safe_store.go ``ByIndex``), so a job's pods are
+    found without reading every pod in the cache."""
+
+    def __init__(
+        self,
+        trim: Callable[[dict[str, Any], dict[str, Any] | None], dict[str, Any]],
+        fingerprint: Callable[[dict[str, Any]], Any],
+        index: Callable[[dict[str, Any]], Key | None] | None = None,
+    ) -> None:
         self._trim = trim
         self._fingerprint = fingerprint
+        self._index = index
+        self._indexed: dict[Key, set[Key]] = {}  # index value -> keys
         self._lock = threading.Lock()
         self._items: dict[Key, dict[str, Any]] = {}
         self._compact: set[Key] = set()  # keys whose cached object is a compact stand-in
@@ -243,7 +259,7 @@ class Store:
             current = self._items.get(key)
             if current is not None and current["metadata"].get("uid") == body["metadata"].get("uid") and _newer(current, body):
                 return True  # older than what is cached (a listing that began before our write): nothing new
-            trimmed = self._items[key] = self._trim(body, current)
+            trimmed = self._set(key, self._trim(body, current))
             self._compact.discard(key)
             if rv is not None and self._own.get(key) == rv:
                 del self._own[key]
@@ -259,7 +275,7 @@ class Store:
         do: the whole object is never built)."""
         key = key_of(body)
         with self._lock:
-            self._items[key] = shrink(body)
+            self._set(key, shrink(body))
             self._compact.add(key)
             self._own.pop(key, None)
             self._expected.pop(key, None)
@@ -273,7 +289,7 @@ class Store:
                 return  # a newer object of that name is cached already
             if current is not None and _newer(current, body):
                 return  # the watch already delivered something later
-            self._items[key] = self._trim(body, current)
+            self._set(key, self._trim(body, current))
             self._compact.discard(key)
             if rv is not None:
                 self._own[key] = rv
@@ -285,7 +301,7 @@ class Store:
             current = self._items.get(key)
             if current is None or current["metadata"].get("uid") != uid:
                 return False
-            del self._items[key]
+            self._unset(key)
             self._compact.discard(key)
             self._own.pop(key, None)
             self._expected.pop(key, None)
@@ -301,9 +317,39 @@ class Store:
             small = shrink(current)
             if small is None:
                 return None
-            self._items[key] = small
+            self._set(key, small)
             self._compact.add(key)
             return current
+
+    def _set(self, key: Key, body: dict[str, Any]) -> dict[str, Any]:
+        """Store ``body`` under ``key`` and keep the index; the caller holds the lock."""
+        if self._index is not None:
+            self._unindex(key)
+            value = self._index(body)
+            if value is not None:
+                self._indexed.setdefault(value, set()).add(key)
+        self._items[key] = body
+        return body
+
+    def _unset(self, key: Key) -> None:
+        if self._index is not None:
+            self._unindex(key)
+        del self._items[key]
+
+    def _unindex(self, key: Key) -> None:
+        old = self._items.get(key)
+        value = self._index(old) if old is not None and self._index is not None else None
+        if value is not None:
+            keys = self._indexed.get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._indexed[value]
+
+    def by_index(self, value: Key) -> list[dict[str, Any]]:
+        """The objects whose ``index`` is ``value`` (a Store made without one has none)."""
+        with self._lock:
+            return [self._items[k] for k in self._indexed.get(value, ())]
 
     def get(self, key: Key) -> dict[str, Any] | None:
         with self._lock:
@@ -388,10 +434,10 @@ class Caches:
             self.rayjobs_listed.set()
         self.jobs = Store(trim_job, job_fingerprint)
         self.rayjobs = Store(trim_rayjob, rayjob_fingerprint)
-        self.pods = Store(pods.trim_pod, lambda body: None)  # never written by us: no echoes
+        self.pods = Store(pods.trim_pod, lambda body: None, index=by_job)  # never written by us: no echoes
         # the adapters' export Jobs (job/export_job.py), listed after start-up like the pods; until
         # then a reconcile neither creates one nor judges one (control/reconcile.py, _export)
-        self.export_jobs = Store(trim_export_job, lambda body: body.get("status") or {})
+        self.export_jobs = Store(trim_export_job, lambda body: body.get("status") or {}, index=by_job)
         self.export_jobs_listed = threading.Event()
         if rayjobs_listed:  # a cache filled by hand (tests, tools): every kind counts as listed
             self.export_jobs_listed.set()
@@ -458,8 +504,12 @@ class Caches:
                 self._gone.pop((namespace, job), None)
 
     def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        """The cached pods of a job's Ray cluster (labelled lorarl.dev/job by render)."""
-        return [p for p in self.pods.values() if p["metadata"].get("namespace") == namespace and (p["metadata"].get("labels") or {}).get(pods.JOB_LABEL) == job]
+        """The cached pods of a job's Ray cluster and one-off Jobs (labelled lorarl.dev/job by render)."""
+        return self.pods.by_index((namespace, job))
+
+    def export_jobs_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """The cached export Jobs of a job (labelled lorarl.dev/job by render)."""
+        return self.export_jobs.by_index((namespace, job))
 
     def settle(self, key: Key, finished: Callable[[dict[str, Any]], bool]) -> bool:
         """Keep a job compact that ``finished`` says has nothing left to do, and drop its
