@@ -2,8 +2,9 @@
 a CGI program) behind a small HTTP front on 127.0.0.1, serving bare repositories under one root.
 
 Flux's source-controller clones over http(s) or ssh only (GitRepository ``spec.url`` pattern
-``^(http|https|ssh)://.*$`` in its CRD), and go-git speaks only git's *smart* HTTP protocol, so
-``git daemon`` (git://) and a static file server (dumb HTTP) will not do. The front passes each
+``^(http|https|ssh)://.*$``: config/crd/bases/source.toolkit.fluxcd.io_gitrepositories.yaml:210 in
+v1.9.6), and go-git speaks only git's *smart* HTTP protocol (COMPATIBILITY.md:209 in v5.19.1: no dumb
+protocol), so ``git daemon`` (git://) and a static file server (dumb HTTP) will not do. The front passes each
 request to ``git http-backend`` as CGI/1.1 (RFC 3875) with the variables git-http-backend(1)
 reads, and returns what it prints.
 """
