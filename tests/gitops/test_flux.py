@@ -19,7 +19,7 @@ import yaml
 from lorarl_dev.flux import KUSTOMIZE_API_VERSION, SOURCE_API_VERSION
 from lorarl_dev.gitserver import GitServer, commit_tree
 
-from tests.helpers import wait_for
+from tests.helpers import SEED, wait_for
 
 #: first sync of a fresh controller pair on a loaded 2-core machine: a bound, not a measurement
 WAIT = 180
@@ -121,3 +121,21 @@ def test_a_commit_becomes_ready_and_applied(flux_cluster, flux_namespace, tmp_pa
         )
         assert get(cp, "configmap", ns, "farewell")["data"] == {"greeting": "three"}
         wait_for(lambda: get(cp, "configmap", ns, "greeting") is None, WAIT, 1, "the pruned ConfigMap gone")
+
+
+def test_the_seed_job_from_git_is_applied(flux_cluster, flux_namespace, tmp_path):
+    """The seed LoraRLJob, committed to Git as the file ships, goes through kustomize-controller's
+    server-side apply and the LoraRLJob CRD (no operator runs here: nothing reconciles it)."""
+    cp, ns = flux_cluster, flux_namespace
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": [SEED.name]}
+    with GitServer(tmp_path / "git").running() as server:
+        bare = server.create("config")
+        commit = commit_tree(bare, {f"apps/demo/{SEED.name}": SEED.read_text(), "apps/demo/kustomization.yaml": yaml.safe_dump(kustomization)}, "the seed job")
+        cp.kubectl("apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in flux_objects(ns, server.url("config"))))
+        applied = wait_for(lambda: ready(get(cp, "kustomization", ns, "demo")), WAIT, 1, "the Kustomization Ready")
+    assert applied["status"]["lastAppliedRevision"] == f"main@sha1:{commit}"
+    seed = yaml.safe_load(SEED.read_text())
+    job = get(cp, "lorarljob", ns, seed["metadata"]["name"])
+    assert job["spec"]["model"]["name"] == seed["spec"]["model"]["name"]
+    assert job["spec"]["hardware"]["accelerator"] == seed["spec"]["hardware"]["accelerator"]
+    assert "kustomize-controller" in {m["manager"] for m in job["metadata"]["managedFields"] if m["operation"] == "Apply"}
