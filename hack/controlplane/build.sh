@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build the embedded control-plane binaries (etcd, kube-apiserver,
 # kube-controller-manager, optionally kube-scheduler, kubelet, kube-proxy, fakegpu,
-# coredns, helm, kwok, kuberay-operator, kueue, kstatus and crane) from the Go module proxy into a
-# per-version cache outside the repository. The binaries of this module (etcd and
-# every k8s.io/kubernetes command) that are missing are built by one `go build`,
-# so their shared dependency graph is compiled and loaded once.
+# coredns, helm, kwok, kuberay-operator, kueue, kstatus, crane, source-controller and
+# kustomize-controller) from the Go module proxy into a per-version cache outside the repository.
+# The missing binaries of one module are built by one `go build` (this module: etcd and every
+# k8s.io/kubernetes command; helm/: helm and Flux's two controllers), so their shared dependency
+# graph is compiled and loaded once.
 #
 # Idempotent: a binary that is already in the cache is not rebuilt (unless its build info records
 # another version of its module than go.mod asks: module_for); concurrent runs take turns. Each
@@ -14,7 +15,8 @@
 # Usage: hack/controlplane/build.sh [--print-bin-dir] [BINARY...]
 #   BINARY is one of: etcd kube-apiserver kube-controller-manager
 #                     kube-scheduler kubelet kube-proxy helm kwok kuberay-operator
-#                     kueue kstatus coredns fakegpu crane
+#                     kueue kstatus coredns fakegpu crane source-controller
+#                     kustomize-controller
 #   Default: etcd kube-apiserver kube-controller-manager
 #
 # Environment:
@@ -79,7 +81,7 @@ helm_version="$(awk '$1 == "require" && $2 == "helm.sh/helm/v4" {print $3; exit}
 ldflags_for() {
 	case "$1" in
 	helm) echo "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitTreeState=clean" ;;
-	kwok | kuberay-operator | kstatus | coredns | fakegpu | crane) echo "-s -w" ;;
+	kwok | kuberay-operator | kstatus | coredns | fakegpu | crane | source-controller | kustomize-controller) echo "-s -w" ;;
 	kueue) echo "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$(version_for kueue)" ;;
 	*) echo "$ldflags" ;;
 	esac
@@ -94,6 +96,7 @@ version_for() {
 	coredns) awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3; exit}' coredns/go.mod ;;
 	etcd) awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' go.mod ;;
 	crane) awk '$1 == "require" && $2 == "github.com/google/go-containerregistry" {print $3; exit}' crane/go.mod ;;
+	source-controller | kustomize-controller) awk -v m="github.com/fluxcd/$1" '$1 == m {print $2; exit}' helm/go.mod ;;
 	*) echo "$k8s_version" ;;
 	esac
 }
@@ -110,6 +113,7 @@ module_for() {
 	kstatus) echo "sigs.k8s.io/cli-utils" ;;
 	coredns) echo "github.com/coredns/coredns" ;;
 	crane) echo "github.com/google/go-containerregistry" ;;
+	source-controller | kustomize-controller) echo "github.com/fluxcd/$1" ;;
 	*) return 1 ;;
 	esac
 }
@@ -138,12 +142,13 @@ pkg_for() {
 	coredns) echo "lorarl.dev/hack/controlplane/coredns" ;;
 	fakegpu) echo "lorarl.dev/hack/controlplane/fakegpu" ;;
 	crane) echo "github.com/google/go-containerregistry/cmd/crane" ;;
+	source-controller | kustomize-controller) echo "github.com/fluxcd/$1" ;;
 	*) return 1 ;;
 	esac
 }
 dir_for() {
 	case "$1" in
-	helm) echo "$here/helm" ;;
+	helm | source-controller | kustomize-controller) echo "$here/helm" ;;
 	kwok) echo "$here/kwok" ;;
 	kuberay-operator) echo "$here/kuberay" ;;
 	kueue) echo "$here/kueue" ;;
@@ -169,6 +174,7 @@ estimate_for() {
 	coredns) echo "cold build may take ~4 min" ;;
 	fakegpu) echo "~1 min after the kubelet" ;;
 	crane) echo "cold build may take ~1 min" ;;
+	source-controller | kustomize-controller) echo "cold, beside helm: Flux adds ~375 CPU-s, ~4 min on 2 free cores" ;;
 	esac
 }
 
@@ -244,19 +250,40 @@ if [[ ${#shared[@]} -gt 0 ]]; then
 	rm -rf "$tmpdir"
 fi
 
+# the other modules' binaries: one go build per module (helm/ builds helm and Flux's controllers)
+declare -A built_dirs=()
 for name in "${others[@]}"; do
-	out="$bin_dir/$name"
-	echo "building $name $(version_for "$name") ($(estimate_for "$name"))..."
+	dir="$(dir_for "$name")"
+	[[ -n "${built_dirs[$dir]:-}" ]] && continue
+	built_dirs[$dir]=1
+	group=()
+	pkgs=()
+	flags=""
+	for other in "${others[@]}"; do
+		[[ "$(dir_for "$other")" == "$dir" ]] || continue
+		group+=("$other")
+		pkgs+=("$(pkg_for "$other")")
+		[[ " $flags " == *" $(ldflags_for "$other") "* ]] || flags+=" $(ldflags_for "$other")"
+		echo "building $other $(version_for "$other") ($(estimate_for "$other"))..."
+	done
 	start=$(date +%s)
-	tmp="$out.tmp.$$"
-	if run_build "$(dir_for "$name")" "$(ldflags_for "$name")" "$tmp" "$(pkg_for "$name")"; then
-		mv -f "$tmp" "$out"
-		echo "built $name in $(($(date +%s) - start))s -> $out"
+	tmpdir="$bin_dir/.build.$$"
+	mkdir -p "$tmpdir"
+	if [[ ${#group[@]} -eq 1 ]]; then
+		outarg="$tmpdir/${group[0]}"
 	else
-		rm -f "$tmp"
-		echo "build.sh: building $name failed" >&2
+		outarg="$tmpdir/" # each command under its package's last element: helm, source-controller, ...
+	fi
+	if run_build "$dir" "${flags# }" "$outarg" "${pkgs[@]}"; then
+		for other in "${group[@]}"; do
+			mv -f "$tmpdir/$other" "$bin_dir/$other"
+		done
+		echo "built ${group[*]} in $(($(date +%s) - start))s -> $bin_dir"
+	else
+		echo "build.sh: building ${group[*]} failed" >&2
 		status=1
 	fi
+	rm -rf "$tmpdir"
 done
 
 # kwok needs Stage configs (fake node heartbeat, pod ready/complete/delete);

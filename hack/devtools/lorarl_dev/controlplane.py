@@ -70,6 +70,8 @@ _STOP_ORDER = (
     "crane",  # the export tests' OCI registry (seedrun.start_registry)
     "moto_server",  # the export tests' S3 server (seedrun.start_s3)
     "hubstub",
+    "kustomize-controller",
+    "source-controller",
     "kueue",
     "kuberay-operator",
     "kwok",
@@ -447,6 +449,7 @@ class ControlPlane:
         gpu_resource: str = "amd.com/gpu",
         kuberay_operator: bool = False,
         kueue: bool = False,
+        flux: bool = False,
         node: bool = False,
         gpus: int = 8,
         node_profile: str = "MI355X",
@@ -473,6 +476,7 @@ class ControlPlane:
         self.gpu_resource = gpu_resource
         self.kuberay_operator = kuberay_operator
         self.kueue = kueue
+        self.flux = flux
         self.kubeconfig: pathlib.Path | None = None
         self.server: str | None = None
         self.ca_file: pathlib.Path | None = None
@@ -514,6 +518,8 @@ class ControlPlane:
             names.append("kuberay-operator")
         if self.kueue:
             names.append("kueue")
+        if self.flux:
+            names += ["source-controller", "kustomize-controller"]
         if self.real_node:
             names += [n for n in NODE_BINARIES if n not in names]
         return names
@@ -570,6 +576,8 @@ class ControlPlane:
                 self._start_kuberay_operator()
             if self.kueue:
                 self._start_kueue()
+            if self.flux:
+                self._start_flux()
             self._write_state()
             self._wait_controller_manager()
             if self.real_node:
@@ -1116,6 +1124,23 @@ class ControlPlane:
         self._wait_http("kueue", f"http://127.0.0.1:{health}/readyz", 90)
         hooks = webhook_configurations(f"https://127.0.0.1:{webhook}", ca.cert_pem)
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lorarl-testing", "-f", "-", input="\n".join(json.dumps(h) for h in hooks))
+
+    def _start_flux(self) -> None:
+        """The real Flux source-controller and kustomize-controller (lorarl_dev.flux) as local
+        processes; kustomize-controller downloads artifacts from source-controller's storage
+        server on 127.0.0.1."""
+        from lorarl_dev import flux
+
+        self.install_crds(flux.crd_paths())
+        storage = self.workdir / "flux-artifacts"
+        storage.mkdir(exist_ok=True)
+        env = {**os.environ, "KUBECONFIG": str(self.child_kubeconfig)}  # ctrl.GetConfig: no --kubeconfig flag in their pflag set
+        health = free_port()
+        self._spawn("source-controller", flux.source_controller_args(storage=storage, storage_port=free_port(), health_port=health), env=env)
+        self._wait_http("source-controller", f"http://127.0.0.1:{health}/readyz", 90)
+        health = free_port()
+        self._spawn("kustomize-controller", flux.kustomize_controller_args(health_port=health), env=env)
+        self._wait_http("kustomize-controller", f"http://127.0.0.1:{health}/readyz", 90)
 
     def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True) -> None:
         """Poll a plain-HTTP health endpoint of child ``name`` until it answers 200 and ``healthy``."""

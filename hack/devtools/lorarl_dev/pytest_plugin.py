@@ -25,6 +25,11 @@ conftest. Fixtures:
     labelled as an MI355X node) that also runs the real Kueue manager
     (:mod:`lorarl_dev.kueue`, webhooks registered), with the ResourceFlavor ``mi355x`` and the
     WorkloadPriorityClasses ``lorarl-low`` (100) and ``lorarl-high`` (1000).
+``flux_cluster``
+    session-scoped control plane that also runs the real Flux source-controller and
+    kustomize-controller (:mod:`lorarl_dev.flux`) as local processes, with Flux's CRDs. Skipped
+    (with the reason) when their binaries are not built: they are not in ``.ci/run``'s build;
+    ``hack/controlplane/build.sh source-controller kustomize-controller`` builds them.
 ``real_node_cluster``
     session-scoped control plane with one real node (:mod:`lorarl_dev.node`): containerd,
     kubelet, kube-proxy, CoreDNS and :data:`REAL_NODE_GPUS` fake ``amd.com/gpu`` from a device
@@ -55,7 +60,7 @@ import pytest
 
 from lorarl_dev.controlplane import ControlPlane
 
-_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue", "real_node_cluster"}
+_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue", "real_node_cluster", "flux_cluster"}
 
 
 def pytest_configure(config):
@@ -87,6 +92,20 @@ def control_plane():
 @pytest.fixture(scope="session")
 def fake_cluster():
     with ControlPlane(verbose=True, fake_nodes=2, gpus_per_node=8, kuberay_operator=True) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def flux_cluster():
+    from lorarl_dev.controlplane import bin_dir
+    from lorarl_dev.flux import BINARIES
+
+    missing = [name for name in BINARIES.values() if not os.access(bin_dir() / name, os.X_OK)]
+    if missing:
+        pytest.skip(
+            f"Flux {', '.join(missing)} not built in {bin_dir()} (not part of .ci/run's build yet): hack/controlplane/build.sh {' '.join(BINARIES.values())}"
+        )
+    with ControlPlane(verbose=True, flux=True) as cp:
         yield cp
 
 
