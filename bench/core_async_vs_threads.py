@@ -1,6 +1,8 @@
-"""Decides threads vs asyncio for the reconcile workers (docs/architecture.md): server-side applies of N ConfigMaps to the real API server: 8 threads on the blocking client
-(lorarl.runtime.kube.Api, kubernetes/urllib3) vs 8 asyncio tasks on aiohttp. Wall time and this
-process's CPU seconds (the operator's cost per request).
+"""Decides the reconcile workers' transport (docs/architecture.md, lorarl/runtime/transport.py): server-side
+applies of N ConfigMaps to the real API server, 8 in flight, three ways: 8 threads on the
+official client (kubernetes' ApiClient over urllib3, the transport before 2026-12-04); 8 threads
+on lorarl's Api (libcurl, a handle per thread); 8 asyncio tasks on aiohttp (the ceiling's way).
+Wall time and this process's CPU seconds (the operator's cost per request).
 
     .venv/bin/python bench/core_async_vs_threads.py [N]
 """
@@ -14,7 +16,7 @@ import threading
 import time
 
 import aiohttp
-from lorarl.runtime.kube import Api, path
+from lorarl.runtime.kube import Api, path, raw_requests
 from lorarl_dev.controlplane import ControlPlane
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 600
@@ -26,6 +28,28 @@ def cm(ns, i, tag):
 
 
 def threads(kube, ns, tag):
+    return _threads(kube.apply, ns, tag)
+
+
+def official_client(client, ns, tag):
+    raw = raw_requests(client)
+
+    def apply(obj):
+        answer = raw.request(
+            "PATCH",
+            path("v1", "ConfigMap", ns, obj["metadata"]["name"]),
+            body=obj,
+            query_params=[("fieldManager", "bench"), ("force", "true")],
+            content_type="application/apply-patch+yaml",
+            header_params={"Accept": "application/json"},
+            serialize=False,
+        )
+        json.loads(answer.data)
+
+    return _threads(apply, ns, tag)
+
+
+def _threads(apply, ns, tag):
     q = queue.Queue()
     for i in range(N):
         q.put(i)
@@ -36,7 +60,7 @@ def threads(kube, ns, tag):
                 i = q.get_nowait()
             except queue.Empty:
                 return
-            kube.apply(cm(ns, i, tag))
+            apply(cm(ns, i, tag))
 
     ts = [threading.Thread(target=work) for _ in range(CONC)]
     c0, t0 = time.process_time(), time.perf_counter()
@@ -75,10 +99,16 @@ async def aio(cfg, ns, tag):
 with ControlPlane() as cp:
     cp.kubectl("create", "namespace", "a")
     cp.kubectl("create", "namespace", "b")
+    cp.kubectl("create", "namespace", "c")
     client = cp.api_client()
     cfg = client.configuration
     kube = Api(client)
     for rnd in range(2):
-        for name, fn in (("threads", lambda: threads(kube, "a", str(rnd))), ("asyncio", lambda: asyncio.run(aio(cfg, "b", str(rnd))))):
+        variants = (
+            ("threads, official client", lambda: official_client(client, "c", str(rnd))),
+            ("threads, lorarl Api (libcurl)", lambda: threads(kube, "a", str(rnd))),
+            ("asyncio, aiohttp", lambda: asyncio.run(aio(cfg, "b", str(rnd)))),
+        )
+        for name, fn in variants:
             wall, cpu = fn()
             print(f"round {rnd} {name}: {N} applies in {wall:.2f}s = {N / wall:.0f}/s; client CPU {cpu:.2f}s = {1000 * cpu / N:.2f} ms/request", flush=True)

@@ -101,3 +101,22 @@ def test_requests_stay_authenticated_with_the_refresh_throttled(control_plane, n
         assert f"system:serviceaccount:{namespace}:token-user" in str(refused.value)
     assert len(loads) - loaded == 1  # refreshed once for 40 requests within the period
     api.close()
+
+
+def test_tls_is_checked_against_the_configured_server_name(control_plane, namespace):
+    # the real API server's certificate names kubernetes.default.svc (and 127.0.0.1), not
+    # elsewhere.example: kubeconfig's tls-server-name decides what the certificate must name
+    def api_with(server_name):
+        config = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(config_file=str(control_plane.kubeconfig), client_configuration=config)
+        config.tls_server_name = server_name
+        return Api.from_configuration(config)
+
+    good = api_with("kubernetes.default.svc")
+    assert good.get("v1", "ServiceAccount", namespace, "default")["metadata"]["name"] == "default"
+    good.close()
+    bad = api_with("elsewhere.example")
+    with pytest.raises(ApiError) as refused:
+        bad.get("v1", "ServiceAccount", namespace, "default")
+    assert refused.value.status == 0 and "elsewhere.example" in str(refused.value)  # no answer: the TLS check failed
+    bad.close()

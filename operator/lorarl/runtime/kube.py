@@ -11,7 +11,8 @@ verb, as client-go does (k8s.io/client-go@v0.37.2 ``rest/request.go:167`` maxRet
 executed (APF rejects before the handler), so a POST is safe to repeat. urllib3's own retries
 are switched off for statuses and reads (``CLIENT_RETRIES``): they honoured Retry-After only for
 GET/PUT/DELETE, hid the 429 behind a MaxRetryError, and retried a hung GET 3 times, so a request
-on a dead connection hung 4 x the timeout.
+on a dead connection hung 4 x the timeout (the informers' and the leader election's requests
+still go through urllib3; the reconcile's go through libcurl, ``transport.py``, which says why).
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ import itertools
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import kubernetes
-import urllib3
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from urllib3.util.retry import Retry
 
-from . import metrics
+from . import metrics, transport
 
 FIELD_MANAGER = "lorarl-operator"
 
@@ -60,7 +61,7 @@ CLIENT_RETRIES = Retry(total=3, read=0, status_forcelist=None, respect_retry_aft
 T = TypeVar("T")
 
 
-def retry_after(err: ApiException) -> float | None:
+def retry_after(err: ApiException | ErrorAnswer) -> float | None:
     """The seconds the server asked to wait before the request is sent again: a 429, or a 5xx
     with a ``Retry-After`` header (client-go ``checkWait``), else None."""
     status = err.status or 0
@@ -79,7 +80,7 @@ def honouring_retry_after(send: Callable[[], T], stopping: threading.Event) -> T
     for attempt in itertools.count(1):
         try:
             return send()
-        except ApiException as err:
+        except (ApiException, ErrorAnswer) as err:
             seconds = retry_after(err)
             if seconds is None or attempt > RETRY_AFTER_ATTEMPTS:
                 raise
@@ -87,6 +88,14 @@ def honouring_retry_after(send: Callable[[], T], stopping: threading.Event) -> T
             if stopping.wait(seconds):
                 raise
     raise AssertionError("unreachable")
+
+
+class ErrorAnswer(Exception):
+    """The API server answered with an error status (``ApiError`` is what callers see)."""
+
+    def __init__(self, answer: transport.Answer) -> None:
+        self.status, self.reason, self.headers, self.body = answer.status, answer.reason, answer.headers, answer.body
+        super().__init__(f"{self.status} {self.reason}")
 
 
 class ApiError(Exception):
@@ -162,7 +171,9 @@ class ThrottledRefresh:
 
 @dataclass
 class Api:
-    """Blocking calls through the official client's ApiClient (auth, TLS, timeouts)."""
+    """Blocking calls by path on libcurl (``transport.CurlTransport``); ``client``, the official
+    client, gives the server, TLS and credentials (its ``Configuration``) and serves the
+    informers' streams and the leader election."""
 
     client: kubernetes.client.ApiClient
     request_timeout: float = 30.0  # per attempt; a request on a half-open connection fails after it
@@ -179,10 +190,10 @@ class Api:
 
     @classmethod
     def from_configuration(cls, config: kubernetes.client.Configuration, connections: int | None = None) -> Api:
-        """``connections``: how many requests may be in flight at once (the reconcile workers).
-        The client's default pool (5 per CPU) is smaller than that on small machines, and urllib3
-        then drops a connection after each request over the pool ("Connection pool is full"):
-        the next request pays for a new TLS session."""
+        """``connections``: how many requests may be in flight at once on the official client (the
+        informers' streams, the leader election). Its default pool (5 per CPU) is smaller than that
+        on small machines, and urllib3 then drops a connection after each request over the pool
+        ("Connection pool is full"): the next request pays for a new TLS session."""
         if connections is not None:
             config.connection_pool_maxsize = max(config.connection_pool_maxsize, connections)
         config.retries = CLIENT_RETRIES
@@ -191,42 +202,46 @@ class Api:
         return cls(kubernetes.client.ApiClient(config))
 
     def __post_init__(self) -> None:
-        self._dynamic = raw_requests(self.client)
+        self._transport = transport.CurlTransport(self.client.configuration)
 
     def close(self) -> None:
-        """Close the pooled connections."""
+        """Close the connections (this Api's and the official client's)."""
+        self._transport.close()
         self.client.close()
 
     def _call(self, method: str, url: str, body: Any = None, content_type: str | None = None, query: list | None = None, answer: bool = True) -> dict[str, Any]:
-        def send() -> Any:
-            return self._dynamic.request(
-                method,
-                url,
-                body=body,
-                query_params=list(query or []),
-                content_type=content_type,
-                header_params={"Accept": "application/json"},
-                serialize=False,
-                _request_timeout=self.request_timeout,
-            )
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = content_type or "application/json"
+
+        def send() -> bytes:
+            got = self._transport.request(method, url, data, headers, self.request_timeout)
+            if got.status >= 400:
+                raise ErrorAnswer(got)
+            return got.body
 
         try:
-            data = honouring_retry_after(send, self.stopping).data
-        except ApiException as err:  # the dynamic client's errors subclass it
+            raw = honouring_retry_after(send, self.stopping)
+        except ErrorAnswer as err:
             raise _api_error(err) from None
-        except Exception as err:  # connection refused, TLS, timeouts: retryable
-            if isinstance(err, (urllib3.exceptions.TimeoutError, urllib3.exceptions.MaxRetryError)):
+        except transport.TransportError as err:  # connection refused, TLS, timeouts: retryable
+            if err.timed_out:
                 self.drop_idle_connections()
             raise ApiError(0, type(err).__name__, str(err)) from None
-        return json.loads(data) if data and answer else {}
+        return json.loads(raw) if raw and answer else {}
 
     def drop_idle_connections(self) -> None:
         """A request timed out: the path to the API server may be dead without a FIN or RST, and so
-        may every idle pooled connection, each of which would cost the next request another timeout.
-        They are closed (requests in flight keep theirs); the next requests connect afresh. client-go
-        gets the same from HTTP/2: a connection that fails its health ping is closed for every
-        request on it (k8s.io/apimachinery@v0.37.2 pkg/util/net/http.go:146-192: idle 30 s, ping timeout 15 s)."""
-        self.client.rest_client.pool_manager.clear()
+        may every idle kept-alive connection, each of which would cost the next request another
+        timeout. Every thread connects afresh at its next request (requests in flight keep theirs).
+        client-go gets the same from HTTP/2: a connection that fails its health ping is closed for
+        every request on it (k8s.io/apimachinery@v0.37.2 pkg/util/net/http.go:146-192: idle 30 s,
+        ping timeout 15 s)."""
+        self._transport.drop_connections()
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -336,8 +351,10 @@ class _NoDiscovery:
         pass
 
 
-def _api_error(err: ApiException) -> ApiError:
+def _api_error(err: ApiException | ErrorAnswer) -> ApiError:
     message = err.body or err.reason or ""
+    if isinstance(message, bytes):
+        message = message.decode(errors="replace")
     try:
         parsed = json.loads(err.body)
         message = parsed.get("message", message)
