@@ -73,6 +73,8 @@ def test_the_next_save_to_export_is_the_newest_complete_one_when_none_runs():
     assert next_save_to_export(saved_exports([_job_of(59, "Complete")]), 59) is None  # made already
     assert next_save_to_export(saved_exports([_job_of(59, "Complete")]), 49) is None  # never an older save
     assert saved_exports([{"metadata": {"name": "j-export", "labels": {}}}]) == {}  # the final export is not one
+    assert next_save_to_export({}, 98, num_rollouts=100) == 98
+    assert next_save_to_export({}, 99, num_rollouts=100) is None  # the last save: the export after Succeeded is that one
 
 
 def test_the_final_exports_pods_are_not_an_export_at_a_saves():

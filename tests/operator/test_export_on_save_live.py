@@ -159,3 +159,9 @@ def test_superseded_exports_at_saves_are_deleted_the_newest_success_and_failure_
     wait_for(lambda: _saved_rollouts(kube, namespace) == [49], timeout=60, what="only rollout 49's export Job left")
     failed = next(e["message"] for e in kube.list("v1", "Event", namespace) if e.get("reason") == "SavedExportDeleted" and "r0000039" in e["message"])
     assert "failed, SaveIncomplete" in failed
+
+    # the last save (rollout numRollouts - 1 = 99) is not exported while the run goes on: the final export is that one
+    seen = count_reconciles(operator, namespace, "): phase Running")
+    _checkpoint(kube, namespace, 99)
+    wait_for(lambda: count_reconciles(operator, namespace, "): phase Running") > seen, timeout=60, what="a reconcile after the last save")
+    assert _saved_rollouts(kube, namespace) == [49]

@@ -159,11 +159,15 @@ def superseded_saved_exports(saved: dict[int, dict[str, Any]], pods: list[dict[s
     return [Superseded(r, saved[r], states[r]) for r in go]
 
 
-def next_save_to_export(saved: dict[int, dict[str, Any]], latest_complete: Any) -> int | None:
+def next_save_to_export(saved: dict[int, dict[str, Any]], latest_complete: Any, num_rollouts: int | None = None) -> int | None:
     """The rollout whose save to export now: the newest complete one (status.checkpoints.latestIteration),
     when no export at a save is running and none was made for it or a newer one (one at a time;
-    saves completed meanwhile are skipped, the newest is what matters)."""
+    saves completed meanwhile are skipped, the newest is what matters). Never the last save
+    (rollout ``num_rollouts - 1``: miles saves after the last rollout too, train.py:121-125 per
+    /work/shared/reference/miles-lora-checkpoints-and-logs.md): the export after Succeeded is that one."""
     if not isinstance(latest_complete, int) or isinstance(latest_complete, bool) or latest_complete < 0:
+        return None
+    if num_rollouts is not None and latest_complete >= num_rollouts - 1:
         return None
     if any(not finished(job) for job in saved.values()) or latest_complete <= max(saved, default=-1):
         return None

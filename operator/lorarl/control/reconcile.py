@@ -421,7 +421,8 @@ class Reconciler:
         if self.caches is not None and not self.caches.export_jobs_listed.is_set():
             return None, None, []
         saved = self._saved_exports(job)
-        rollout = adapter_status.next_save_to_export(saved, ((body.get("status") or {}).get("checkpoints") or {}).get("latestIteration"))
+        latest = ((body.get("status") or {}).get("checkpoints") or {}).get("latestIteration")
+        rollout = adapter_status.next_save_to_export(saved, latest, job.spec.rollout.num_rollouts)
         refused = None
         if rollout is not None:
             current = job.model_copy(update={"status": body.get("status") or {}})
