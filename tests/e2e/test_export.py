@@ -71,8 +71,9 @@ def _jobs(cp, ns: str, selector: str) -> list[dict]:
 
 def test_the_seed_job_exports_its_adapter_to_a_claim_and_pull_verifies_it(real_node_cluster, hub, node_images, job_ns, tmp_path):
     cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
-    # 0.5 s a rollout (0.2 elsewhere): the 25 s after the save at 49 leave its export time to end while the run goes on
-    revision = hub.revision({"seconds_per_rollout": 0.5, "adapter_data": 1}, config=hubstub.tiny_config())
+    # 0.3 s a rollout (0.2 elsewhere): the 15 s after the save at 49 leave its export time to end while the run goes on
+    # (at 0.5 s it ended 33 s before the run did: the export took a few seconds)
+    revision = hub.revision({"seconds_per_rollout": 0.3, "adapter_data": 1}, config=hubstub.tiny_config())
     claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM, "namespace": ns}}
     claim["spec"] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}
     cp.kubectl("apply", "-f", "-", input=json.dumps(claim))
@@ -96,7 +97,7 @@ def test_the_seed_job_exports_its_adapter_to_a_claim_and_pull_verifies_it(real_n
     assert status["phase"] == "Succeeded", explain()
     event_time = next(e.get("eventTime") or e.get("firstTimestamp") for e in at_save_events)
     spare = (_when(status["completionTime"]) - _when(event_time)).total_seconds()
-    MEASURED.append(f"export at the save at 49 (onSave): AdapterExportedAtSave {spare:.0f} s before the run's completionTime (0.5 s a rollout)")
+    MEASURED.append(f"export at the save at 49 (onSave): AdapterExportedAtSave {spare:.0f} s before the run's completionTime (0.3 s a rollout)")
     status = seedrun.wait_for(
         "AdapterExported True or False",
         lambda: (lambda st: st if _condition(st, "AdapterExported").get("status") in ("True", "False") else None)(seedrun.job_status(cp, ns, name)),
