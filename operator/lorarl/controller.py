@@ -387,9 +387,13 @@ class Controller:
             self.caches.export_jobs.delete(self.caches.export_jobs.get(key) or body)
         elif self.caches.export_jobs.put(body):
             return
-        owner = ((body.get("metadata") or {}).get("labels") or {}).get(render.JOB_LABEL)
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        owner = labels.get(render.JOB_LABEL)
         job, whole = self.caches.jobs.read((key[0], owner)) if owner else (None, False)
-        if job is not None and whole:  # a compact job is settled: its export has ended
+        # a compact job is settled: its export has ended; but an export at a save may end after
+        # it, and its Job is then deleted as superseded (reconcile._delete_superseded)
+        at_save_ended = export_job.ROLLOUT_LABEL in labels and type_ != "DELETED" and adapter_status.finished(body)
+        if job is not None and (whole or at_save_ended):
             self.queue.add((key[0], owner), "export-event")
 
     def on_pod(self, type_: str, body: dict[str, Any], listed: bool) -> None:

@@ -73,6 +73,8 @@ def test_the_next_save_to_export_is_the_newest_complete_one_when_none_runs():
     assert next_save_to_export(saved_exports([_job_of(59, "Complete")]), 59) is None  # made already
     assert next_save_to_export(saved_exports([_job_of(59, "Complete")]), 49) is None  # never an older save
     assert saved_exports([{"metadata": {"name": "j-export", "labels": {}}}]) == {}  # the final export is not one
+    assert next_save_to_export({}, 98, num_rollouts=100) == 98
+    assert next_save_to_export({}, 99, num_rollouts=100) is None  # the last save: the export after Succeeded is that one
 
 
 def test_the_final_exports_pods_are_not_an_export_at_a_saves():
@@ -93,3 +95,32 @@ def test_an_export_pod_beside_the_run_is_not_the_runs_pod_trouble():
     pending["status"] = {"phase": "Pending", "containerStatuses": [{"name": "export", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "x"}}}]}
     assert pods.diagnose([pending]) is not None  # as trouble it would be reported, were it the run's
     assert training_pods([pending]) == []
+
+
+def test_only_the_newest_export_at_a_save_that_succeeded_stays_with_those_in_flight_and_the_newest_failure(tmp_path):
+    """The reports are the real exporter's for a save of each rollout (tests/helpers.exporter_report)."""
+    from lorarl.control.adapter_status import saved_exports, superseded_saved_exports
+
+    from tests.helpers import exporter_report
+
+    def at_save(rollout: int, ok: bool, *done: str) -> tuple[dict, dict]:
+        line = exporter_report(tmp_path / f"r{rollout}-{ok}", rollout=rollout, at_save=True, **({} if ok else {"states": False}))
+        p = pod(f"j-export-r{rollout:07d}-x", line, 0 if ok else 1)
+        p["metadata"]["labels"] = {"app.kubernetes.io/component": "export", "lorarl.dev/export-rollout": str(rollout)}
+        return _job_of(rollout, *done), p
+
+    def gone(*made: tuple[dict, dict], final: bool = False) -> list[tuple[int, str]]:
+        saved = saved_exports([j for j, _ in made])
+        return [(s.rollout, s.state.status) for s in superseded_saved_exports(saved, [p for _, p in made], final)]
+
+    ok9, ok19, ok29 = at_save(9, True, "Complete"), at_save(19, True, "Complete"), at_save(29, True, "Complete")
+    bad39, bad49, running59 = at_save(39, False, "Failed"), at_save(49, False, "Failed"), (_job_of(59), pod("none", "", 0))
+    assert gone(ok9) == [] and gone(bad39) == []  # the newest that succeeded stays; so does a failure with none newer
+    assert gone(ok9, ok19, ok29) == [(9, "True"), (19, "True")]
+    bad19 = at_save(19, False, "Failed")
+    assert gone(ok9, bad19, ok29) == [(9, "True"), (19, "False")]  # a failure goes once a newer one succeeded
+    assert gone(bad39, ok9) == []  # a failure newer than the newest success stays (it says why)
+    assert gone(ok9, bad39, bad49) == [(39, "False")]  # of failures after it, the newest says why
+    assert gone(ok29, bad39, ok19) == [(19, "True")]
+    assert gone(ok9, ok19, running59) == [(9, "True")]  # one in flight stays
+    assert gone(bad39, ok9, running59, final=True) == [(9, "True"), (39, "False")]  # the final export succeeded: all that ended

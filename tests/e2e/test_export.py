@@ -3,7 +3,9 @@ the trainer stand-in writing a PEFT export with its tensors), the operator (helm
 chart's RBAC) creates the export Job; the real Job controller, scheduler and kubelet run its pod
 in the job image, which converts the newest complete save and writes it to a claim of the
 user's; its termination message becomes status.adapter; `lorarl adapter pull` reads the claim's
-directory back and verifies every digest against status.adapter.digest.
+directory back and verifies every digest against status.adapter.digest. With spec.export.onSave
+the save at 49 is exported first, while the run goes on (status.adapter, AdapterExportedAtSave),
+and that Job is deleted once the final export succeeded.
 
 The oracles outside lorarl: the kubelet's pod status (the container's exit code and termination
 message), the files on the claim's volume (read from its host directory), the real safetensors
@@ -48,21 +50,54 @@ def _host_dir(cp, ns: str, claim: str) -> pathlib.Path:
     return pathlib.Path(pv["spec"]["hostPath"]["path"])
 
 
+def _exported_at_save(cp, ns: str, name: str, rollout: int) -> dict | None:
+    """The status once status.adapter is the export at the save of ``rollout`` while the job is
+    Running; a run that ended before fails the wait at once."""
+    st = seedrun.job_status(cp, ns, name)
+    at = (st.get("adapter") or {}).get("rollout")
+    if st.get("phase") in ("Succeeded", "Failed") and at != rollout:
+        raise AssertionError(f"{ns}/{name} ended {st['phase']} before its save at {rollout} was exported (status.adapter {st.get('adapter')})")
+    return st if at == rollout and st.get("phase") == "Running" else None
+
+
+def _events(cp, ns: str, name: str, reason: str) -> list[dict]:
+    out = cp.kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name},reason={reason}", "-o", "json")
+    return json.loads(out.stdout)["items"]
+
+
+def _jobs(cp, ns: str, selector: str) -> list[dict]:
+    return json.loads(cp.kubectl("get", "jobs.batch", "-n", ns, "-l", selector, "-o", "json").stdout)["items"]
+
+
 def test_the_seed_job_exports_its_adapter_to_a_claim_and_pull_verifies_it(real_node_cluster, hub, node_images, job_ns, tmp_path):
     cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
-    revision = hub.revision({"seconds_per_rollout": 0.2, "adapter_data": 1}, config=hubstub.tiny_config())
+    # 0.3 s a rollout (0.2 elsewhere): the 15 s after the save at 49 leave its export time to end while the run goes on
+    # (at 0.5 s it ended 33 s before the run did: the export took a few seconds)
+    revision = hub.revision({"seconds_per_rollout": 0.3, "adapter_data": 1}, config=hubstub.tiny_config())
     claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM, "namespace": ns}}
     claim["spec"] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}
     cp.kubectl("apply", "-f", "-", input=json.dumps(claim))
     spec = {
         "model": {"architecture": hubstub.TINY_ARCHITECTURE},
         "lora": {"rank": 8, "alpha": 16},
-        "export": {"destinations": [{"claim": {"claimName": CLAIM, "path": "team/"}}]},
+        "export": {"destinations": [{"claim": {"claimName": CLAIM, "path": "team/"}}], "onSave": True},
     }
     explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision, spec=spec)
 
+    # spec.export.onSave: the save at 49 is exported while the run goes on; status.adapter says so
+    saved = seedrun.wait_for("status.adapter at rollout 49 while Running", lambda: _exported_at_save(cp, ns, name, 49), RUN_TIMEOUT, explain=explain)
+    assert saved["adapter"]["uri"] == f"pvc://{CLAIM}/team/{ns}/{name}/rollout-0000049/" and "AdapterExported" not in {c["type"] for c in saved["conditions"]}
+    at_save_events = _events(cp, ns, name, "AdapterExportedAtSave")
+    assert any(saved["adapter"]["digest"] in e["message"] for e in at_save_events), at_save_events
+    (at_save_pod,) = seedrun.pods(cp, ns, f"batch.kubernetes.io/job-name={name}-export-r0000049")
+    ended = at_save_pod["status"]["containerStatuses"][0]["state"]["terminated"]  # the kubelet's record: it really ran
+    assert ended["exitCode"] == 0 and json.loads(ended["message"])["adapter"]["digest"] == saved["adapter"]["digest"]
+
     status = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert status["phase"] == "Succeeded", explain()
+    event_time = next(e.get("eventTime") or e.get("firstTimestamp") for e in at_save_events)
+    spare = (_when(status["completionTime"]) - _when(event_time)).total_seconds()
+    MEASURED.append(f"export at the save at 49 (onSave): AdapterExportedAtSave {spare:.0f} s before the run's completionTime (0.3 s a rollout)")
     status = seedrun.wait_for(
         "AdapterExported True or False",
         lambda: (lambda st: st if _condition(st, "AdapterExported").get("status") in ("True", "False") else None)(seedrun.job_status(cp, ns, name)),
@@ -78,6 +113,16 @@ def test_the_seed_job_exports_its_adapter_to_a_claim_and_pull_verifies_it(real_n
     assert adapter["uri"] == f"pvc://{CLAIM}/team/{ns}/{name}/rollout-0000099/", adapter
     assert adapter["digest"].startswith("sha256:") and adapter["format"] == "peft-safetensors" and adapter["rollout"] == 99
     assert adapter["baseModel"] == "Qwen/Qwen3-4B" and adapter["baseModelRevision"] == revision
+
+    # the final export replaced the one at the save; that one's Job and pod are deleted (the API
+    # server's lists), its files stay on the claim
+    seedrun.wait_for(
+        "no export Job at a save left", lambda: not _jobs(cp, ns, f"lorarl.dev/job={name},lorarl.dev/export-rollout"), EXPORT_TIMEOUT, explain=explain
+    )
+    seedrun.wait_for("its pod gone", lambda: not seedrun.pods(cp, ns, "lorarl.dev/export-rollout"), EXPORT_TIMEOUT, explain=explain)
+    assert [e["message"].split(" ")[3] for e in _events(cp, ns, name, "SavedExportDeleted")] == [f"{name}-export-r0000049"]
+    saved_dir = _host_dir(cp, ns, CLAIM) / "team" / ns / name / "rollout-0000049"
+    assert sorted(p.name for p in saved_dir.iterdir()) == ["adapter_config.json", "adapter_model.safetensors", "lorarl-adapter.json"]
 
     # the pod really ran: the kubelet's record of its container, and the report it wrote
     (pod,) = seedrun.pods(cp, ns, f"batch.kubernetes.io/job-name={name}-export")

@@ -30,7 +30,21 @@ from lorarl_dev import audit
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from tests.chart.helm import operator_rbac
-from tests.helpers import NAME, REPO, apply_job, conditions, events, job, phase_is, rayjob, seed_doc, wait_for
+from tests.helpers import (
+    NAME,
+    REPO,
+    apply_job,
+    conditions,
+    end_export_pod,
+    events,
+    export_pod,
+    exporter_report,
+    job,
+    phase_is,
+    rayjob,
+    seed_doc,
+    wait_for,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -230,9 +244,10 @@ def expire_after_ttl(control_plane, kube, namespace) -> None:
     wait_for(lambda: job(kube, namespace, "expiring") is None, timeout=60, what="'expiring' deleted after its TTL")
 
 
-def every_api_path(control_plane, kube, namespace) -> None:
+def every_api_path(control_plane, kube, namespace, tmp_path) -> None:
     """The seed example from apply to success, through a spec update, a deleted RayJob, suspend
-    and resume; and a second job stopped as unhealthy. Events are posted all along."""
+    and resume, an export at a save and the final export that supersedes it; and a second job
+    stopped as unhealthy. Events are posted all along."""
     apply_job(control_plane, namespace, seed_doc())
     wait_for(phase_is(kube, namespace, "Pending"), what="Pending (children applied)")
     wait_for(lambda: rayjob(kube, namespace), what="the RayJob")
@@ -274,18 +289,37 @@ def every_api_path(control_plane, kube, namespace) -> None:
     stop_on_unhealthy(control_plane, kube, namespace)
     expire_after_ttl(control_plane, kube, namespace)
 
-    # spec.export: after success the export ConfigMap and Job are applied, the Job followed
-    # through the operator's watch (its pod is never run here: no kubelet)
+    # spec.export with onSave: an export ConfigMap and Job at a complete save, followed through
+    # the operator's watch (no kubelet runs its pod: the test ends it as the kubelet would)
     control_plane.kubectl(
-        "patch", "lorarljob", NAME, "-n", namespace, "--type=merge", "-p", '{"spec":{"export":{"destinations":[{"claim":{"claimName":"served"}}]}}}'
+        "patch",
+        "lorarljob",
+        NAME,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"export":{"destinations":[{"claim":{"claimName":"served"}}],"onSave":true}}}',
     )
     wait_for(lambda: job(kube, namespace)["status"]["observedGeneration"] == job(kube, namespace)["metadata"]["generation"], what="export observed")
+    kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"checkpoints": {"latestIteration": 49}})
+    at_save = wait_for(lambda: kube.get("batch/v1", "Job", namespace, f"{NAME}-export-r0000049"), what="the export Job at the save")
+    end_export_pod(kube, namespace, export_pod(kube, namespace, child="export-r0000049"), exporter_report(tmp_path / "r49", rollout=49, at_save=True), ok=True)
+    wait_for(lambda: ("Normal", "AdapterExportedAtSave") in events(kube, namespace), what="the AdapterExportedAtSave event")
+    # after success the final export's; once it succeeded, the export Job at the save is deleted
     ray.succeeded()
     st = wait_for(phase_is(kube, namespace, "Succeeded"), what="Succeeded")
     assert conditions(st)["Succeeded"] == ("True", "Succeeded")
     wait_for(lambda: ("Normal", "Succeeded") in events(kube, namespace), what="the Succeeded event")
     wait_for(lambda: kube.get("batch/v1", "Job", namespace, f"{NAME}-export"), what="the export Job")
     wait_for(lambda: conditions(job(kube, namespace)["status"]).get("AdapterExported") == ("Unknown", "Exporting"), what="AdapterExported Unknown")
+    end_export_pod(kube, namespace, export_pod(kube, namespace), exporter_report(tmp_path / "final"), ok=True)
+    wait_for(lambda: ("Normal", "SavedExportDeleted") in events(kube, namespace), what="the SavedExportDeleted event")
+    wait_for(
+        lambda: (kube.get("batch/v1", "Job", namespace, f"{NAME}-export-r0000049") or {}).get("metadata", {}).get("uid") != at_save["metadata"]["uid"],
+        what="the Job deleted",
+    )
+    assert kube.get("v1", "ConfigMap", namespace, f"{NAME}-export-r0000049") is None
 
 
 # ---------------------------------------------------------------------------- what was used
@@ -416,7 +450,7 @@ def test_rbac_is_exactly_what_the_operator_uses(control_plane, helm, namespace, 
 
     with operator_process(kubeconfig, tmp_path, namespace, mode):
         try:
-            every_api_path(control_plane, kube, namespace)
+            every_api_path(control_plane, kube, namespace, tmp_path)
         except AssertionError as err:  # say why: usually a refused request
             refused = [r for r in audit.requests(control_plane.audit_log_path, user) if r.code in (401, 403)]
             log = (tmp_path / f"operator-{mode}.log").read_text(errors="replace")[-4000:]

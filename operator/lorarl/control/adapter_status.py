@@ -140,11 +140,34 @@ def newest_saved_adapter(saved: dict[int, dict[str, Any]], pods: list[dict[str, 
     return None
 
 
-def next_save_to_export(saved: dict[int, dict[str, Any]], latest_complete: Any) -> int | None:
+class Superseded(NamedTuple):
+    rollout: int
+    job: dict[str, Any]
+    state: ExportState  # what it did (the Event of its deletion says so)
+
+
+def superseded_saved_exports(saved: dict[int, dict[str, Any]], pods: list[dict[str, Any]], final_exported: bool = False) -> list[Superseded]:
+    """The exports at saves whose Jobs to delete (docs/adapters.md, "How many export Jobs stay"),
+    oldest first. Only ended Jobs (Complete or Failed; one in flight stays): every one older than
+    the newest that succeeded (all of them once the final export succeeded: ``final_exported``);
+    of the failed ones newer than that, all but the newest (the newest failure stays to say why)."""
+    states = {r: export_state(job, export_pods(pods, r)) for r, job in saved.items()}
+    ended = sorted(r for r, job in saved.items() if finished(job))
+    newest_ok = max((r for r in saved if states[r].status == "True"), default=-1)
+    failed_after = [r for r in ended if r > newest_ok and states[r].status == "False"]
+    go = [r for r in ended if final_exported or r < newest_ok or r in failed_after[:-1]]
+    return [Superseded(r, saved[r], states[r]) for r in go]
+
+
+def next_save_to_export(saved: dict[int, dict[str, Any]], latest_complete: Any, num_rollouts: int | None = None) -> int | None:
     """The rollout whose save to export now: the newest complete one (status.checkpoints.latestIteration),
     when no export at a save is running and none was made for it or a newer one (one at a time;
-    saves completed meanwhile are skipped, the newest is what matters)."""
+    saves completed meanwhile are skipped, the newest is what matters). Never the last save
+    (rollout ``num_rollouts - 1``: miles saves after the last rollout too, train.py:121-125 per
+    /work/shared/reference/miles-lora-checkpoints-and-logs.md): the export after Succeeded is that one."""
     if not isinstance(latest_complete, int) or isinstance(latest_complete, bool) or latest_complete < 0:
+        return None
+    if num_rollouts is not None and latest_complete >= num_rollouts - 1:
         return None
     if any(not finished(job) for job in saved.values()) or latest_complete <= max(saved, default=-1):
         return None

@@ -58,6 +58,7 @@ from .stored import parse_stored
 from .times import parse_time, rfc3339, utcnow
 
 log = logging.getLogger("lorarl.reconcile")
+SAVED_EXPORT_DELETED = "SavedExportDeleted"  # the Event of an export Job at a save a newer export superseded
 
 
 # Fields of stored jobs this operator does not know (a newer CRD) are reported once per job.
@@ -360,10 +361,11 @@ class Reconciler:
         )
         new_status, events = status.compute(previous, rayjob, facts)
         if new_status[status.PHASE] == status.RUNNING and job.spec.export is not None and job.spec.export.on_save and not stopped:
-            saved_adapter, save_refused = self._export_on_save(job, body)
+            saved_adapter, save_refused, deleted = self._export_on_save(job, body)
             apply_failed = apply_failed or save_refused
-            if saved_adapter is not None:
-                new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, saved_adapter=saved_adapter))
+            if saved_adapter is not None or deleted:
+                facts = dataclasses.replace(facts, saved_adapter=saved_adapter, notes=[*notes, *deleted])
+                new_status, events = status.compute(previous, rayjob, facts)
         if new_status[status.PHASE] == status.SUCCEEDED and job.spec.export is not None and not stopped:
             export_state, export_refused = self._export(job, body, previous)
             apply_failed = apply_failed or export_refused
@@ -371,7 +373,8 @@ class Reconciler:
             if export_state.status == "True" and job.spec.serve is not None:
                 serve_state, serve_refused = self._serve(job, body, previous, export_state)
                 apply_failed = apply_failed or serve_refused
-            new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, export=export_state, serve=serve_state))
+            deleted = self._delete_superseded(job, self._saved_exports(job), final_exported=export_state.status == "True") if job.spec.export.on_save else []
+            new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, export=export_state, serve=serve_state, notes=[*notes, *deleted]))
         usage = self._gpu_usage(body, previous, now)
         if usage is not None and (usage.due or status.changed(previous, new_status)):
             new_status.update(usage.fields)  # exact at transitions, else once a minute or with another write
@@ -410,15 +413,30 @@ class Reconciler:
             return adapter_status.ExportState("Unknown", status.APPLY_FAILED, refused, None, False), refused
         return adapter_status.export_state(found, adapter_status.export_pods(self._pods_of(job))), None
 
-    def _export_on_save(self, job: api.LoraRLJob, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    def _export_on_save(self, job: api.LoraRLJob, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None, list[status.Event]]:
         """The exports at each complete save of a running job (spec.export.onSave): an export Job
         of its own for the newest complete save once none runs (``adapter_status.next_save_to_export``);
-        returns status.adapter of the newest that succeeded, and the message of a refused apply.
-        A failed one is left as it is (its pod says why): the next save gets its own."""
+        returns status.adapter of the newest that succeeded, the message of a refused apply, and the
+        Events of the superseded export Jobs deleted (``_delete_superseded``)."""
         if self.caches is not None and not self.caches.export_jobs_listed.is_set():
-            return None, None
+            return None, None, []
+        saved = self._saved_exports(job)
+        latest = ((body.get("status") or {}).get("checkpoints") or {}).get("latestIteration")
+        rollout = adapter_status.next_save_to_export(saved, latest, job.spec.rollout.num_rollouts)
+        refused = None
+        if rollout is not None:
+            current = job.model_copy(update={"status": body.get("status") or {}})
+            found, refused = self._one_off_job(
+                job.metadata.namespace, export_job.name(job, rollout), lambda: export_job.children(current, self.render_settings, rollout)
+            )
+            if found is not None:
+                saved[rollout] = found
+        deleted = self._delete_superseded(job, saved)
+        return adapter_status.newest_saved_adapter(saved, self._pods_of(job)), refused, deleted
+
+    def _saved_exports(self, job: api.LoraRLJob) -> dict[int, dict[str, Any]]:
+        """The job's exports at saves, rollout -> Job: from the cache, else listed."""
         namespace = job.metadata.namespace
-        selector = f"{render.JOB_LABEL}={job.metadata.name},{export_job.ROLLOUT_LABEL}"
         if self.caches is not None:
             mine = [
                 j
@@ -426,16 +444,39 @@ class Reconciler:
                 if j["metadata"].get("namespace") == namespace and (j["metadata"].get("labels") or {}).get(render.JOB_LABEL) == job.metadata.name
             ]
         else:
-            mine = self.kube.list("batch/v1", "Job", namespace, selector)
-        saved = adapter_status.saved_exports(mine)
-        rollout = adapter_status.next_save_to_export(saved, ((body.get("status") or {}).get("checkpoints") or {}).get("latestIteration"))
-        refused = None
-        if rollout is not None:
-            current = job.model_copy(update={"status": body.get("status") or {}})
-            found, refused = self._one_off_job(namespace, export_job.name(job, rollout), lambda: export_job.children(current, self.render_settings, rollout))
-            if found is not None:
-                saved[rollout] = found
-        return adapter_status.newest_saved_adapter(saved, self._pods_of(job)), refused
+            mine = self.kube.list("batch/v1", "Job", namespace, f"{render.JOB_LABEL}={job.metadata.name},{export_job.ROLLOUT_LABEL}")
+        return adapter_status.saved_exports(mine)
+
+    def _delete_superseded(self, job: api.LoraRLJob, saved: dict[int, dict[str, Any]], final_exported: bool = False) -> list[status.Event]:
+        """Delete the export Jobs at saves a newer export superseded (``adapter_status.superseded_saved_exports``;
+        their pods with them, Background) and each one's ConfigMap; each by its uid, so a Job
+        re-created under that name stays. Removes them from ``saved``; an Event and a log line each.
+        Refused (an older chart without the delete rule): logged, the Jobs stay, the reconcile goes on."""
+        if self.caches is not None and not self.caches.export_jobs_listed.is_set():
+            return []
+        namespace, notes = job.metadata.namespace, []
+        for gone in adapter_status.superseded_saved_exports(saved, self._pods_of(job), final_exported):
+            meta = gone.job["metadata"]
+            try:
+                deleted = self.kube.delete("batch/v1", "Job", namespace, meta["name"], uid=meta.get("uid"))
+                if deleted:  # its ConfigMap (same name) is the one it mounted: the Job was ours, by uid
+                    self.kube.delete("v1", "ConfigMap", namespace, meta["name"])
+            except ApiError as err:
+                if err.status == 409:
+                    continue  # the uid precondition: another Job under that name now
+                if not err.needs_fix:
+                    raise
+                log.warning("could not delete the superseded export Job %s/%s: %s", namespace, meta["name"], err)
+                return notes
+            saved.pop(gone.rollout, None)
+            if not deleted:
+                continue  # gone already (the cache had not seen it go)
+            outcome = {"True": "exported", "False": f"failed, {gone.state.reason}: {gone.state.message}"}.get(gone.state.status, gone.state.reason)
+            kept = "the final export succeeded" if final_exported else "kept: rollout " + ", ".join(str(r) for r in sorted(saved))
+            message = f"deleted export Job {meta['name']} and its pods (rollout {gone.rollout}, {outcome}); {kept}"
+            log.info("%s/%s: %s", namespace, job.metadata.name, message)
+            notes.append(status.Event("Normal", SAVED_EXPORT_DELETED, message[:1024]))
+        return notes
 
     def _serve(
         self, job: api.LoraRLJob, body: dict[str, Any], previous: dict[str, Any], exported: adapter_status.ExportState
