@@ -438,11 +438,7 @@ class Reconciler:
         """The job's exports at saves, rollout -> Job: from the cache, else listed."""
         namespace = job.metadata.namespace
         if self.caches is not None:
-            mine = [
-                j
-                for j in self.caches.export_jobs.values()
-                if j["metadata"].get("namespace") == namespace and (j["metadata"].get("labels") or {}).get(render.JOB_LABEL) == job.metadata.name
-            ]
+            mine = self.caches.export_jobs_of(namespace, job.metadata.name)
         else:
             mine = self.kube.list("batch/v1", "Job", namespace, f"{render.JOB_LABEL}={job.metadata.name},{export_job.ROLLOUT_LABEL}")
         return adapter_status.saved_exports(mine)
