@@ -13,7 +13,6 @@ import pathlib
 import subprocess
 import sys
 
-import httpx2
 import pytest
 from lorarl_dev import hubstub
 
@@ -25,6 +24,7 @@ REPO_ID = "org/adapter"
 # and with hf_xet installed would upload through Xet storage, which the stand-in does not serve.
 os.environ["HF_HUB_DISABLE_XET"] = "1"
 huggingface_hub = pytest.importorskip("huggingface_hub")
+httpx2 = pytest.importorskip("httpx2")  # huggingface_hub 2.x's HTTP client, for the hand-made requests
 
 
 @pytest.fixture
