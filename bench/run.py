@@ -136,6 +136,10 @@ async def etcd_copies(cp: ControlPlane, prefix: str, original: str, names: list[
             raise RuntimeError(f"{prefix + original} is not in etcd")
         stored_doc = json.loads(base64.b64decode(kvs[0]["value"]))
         gate = asyncio.Semaphore(4)
+        # a transaction stays under etcd's request limit (--max-request-bytes, 1.5 MiB by default):
+        # a stored RayJob (~15 KB) is twice a LoraRLJob
+        size = len(base64.b64decode(kvs[0]["value"])) * 4 // 3 + 256
+        per_txn = max(1, min(per_txn, 1_000_000 // size))
 
         async def batch(chunk: list[str]) -> None:
             puts = []
