@@ -218,7 +218,7 @@ def flux_writes(cp, namespace) -> list[tuple[str, str, bool]]:
 
 
 def test_a_job_from_git_trains_changes_and_is_pruned(flux_cluster, flux_namespace, flux_kube, flux_operator, tmp_path):
-    """The job's life through Flux: applied from Git, reconciled by the operator, the
+    """The job's life through Flux (`wait: true`): applied from Git, reconciled by the operator, the
     Kustomization's health check (kstatus) not Ready while the job is brought up and Ready once it
     trains and when it has succeeded; a spec change in Git reaches the operator; Flux and the
     operator do not fight; pruning the job from Git deletes its children."""
@@ -235,9 +235,7 @@ def test_a_job_from_git_trains_changes_and_is_pruned(flux_cluster, flux_namespac
     with GitServer(tmp_path / "git").running() as server:
         bare = server.create("config")
         first = commit_tree(bare, job_tree(ns), "ml-team: the seed job")
-        cp.kubectl(
-            "apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in training_kustomization(ns, server.url("config"), health="healthChecks"))
-        )
+        cp.kubectl("apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in training_kustomization(ns, server.url("config"), health="wait")))
 
         # applied by Flux, reconciled by the operator: Pending; Flux waits on the job's health
         wait_for(job_has(kube, ns, "Reconciling", "True", "RayJobCreated"), WAIT, 0.5, "the job Pending")
@@ -300,25 +298,28 @@ def test_a_job_from_git_trains_changes_and_is_pruned(flux_cluster, flux_namespac
         for kind, name in children:
             wait_for(lambda kind=kind, name=name: get(cp, kind.lower(), ns, name) is None, 60, 0.5, f"{kind} {name} collected")
         assert rayjob(kube, ns) is None
-        # the health check still names the pruned job: Flux applied the commit but is not Ready
-        after = wait_for(
-            lambda: (k := kustomization())["status"].get("lastAttemptedRevision") == f"main@sha1:{third}" and ready_condition(k).get("status") == "False" and k,
-            WAIT,
-            0.5,
-            "the third commit attempted",
-        )
-        print(f"flux: pruned, healthChecks still naming the job: Ready=False {ready_condition(after)['reason']}: {ready_condition(after)['message']}")
+        wait_for(lambda: ready(k := kustomization()) and k["status"]["lastAppliedRevision"] == f"main@sha1:{third}", WAIT, 0.5, "the third commit Ready")
         assert get(cp, "configmap", ns, "placeholder") is not None
+        tally = {}
+        for manager, subresource, dry_run in flux_writes(cp, ns):
+            key = f"{manager} {subresource or 'object'}{' (dry run)' if dry_run else ''}"
+            tally[key] = tally.get(key, 0) + 1
+        print(f"flux: writes to the job over its life, by field manager: {tally}")
+        # Flux wrote the job three times: the first commit, the spec change, the prune (a delete)
+        assert tally["kustomize-controller object"] == 3, tally
+        assert {manager for manager, subresource, _ in flux_writes(cp, ns) if subresource == "status"} == {"lorarl-operator"}, tally
 
 
 def test_a_failed_job_turns_the_kustomization_not_ready(flux_cluster, flux_namespace, flux_kube, flux_operator, tmp_path):
-    """`wait: true`: the job fails; kustomize-controller's health check sees kstatus Failed and
-    the Kustomization turns not Ready, saying so."""
+    """`healthChecks` naming the job: the job fails; kustomize-controller's health check sees
+    kstatus Failed and the Kustomization turns not Ready at once (fail fast), naming the job."""
     cp, ns, kube = flux_cluster, flux_namespace, flux_kube
     with GitServer(tmp_path / "git").running() as server:
         bare = server.create("config")
         commit_tree(bare, job_tree(ns), "ml-team: the seed job")
-        cp.kubectl("apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in training_kustomization(ns, server.url("config"), health="wait")))
+        cp.kubectl(
+            "apply", "--server-side", "-f", "-", input="\n".join(json.dumps(o) for o in training_kustomization(ns, server.url("config"), health="healthChecks"))
+        )
         wait_for(lambda: rayjob(kube, ns), WAIT, 0.5, "the RayJob")
         ray = FakeKubeRay(kube, ns, NAME)
         ray.initializing()
