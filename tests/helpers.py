@@ -541,3 +541,28 @@ def start_sglang_standin(directory: pathlib.Path, *args: str, host: str = "127.0
     proc.kill()
     out, err = proc.communicate(timeout=10)
     raise AssertionError(f"the SGLang stand-in did not start: {out}{err}")
+
+
+WRITE_VERBS = ("create", "update", "patch", "delete")
+
+
+def object_writes(audit_log, resource: str, namespace: str, name: str) -> list[tuple[str, str, bool]]:
+    """The write requests to one object (and its subresources) the API server recorded in its
+    audit log, in order: ``(field manager, subresource, dry run)``. The field manager is the
+    request's ``fieldManager`` query parameter (server-side apply and the operator's patches name
+    it), else its user agent's first word (kube-controller-manager's garbage collector names none)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from lorarl_dev import audit
+
+    writes = []
+    for event in audit.events(audit_log):
+        ref = event.get("objectRef") or {}
+        if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
+            continue
+        if (ref.get("resource"), ref.get("namespace"), ref.get("name")) != (resource, namespace, name):
+            continue
+        query = parse_qs(urlsplit(event.get("requestURI", "")).query)
+        manager = query.get("fieldManager", [""])[0] or event.get("userAgent", "").split("/")[0]
+        writes.append((manager, ref.get("subresource", ""), "dryRun" in query))
+    return writes

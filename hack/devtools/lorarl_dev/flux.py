@@ -3,8 +3,8 @@ CRDs read from the Go module cache (never copied), their command lines.
 
 The binaries are built by ``hack/controlplane/build.sh source-controller kustomize-controller``
 from the versions pinned in ``hack/controlplane/helm/go.mod`` (in one go build with helm, whose
-Helm v4 source-controller links). They are not part of ``.ci/run``'s build: tests skip without
-them. :meth:`lorarl_dev.controlplane.ControlPlane._start_flux` runs them as local processes.
+Helm v4 source-controller links), as part of ``.ci/run``'s build; tests skip without them.
+:meth:`lorarl_dev.controlplane.ControlPlane._start_flux` runs them as local processes.
 File references below are to the modules at :data:`FLUX_VERSIONS`.
 """
 

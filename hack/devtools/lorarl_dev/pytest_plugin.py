@@ -28,8 +28,8 @@ conftest. Fixtures:
 ``flux_cluster``
     session-scoped control plane that also runs the real Flux source-controller and
     kustomize-controller (:mod:`lorarl_dev.flux`) as local processes, with Flux's CRDs. Skipped
-    (with the reason) when their binaries are not built: they are not in ``.ci/run``'s build;
-    ``hack/controlplane/build.sh source-controller kustomize-controller`` builds them.
+    (with the reason) when their binaries are not built (``.ci/run`` builds them;
+    ``hack/controlplane/build.sh source-controller kustomize-controller`` alone).
 ``real_node_cluster``
     session-scoped control plane with one real node (:mod:`lorarl_dev.node`): containerd,
     kubelet, kube-proxy, CoreDNS and :data:`REAL_NODE_GPUS` fake ``amd.com/gpu`` from a device
@@ -102,9 +102,7 @@ def flux_cluster():
 
     missing = [name for name in BINARIES.values() if not os.access(bin_dir() / name, os.X_OK)]
     if missing:
-        pytest.skip(
-            f"Flux {', '.join(missing)} not built in {bin_dir()} (not part of .ci/run's build yet): hack/controlplane/build.sh {' '.join(BINARIES.values())}"
-        )
+        pytest.skip(f"Flux {', '.join(missing)} not built in {bin_dir()}: hack/controlplane/build.sh {' '.join(BINARIES.values())}")
     with ControlPlane(verbose=True, flux=True) as cp:
         yield cp
 

@@ -602,7 +602,7 @@ class Reconciler:
                 after = {"metadata": cached["metadata"], "status": merge_patch(previous, new)}
                 self.caches.jobs.expect((namespace, name), job_fingerprint(after))
         try:
-            stored = self.kube.patch_status(api.API_VERSION, api.KIND, namespace, name, new)
+            stored = self.kube.patch_status(api.API_VERSION, api.KIND, namespace, name, new, field_manager=kube_field_manager)
         except ApiError as err:
             if err.status == 404:  # deleted meanwhile
                 return False

@@ -280,13 +280,16 @@ class Api:
             query=[("fieldManager", field_manager)],
         )
 
-    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        """JSON merge patch of .status: only the keys given are touched (no resourceVersion)."""
+    def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
+        """JSON merge patch of .status: only the keys given are touched (no resourceVersion).
+        ``field_manager`` names the writer in managedFields (without it the API server takes the
+        user agent's first word, the client library's "OpenAPI-Generator")."""
         return self._call(
             "PATCH",
             path(api_version, kind, namespace, name, "status"),
             body={"status": status},
             content_type="application/merge-patch+json",
+            query=[("fieldManager", field_manager)] if field_manager else None,
         )
 
     def post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str, now_micro: str) -> dict[str, Any]:
