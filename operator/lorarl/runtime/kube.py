@@ -283,7 +283,7 @@ class Api:
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any], field_manager: str | None = None) -> dict[str, Any]:
         """JSON merge patch of .status: only the keys given are touched (no resourceVersion).
         ``field_manager`` names the writer in managedFields (without it the API server takes the
-        user agent's first word, the client library's "OpenAPI-Generator")."""
+        user agent's first word)."""
         return self._call(
             "PATCH",
             path(api_version, kind, namespace, name, "status"),

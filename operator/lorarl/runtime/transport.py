@@ -27,6 +27,9 @@ import certifi
 import kubernetes
 import pycurl
 
+import lorarl
+
+USER_AGENT = f"lorarl-operator/{lorarl.__version__}"
 #: a request that could not connect (nothing was sent) is tried this many more times at once,
 #: as urllib3's connect retries did (kube.CLIENT_RETRIES)
 CONNECT_RETRIES = 3
@@ -133,6 +136,8 @@ class CurlTransport:
         handle.setopt(pycurl.WRITEDATA, answer)
         handle.setopt(pycurl.HEADERFUNCTION, lines.append)
         handle.setopt(pycurl.HTTPHEADER, [f"{k}: {v}" for k, v in headers.items()] + ["Expect:"])  # no 100-continue round trip
+        # what the audit log and (without a fieldManager) managedFields name the writer by
+        handle.setopt(pycurl.USERAGENT, USER_AGENT)
         if self._connect_to:
             handle.setopt(pycurl.CONNECT_TO, self._connect_to)
         # no CA configured: certifi's bundle, as the official client (kubernetes/client/rest.py)
