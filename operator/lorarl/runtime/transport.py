@@ -93,11 +93,12 @@ class CurlTransport:
         handle = getattr(self._local, "handle", None)
         if handle is not None and self._local.generation == self._generation:
             return handle
-        if handle is not None:
-            handle.close()  # a request timed out since this handle's last use: its connection may be dead too
-        handle = pycurl.Curl()
+        old, handle = handle, pycurl.Curl()
         self._local.handle, self._local.generation = handle, self._generation
         with self._lock:
+            if old is not None:  # a request timed out since its last use: its connection may be dead too
+                self._handles.remove(old)
+                old.close()
             self._handles.append(handle)
         return handle
 
