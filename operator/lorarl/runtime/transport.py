@@ -96,7 +96,7 @@ class CurlTransport:
         old, handle = handle, pycurl.Curl()
         self._local.handle, self._local.generation = handle, self._generation
         with self._lock:
-            if old is not None:  # a request timed out since its last use: its connection may be dead too
+            if old is not None and old in self._handles:  # a request timed out since its last use: its connection may be dead too
                 self._handles.remove(old)
                 old.close()
             self._handles.append(handle)
