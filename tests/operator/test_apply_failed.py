@@ -70,6 +70,7 @@ def test_forbidden_configmap_stalls_and_recovers_when_granted(control_plane, nam
     for rule in role["rules"]:
         if "configmaps" in rule["resources"]:
             rule["resources"].remove("configmaps")
+    role["rules"] = [r for r in role["rules"] if r["resources"]]  # a rule left with no resource is invalid
     role["rules"].append({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]})  # no create
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(restricted))
     kubeconfig = control_plane.restricted_kubeconfig(namespace, sa_name)
