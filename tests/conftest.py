@@ -7,6 +7,7 @@ from lorarl.runtime.kube import Api
 pytest_plugins = ["lorarl_dev.pytest_plugin"]
 
 from tests.chart.helm import helm  # noqa: E402,F401  (the session fixture: real helm, empty homes)
+from tests.helpers import operator_api  # noqa: E402
 
 # Hypothesis: no per-example deadline (the fuzz runs real shells and a real API server on shared
 # machines); in CI (CI set, or HYPOTHESIS_PROFILE=ci) derandomized, so a run is reproducible and
@@ -19,8 +20,5 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 @pytest.fixture
 def kube(control_plane) -> Api:
     """The operator's own API client, as admin, on the session's control plane."""
-    client = control_plane.api_client()
-    api = Api(client)
-    yield api
-    api.close()
-    client.close()
+    with operator_api(control_plane) as api:
+        yield api

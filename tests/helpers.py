@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import pathlib
@@ -566,3 +567,29 @@ def object_writes(audit_log, resource: str, namespace: str, name: str) -> list[t
         manager = query.get("fieldManager", [""])[0] or event.get("userAgent", "").split("/")[0]
         writes.append((manager, ref.get("subresource", ""), "dryRun" in query))
     return writes
+
+
+@contextlib.contextmanager
+def operator_process(cluster, namespace: str, tmp_path, node, tail: int = 5000):
+    """The operator as a real process (`lorarl run -n NAMESPACE`) for one test: its log's tail
+    printed when the test failed, and a traceback in its log fails the test (as in tests/chaos)."""
+    from lorarl_dev.operatorproc import OperatorProcess
+    from lorarl_dev.pytest_plugin import call_failed
+
+    op = OperatorProcess(cluster, namespace, tmp_path).start()
+    yield op
+    op.stop()
+    if call_failed(node):
+        print(op.output()[-tail:])
+    op.assert_no_tracebacks()
+
+
+@contextlib.contextmanager
+def operator_api(cluster):
+    """The operator's own API client, as admin, on ``cluster``; closed afterwards."""
+    from lorarl.runtime.kube import Api
+
+    client = cluster.api_client()
+    api = Api(client)
+    yield api
+    api.close()

@@ -16,14 +16,11 @@ import uuid
 
 import pytest
 import yaml
-from lorarl.runtime.kube import Api
 from lorarl_dev.flux import KUSTOMIZE_API_VERSION, SOURCE_API_VERSION
 from lorarl_dev.gitserver import GitServer, commit_tree
 from lorarl_dev.kuberay_sim import FakeKubeRay
-from lorarl_dev.operatorproc import OperatorProcess
-from lorarl_dev.pytest_plugin import call_failed
 
-from tests.helpers import NAME, SEED, conditions, job, object_writes, rayjob, seed_doc, wait_for
+from tests.helpers import NAME, SEED, conditions, job, object_writes, operator_api, operator_process, rayjob, seed_doc, wait_for
 
 #: first sync of a fresh controller pair on a loaded 2-core machine: a bound, not a measurement
 WAIT = 180
@@ -150,22 +147,15 @@ def test_the_seed_job_from_git_is_applied(flux_cluster, flux_namespace, tmp_path
 
 @pytest.fixture
 def flux_kube(flux_cluster):
-    client = flux_cluster.api_client()
-    api = Api(client)
-    yield api
-    api.close()
-    client.close()
+    with operator_api(flux_cluster) as api:
+        yield api
 
 
 @pytest.fixture
 def flux_operator(flux_cluster, flux_namespace, tmp_path, request):
     """The operator as a real process (`lorarl run -n <namespace>`), as tests/operator runs it."""
-    op = OperatorProcess(flux_cluster, flux_namespace, tmp_path).start()
-    yield op
-    op.stop()
-    if call_failed(request.node):
-        print(op.output()[-5000:])
-    op.assert_no_tracebacks()
+    with operator_process(flux_cluster, flux_namespace, tmp_path, request.node) as op:
+        yield op
 
 
 def job_tree(namespace: str, **spec_changes) -> dict[str, str]:

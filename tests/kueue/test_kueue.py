@@ -22,7 +22,7 @@ from lorarl.control.queueing import DEACTIVATED_BY, JOB_UID_LABEL, WORKLOAD_API_
 from lorarl.runtime.kube import Api
 from lorarl_dev.pytest_plugin import call_failed
 
-from tests.helpers import seed_doc, wait_for
+from tests.helpers import operator_api, seed_doc, wait_for
 from tests.operator.conftest import OperatorProcess
 
 pytestmark = pytest.mark.controlplane
@@ -32,11 +32,8 @@ LORARL = "lorarl.dev/v1alpha1"
 
 @pytest.fixture
 def kube(kueue_cluster):
-    client = kueue_cluster.api_client()
-    api = Api(client)
-    yield api
-    api.close()
-    client.close()
+    with operator_api(kueue_cluster) as api:
+        yield api
 
 
 @pytest.fixture

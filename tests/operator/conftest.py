@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import pytest
 from lorarl_dev.operatorproc import OperatorProcess  # noqa: F401 (re-exported for the tests)
-from lorarl_dev.pytest_plugin import call_failed
+
+from tests.helpers import operator_process
 
 
 @pytest.fixture
 def operator(control_plane, namespace, tmp_path, request):
-    op = OperatorProcess(control_plane, namespace, tmp_path).start()
-    yield op
-    op.stop()
-    if call_failed(request.node):
-        print(op.output()[-5000:])
-    op.assert_no_tracebacks()  # a traceback in the operator's log fails the test (as in tests/chaos)
+    with operator_process(control_plane, namespace, tmp_path, request.node) as op:
+        yield op
