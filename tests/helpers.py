@@ -206,16 +206,14 @@ def reporter_env(control_plane, token_file):
     return env
 
 
-def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path):
-    """The shipped reporter, as the job's own ServiceAccount, over a 200-rollout miles log:
-    (the finished process, the log)."""
+def run_reporter(control_plane, namespace, mine, tmp_path, log: bytes, total_rollouts: int):
+    """The shipped reporter, as the job's own ServiceAccount, over a trainer that prints ``log``
+    (miles' output): the finished process."""
     token = tmp_path / "token"
     token.write_text(control_plane.service_account_token(namespace, f"{mine}-reporter"))
-    # the seed spec's one eval set (the job-status policy admits eval entries named as the spec's)
-    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints", datasets=("aime24",))
     log_file = tmp_path / "miles.log"
-    log_file.write_bytes(log.data)
-    result = subprocess.run(
+    log_file.write_bytes(log)
+    return subprocess.run(
         [
             *shipped_reporter(tmp_path),
             "--namespace",
@@ -223,7 +221,7 @@ def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path)
             "--name",
             mine,
             "--total-rollouts",
-            "200",
+            str(total_rollouts),
             "--interval",
             "0.2",
             "--",
@@ -237,7 +235,27 @@ def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path)
         env=reporter_env(control_plane, token),
         timeout=300,
     )
-    return result, log
+
+
+def run_reporter_on_200_rollouts(control_plane, kube, namespace, mine, tmp_path):
+    """The shipped reporter, as the job's own ServiceAccount, over a 200-rollout miles log:
+    (the finished process, the log)."""
+    # the seed spec's one eval set (the job-status policy admits eval entries named as the spec's)
+    log = generate_miles_log(num_rollouts=200, save_dir=f"/root/shared_data/{mine}/checkpoints", datasets=("aime24",))
+    return run_reporter(control_plane, namespace, mine, tmp_path, log.data, 200), log
+
+
+#: the prefix of a miles trainer's metric line (reporter/logparse.py's doc)
+MILES_HEADER = "(MegatronTrainRayActor pid=4242, ip=10.0.0.5) [2026-12-01 10:00:00.000 miles] log_utils.py:123 - "
+
+
+def miles_lines(first: int, last: int, loss: str) -> list[str]:
+    """Rollouts first..last as miles prints them: the rollout line (reward), then a step (loss, gap)."""
+    out = []
+    for r in range(first, last + 1):
+        out.append(f"{MILES_HEADER}rollout {r}: {{'rollout/raw_reward': 0.5, 'rollout/response_len/mean': 100.0}}")
+        out.append(f"{MILES_HEADER}step {r}: {{'train/loss': {loss}, 'train/train_rollout_logprob_abs_diff': 0.01, 'train/ppo_kl': 0.0}}")
+    return out
 
 
 DENIAL = "RayJobs are refused in this namespace (lorarl test policy)"

@@ -16,19 +16,8 @@ from lorarl.control.queueing import HEALTH_SUSPENDED, suspend_reason
 from lorarl.reporter.logparse import parse_line
 from lorarl.reporter.summary import Summary
 
-from tests.helpers import job_from, with_spec
+from tests.helpers import MILES_HEADER, job_from, miles_lines, with_spec
 from tests.operator.status_table import facts, rayjob
-
-HEADER = "(MegatronTrainRayActor pid=4242, ip=10.0.0.5) [2026-12-01 10:00:00.000 miles] log_utils.py:123 - "
-
-
-def lines(first: int, last: int, loss: str) -> list[str]:
-    """Rollouts first..last as miles prints them: the rollout line (reward), then a step (loss, gap)."""
-    out = []
-    for r in range(first, last + 1):
-        out.append(f"{HEADER}rollout {r}: {{'rollout/raw_reward': 0.5, 'rollout/response_len/mean': 100.0}}")
-        out.append(f"{HEADER}step {r}: {{'train/loss': {loss}, 'train/train_rollout_logprob_abs_diff': 0.01, 'train/ppo_kl': 0.0}}")
-    return out
 
 
 def reported(log: list[str]) -> dict:
@@ -43,21 +32,21 @@ def reported(log: list[str]) -> dict:
 
 
 def test_two_rollouts_of_nan_loss_are_not_yet_unhealthy_three_are():
-    two = reported(lines(0, 9, "0.1") + lines(10, 11, "nan"))
+    two = reported(miles_lines(0, 9, "0.1") + miles_lines(10, 11, "nan"))
     assert two["metrics"]["nonFinite"] == [{"metric": "loss", "value": "NaN", "since": 10, "rollout": 11, "streak": 2}]
     assert health.evaluate(HealthSpec(), two).status == "True"
-    three = reported(lines(0, 9, "0.1") + lines(10, 12, "nan"))
+    three = reported(miles_lines(0, 9, "0.1") + miles_lines(10, 12, "nan"))
     verdict = health.evaluate(HealthSpec(), three)
     assert (verdict.status, verdict.reason) == ("False", health.NON_FINITE_METRIC)
     assert verdict.message.startswith("train/loss has been NaN in every rollout since rollout 10 (3 or more in a row")
     # the message stays while the run stays diverged: no rewrite of the condition per rollout
-    assert health.evaluate(HealthSpec(), reported(lines(0, 9, "0.1") + lines(10, 30, "nan"))) == verdict
+    assert health.evaluate(HealthSpec(), reported(miles_lines(0, 9, "0.1") + miles_lines(10, 30, "nan"))) == verdict
     # and recovers: a finite loss clears it
-    assert health.evaluate(HealthSpec(), reported(lines(0, 9, "0.1") + lines(10, 12, "nan") + lines(13, 13, "0.2"))).status == "True"
+    assert health.evaluate(HealthSpec(), reported(miles_lines(0, 9, "0.1") + miles_lines(10, 12, "nan") + miles_lines(13, 13, "0.2"))).status == "True"
 
 
 def test_a_nan_gap_before_any_finite_one_is_judged_not_awaiting_metrics():
-    log = [f"{HEADER}step {r}: {{'train/loss': 0.1, 'train/train_rollout_logprob_abs_diff': inf}}" for r in range(3)]
+    log = [f"{MILES_HEADER}step {r}: {{'train/loss': 0.1, 'train/train_rollout_logprob_abs_diff': inf}}" for r in range(3)]
     st = reported(log)
     assert "trainRolloutLogprobAbsDiffMean" not in st["metrics"]
     verdict = health.evaluate(HealthSpec(), st)
@@ -75,7 +64,7 @@ def test_only_bounded_entries_are_judged():
 
 
 def test_non_finite_is_unhealthy_with_an_event_and_feeds_the_gate():
-    verdict = health.evaluate(HealthSpec(), reported(lines(0, 4, "nan")))
+    verdict = health.evaluate(HealthSpec(), reported(miles_lines(0, 4, "nan")))
     out, events = status.compute({"phase": "Running"}, rayjob("Running", "RUNNING"), facts(verdict=verdict))
     cond = {c["type"]: c for c in out["conditions"]}
     assert (cond["TrainingHealthy"]["status"], cond["TrainingHealthy"]["reason"]) == ("False", "NonFiniteMetric")
