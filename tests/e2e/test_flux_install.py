@@ -49,6 +49,7 @@ from lorarl_dev.flux import KUSTOMIZE_API_VERSION
 from lorarl_dev.gitserver import GitServer, commit_tree, git
 from lorarl_dev.node.realnode import NODE_NAME
 
+from tests.e2e.conftest import MEASURED
 from tests.helpers import REPO, gitops_doc_object, object_writers
 
 pytestmark = pytest.mark.node
@@ -149,10 +150,10 @@ def test_flux_installs_the_operator_then_the_job_that_depends_on_it(real_node_cl
     flux_real = [w for w in writes if w["manager"] == "kustomize-controller" and not w["dry_run"]]
     assert len(flux_real) == 2, tally  # the first commit and the spec change: no re-apply fights the operator
 
-    print(f"flux install: seconds from applying the Flux objects: {watch.first}")
-    print(f"flux install: commit of a spec.health change to the operator's reconcile of generation 2: {commit_to_reconcile:.1f} s")
-    print(f"flux install: writes to the job by field manager: {tally}")
-    print(f"flux install: the operator's writes came from its Pod(s) {sorted({w['pod'] for w in by_operator})}")
+    MEASURED.append(f"test_flux_install: seconds from applying the Flux objects to each step first seen: {json.dumps(watch.first)}")
+    MEASURED.append(f"test_flux_install: from the commit of a spec.health change to the operator's reconcile of generation 2: {commit_to_reconcile:.1f} s")
+    MEASURED.append(f"test_flux_install: writes to the job by field manager: {json.dumps(tally, sort_keys=True)}")
+    MEASURED.append(f"test_flux_install: the operator's writes came from its Pod(s) {sorted({w['pod'] for w in by_operator})}")
 
 
 # ------------------------------------------------------------------------------ the repositories
