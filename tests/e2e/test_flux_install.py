@@ -89,6 +89,10 @@ def test_flux_installs_the_operator_then_the_job_that_depends_on_it(real_node_cl
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         assert container["image"] == node_images["operator"]
         assert container["args"][container["args"].index("--tools-image") + 1] == node_images["operator"]
+        # the CRD, applied by Flux from the bundle, is marked to outlive it (kept when Flux prunes)
+        crd = json.loads(cp.kubectl("get", "crd", "lorarljobs.lorarl.dev", "-o", "json", "--show-managed-fields").stdout)
+        assert crd["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/prune"] == "disabled"
+        assert "kustomize-controller" in {m["manager"] for m in crd["metadata"]["managedFields"] if m["operation"] == "Apply"}
         available = condition(deployment, "Available")
         assert available["status"] == "True"
         pods = watch.snapshot()["pods"]
