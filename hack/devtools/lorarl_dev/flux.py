@@ -127,6 +127,8 @@ def remove_all(cp, namespace: str, *, keep_kinds: tuple[str, ...] = ("CustomReso
     for obj in pruned:
         wait_for(f"{obj} pruned", lambda obj=obj: cp.kubectl("get", *_ref(obj), check=False).returncode != 0, timeout)
     for obj in kept:
+        if cp.kubectl("get", *_ref(obj), check=False).returncode != 0:
+            raise AssertionError(f"{obj} annotated {'='.join(PRUNE_DISABLED)} was pruned all the same")
         cp.kubectl("annotate", *_ref(obj), f"{PRUNE_DISABLED[0]}-")
         cp.kubectl("label", *_ref(obj), *(f"{label}-" for label in OWNER_LABELS))
 
