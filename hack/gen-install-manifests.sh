@@ -60,6 +60,17 @@ resources:
   - namespace.yaml
   - crds.yaml
   - operator.yaml
+# The CRD outlives the bundle, as helm keeps a chart's crds/: deleting it deletes every LoraRLJob
+# and, by their owner references, their runs. Flux's kustomize-controller skips an object so
+# annotated when it prunes (a Kustomization of this bundle deleted, or the CRD gone from Git).
+patches:
+  - patch: |-
+      apiVersion: apiextensions.k8s.io/v1
+      kind: CustomResourceDefinition
+      metadata:
+        name: lorarljobs.lorarl.dev
+        annotations:
+          kustomize.toolkit.fluxcd.io/prune: disabled
 YAML
 } >"$out/kustomization.yaml"
 echo "wrote $out/{namespace,crds,operator,kustomization}.yaml" >&2

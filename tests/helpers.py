@@ -606,6 +606,35 @@ def object_writes(audit_log, resource: str, namespace: str, name: str) -> list[t
     return writes
 
 
+def object_writers(audit_log, resource: str, namespace: str, name: str) -> list[dict[str, Any]]:
+    """:func:`object_writes` with who wrote: ``manager``, ``subresource``, ``dry_run``, the
+    authenticated ``user`` and, for a ServiceAccount token bound to a Pod, that ``pod``'s name
+    (the API server's ``authentication.kubernetes.io/pod-name`` user extra), in order."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from lorarl_dev import audit
+
+    writes = []
+    for event in audit.events(audit_log):
+        ref = event.get("objectRef") or {}
+        if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
+            continue
+        if (ref.get("resource"), ref.get("namespace"), ref.get("name")) != (resource, namespace, name):
+            continue
+        query = parse_qs(urlsplit(event.get("requestURI", "")).query)
+        user = event.get("user") or {}
+        writes.append(
+            {
+                "manager": query.get("fieldManager", [""])[0] or event.get("userAgent", "").split("/")[0],
+                "subresource": ref.get("subresource", ""),
+                "dry_run": "dryRun" in query,
+                "user": user.get("username", ""),
+                "pod": ((user.get("extra") or {}).get("authentication.kubernetes.io/pod-name") or [""])[0],
+            }
+        )
+    return writes
+
+
 @contextlib.contextmanager
 def operator_process(cluster, namespace: str, tmp_path, node, tail: int = 5000):
     """The operator as a real process (`lorarl run -n NAMESPACE`) for one test: its log's tail

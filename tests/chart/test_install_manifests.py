@@ -48,6 +48,20 @@ def test_install_manifests_contents():
     )
 
 
+def test_flux_pruning_the_bundle_keeps_the_crd():
+    """Deleting the CRD deletes every LoraRLJob and, by owner references, their runs: the bundle
+    (as kustomize builds it, which is what Flux's kustomize-controller applies) marks the CRD,
+    and only the CRD, for kustomize-controller's prune to skip (kustomize-controller v1.9.6
+    internal/controller/kustomization_controller.go:1442-1458), as helm keeps a chart's crds/.
+    tests/e2e/test_flux_install.py sees Flux apply it and leave the CRD when it prunes."""
+    from lorarl_dev.controlplane import find_kubectl
+
+    built = subprocess.run([find_kubectl(), "kustomize", str(INSTALL)], capture_output=True, text=True, check=True).stdout
+    annotated = {d["kind"]: (d["metadata"].get("annotations") or {}).get("kustomize.toolkit.fluxcd.io/prune") for d in yaml.safe_load_all(built) if d}
+    assert annotated.pop("CustomResourceDefinition") == "disabled"
+    assert set(annotated.values()) == {None}, annotated
+
+
 @pytest.mark.parametrize("mode", [["--server-side", "--field-manager=lorarl-install-test"], []], ids=["server-side", "client-side"])
 def test_kubectl_apply_k_installs_the_operator(control_plane, mode):
     """The CRD is already there (the harness installs it); apply -k must still accept it unchanged."""

@@ -69,3 +69,40 @@ def job_ns(real_node_cluster, lorarl_operator):
     real_node_cluster.kubectl("create", "namespace", name)
     yield name
     real_node_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def flux_owns_the_operator(real_node_cluster, node_images):
+    """The operator that Flux installs from manifests/install is the only one for one test: the
+    bundle has the chart's names (release "lorarl" in lorarl-system, all namespaces), so the
+    session's chart-installed operator (``lorarl_operator``) would reconcile the same jobs.
+
+    Before: the release, if installed, uninstalled (its Pods gone; the CRD stays, as helm leaves
+    it), and the namespace ``flux-system`` made if missing. After, whatever the test did: every
+    Kustomization and GitRepository of flux-system deleted and what Flux applied pruned and
+    gone (the CRD kept), then the chart installed again as it was (its replicas), if it was.
+    Independent of the order of the tests: ``lorarl_operator`` may run before or after it."""
+    from lorarl_dev import flux
+    from lorarl_dev.pytest_plugin import flux_missing
+
+    cp = real_node_cluster
+    if not cp.flux:
+        pytest.skip(flux_missing() or "Flux is not running beside the real node")
+    replicas = seedrun.installed_replicas(cp)
+    if replicas is not None:
+        seedrun.uninstall_operator(cp)
+    made = cp.kubectl("create", "namespace", FLUX_NAMESPACE, check=False).returncode == 0
+    try:
+        yield FLUX_NAMESPACE
+    finally:
+        try:
+            flux.remove_all(cp, FLUX_NAMESPACE)
+            if made:
+                cp.kubectl("delete", "namespace", FLUX_NAMESPACE, "--wait=false")
+        finally:
+            if replicas is not None:
+                seedrun.install_operator(cp, node_images["operator"], replicas=replicas)
+
+
+#: where `flux install` puts Flux's objects, and docs/gitops.md its GitRepository and Kustomizations
+FLUX_NAMESPACE = "flux-system"

@@ -1128,27 +1128,34 @@ class ControlPlane:
     def _start_flux(self) -> None:
         """The real Flux source-controller and kustomize-controller (lorarl_dev.flux) as local
         processes; kustomize-controller downloads artifacts from source-controller's storage
-        server on 127.0.0.1."""
+        server on 127.0.0.1.
+
+        With a real node they stay in the root network namespace, beside the tests' Git server
+        (lorarl_dev.gitserver, on the root's 127.0.0.1), and reach the API server through the
+        relay (``kubeconfig``); no pod or kubelet needs to reach them."""
         from lorarl_dev import flux
 
         self.install_crds(flux.crd_paths())
         storage = self.workdir / "flux-artifacts"
         storage.mkdir(exist_ok=True)
-        env = {**os.environ, "KUBECONFIG": str(self.child_kubeconfig)}  # ctrl.GetConfig: no --kubeconfig flag in their pflag set
+        # ctrl.GetConfig: no --kubeconfig flag in their pflag set
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        root = [] if self.netns is not None else None  # an empty prefix: not entered into the namespace
         health = free_port()
-        self._spawn("source-controller", flux.source_controller_args(storage=storage, storage_port=free_port(), health_port=health), env=env)
-        self._wait_http("source-controller", f"http://127.0.0.1:{health}/readyz", 90)
+        self._spawn("source-controller", flux.source_controller_args(storage=storage, storage_port=free_port(), health_port=health), env=env, prefix=root)
+        self._wait_http("source-controller", f"http://127.0.0.1:{health}/readyz", 90, in_netns=False)
         health = free_port()
-        self._spawn("kustomize-controller", flux.kustomize_controller_args(health_port=health), env=env)
-        self._wait_http("kustomize-controller", f"http://127.0.0.1:{health}/readyz", 90)
+        self._spawn("kustomize-controller", flux.kustomize_controller_args(health_port=health), env=env, prefix=root)
+        self._wait_http("kustomize-controller", f"http://127.0.0.1:{health}/readyz", 90, in_netns=False)
 
-    def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True) -> None:
-        """Poll a plain-HTTP health endpoint of child ``name`` until it answers 200 and ``healthy``."""
+    def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True, *, in_netns: bool = True) -> None:
+        """Poll a plain-HTTP health endpoint of child ``name`` until it answers 200 and ``healthy``
+        (from inside the cluster's namespace, if there is one, unless ``in_netns`` is False)."""
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive(name)
             try:
-                if self._http_ok(url, healthy):
+                if self._http_ok(url, healthy, in_netns=in_netns):
                     return
             except (OSError, ValueError):
                 pass
@@ -1156,14 +1163,14 @@ class ControlPlane:
                 raise ControlPlaneError(f"{name} not healthy after {timeout:.0f}s:\n{self._log_tail(name)}")
             time.sleep(0.2)
 
-    def _http_ok(self, url: str, healthy) -> bool:
-        """GET ``url`` (in the cluster's namespace if there is one): 200 and ``healthy(body)``."""
+    def _http_ok(self, url: str, healthy, *, in_netns: bool = True) -> bool:
+        """GET ``url`` (in the cluster's namespace if there is one and ``in_netns``): 200 and ``healthy(body)``."""
 
         def get() -> bool:
             with urllib.request.urlopen(url, timeout=2) as r:
                 return r.status == 200 and healthy(r.read())
 
-        return self._netns_thread.call(get) if self._netns_thread is not None else get()
+        return self._netns_thread.call(get) if self._netns_thread is not None and in_netns else get()
 
     def _wait_controller_manager(self, timeout: float = 60.0) -> None:
         """The serviceaccount controller creating ``default/default`` proves KCM is working."""

@@ -10,6 +10,7 @@ File references below are to the modules at :data:`FLUX_VERSIONS`.
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 from . import gomodules
@@ -85,3 +86,61 @@ def kustomize_controller_args(*, health_port: int) -> list[str]:
         "--no-remote-bases=true",
         "--log-level=debug",
     ]
+
+
+#: kustomize-controller's opt-out of pruning, read from the object in the cluster when it deletes
+#: (kustomize-controller internal/controller/kustomization_controller.go:1442-1458 deleteObjects;
+#: fluxcd/pkg/ssa v0.76.2 manager_delete.go:87 AnyInMetadata on the existing object)
+PRUNE_DISABLED = ("kustomize.toolkit.fluxcd.io/prune", "disabled")
+#: the labels kustomize-controller sets on every object it applies (its owner labels)
+OWNER_LABELS = ("kustomize.toolkit.fluxcd.io/name", "kustomize.toolkit.fluxcd.io/namespace")
+
+
+def inventory(kustomization: dict) -> list[tuple[str, str, str, str]]:
+    """What a Kustomization applied, from its ``status.inventory``: (namespace, name, group,
+    kind) per object (cli-utils ObjMetadata ids, ``<namespace>_<name>_<group>_<kind>``)."""
+    entries = ((kustomization.get("status") or {}).get("inventory") or {}).get("entries") or []
+    return [tuple(entry["id"].split("_", 3)) for entry in entries]  # type: ignore[misc]
+
+
+def remove_all(cp, namespace: str, *, keep_kinds: tuple[str, ...] = ("CustomResourceDefinition",), timeout: float = 300) -> None:
+    """Delete every Kustomization and GitRepository in ``namespace`` and wait until Flux has
+    pruned what they applied (each Kustomization's finalizer deletes its inventory when its
+    ``spec.prune`` is true) and all of it is gone. Objects of ``keep_kinds`` are kept, as helm
+    keeps a chart's CRDs: annotated with :data:`PRUNE_DISABLED` first, then given back without
+    that annotation and Flux's owner labels."""
+    from .seedrun import wait_for
+
+    kustomizations = json.loads(cp.kubectl("get", "kustomizations", "-n", namespace, "-o", "json").stdout)["items"]
+    pruned, kept = [], []
+    for kustomization in kustomizations:
+        for obj in inventory(kustomization):
+            if not kustomization["spec"].get("prune"):
+                continue  # Flux leaves them (and the deletion of their namespace may take them)
+            (kept if obj[3] in keep_kinds else pruned).append(obj)
+    for obj in kept:
+        cp.kubectl("annotate", "--overwrite", "--field-manager=lorarl-testing", *_ref(obj), "=".join(PRUNE_DISABLED))
+    cp.kubectl("delete", "kustomizations", "--all", "-n", namespace, "--wait=false")
+    wait_for(f"the Kustomizations of {namespace} gone", lambda: not _names(cp, "kustomizations", namespace), timeout, explain=lambda: _describe(cp, namespace))
+    cp.kubectl("delete", "gitrepositories", "--all", "-n", namespace, "--wait=false")
+    wait_for(f"the GitRepositories of {namespace} gone", lambda: not _names(cp, "gitrepositories", namespace), timeout)
+    for obj in pruned:
+        wait_for(f"{obj} pruned", lambda obj=obj: cp.kubectl("get", *_ref(obj), check=False).returncode != 0, timeout)
+    for obj in kept:
+        if cp.kubectl("get", *_ref(obj), check=False).returncode != 0:
+            raise AssertionError(f"{obj} annotated {'='.join(PRUNE_DISABLED)} was pruned all the same")
+        cp.kubectl("annotate", *_ref(obj), f"{PRUNE_DISABLED[0]}-")
+        cp.kubectl("label", *_ref(obj), *(f"{label}-" for label in OWNER_LABELS))
+
+
+def _ref(obj: tuple[str, str, str, str]) -> list[str]:
+    ns, name, group, kind = obj
+    return [f"{kind}.{group}" if group else kind, name, *(("-n", ns) if ns else ())]
+
+
+def _names(cp, resource: str, namespace: str) -> list[str]:
+    return cp.kubectl("get", resource, "-n", namespace, "-o", "name").stdout.split()
+
+
+def _describe(cp, namespace: str) -> str:
+    return cp.kubectl("get", "kustomizations", "-n", namespace, "-o", "yaml", check=False).stdout[-4000:]

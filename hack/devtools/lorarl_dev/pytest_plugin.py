@@ -40,7 +40,9 @@ conftest. Fixtures:
     as an MI355X node, the busybox image imported (``lorarl_dev.node.images.BUSYBOX_IMAGE``), a
     default StorageClass; the whole cluster inside a network namespace of its own. Tests using
     it are marked ``node``; they are skipped (with the reason) only when not root or the Debian
-    packages of hack/node/packages.sh are missing.
+    packages of hack/node/packages.sh are missing. Flux's source-controller and
+    kustomize-controller run beside it (``cp.flux``) when their binaries are built (as for
+    ``flux_cluster``), in the root network namespace with the Git server of the tests.
 ``kueue_queue``
     a fresh namespace with its own ClusterQueue (quota: 8 ``amd.com/gpu`` of flavor ``mi355x``,
     i.e. exactly one seed job; preemption of lower priority within the queue) and a LocalQueue
@@ -99,14 +101,22 @@ def fake_cluster():
         yield cp
 
 
-@pytest.fixture(scope="session")
-def flux_cluster():
+def flux_missing() -> str | None:
+    """Why the Flux controllers cannot run here (their binaries not built), or None."""
     from lorarl_dev.controlplane import bin_dir
     from lorarl_dev.flux import BINARIES
 
     missing = [name for name in BINARIES.values() if not os.access(bin_dir() / name, os.X_OK)]
     if missing:
-        pytest.skip(f"Flux {', '.join(missing)} not built in {bin_dir()}: hack/controlplane/build.sh {' '.join(BINARIES.values())}")
+        return f"Flux {', '.join(missing)} not built in {bin_dir()}: hack/controlplane/build.sh {' '.join(BINARIES.values())}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def flux_cluster():
+    reason = flux_missing()
+    if reason:
+        pytest.skip(reason)
     with ControlPlane(verbose=True, flux=True, kueue=True) as cp:
         install_kueue_objects(cp)
         yield cp
@@ -125,7 +135,9 @@ def real_node_cluster(request):
         pytest.skip("real node: " + "; ".join(reasons))
     realnode.sweep()  # a node left by a killed run goes before the baseline is taken
     request.config.stash[REAL_NODE_BASELINE] = realnode.machine_snapshot()
-    with ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X", kuberay_operator=True) as cp:
+    # Flux where its binaries are built (a test that needs it skips on cp.flux, naming the build)
+    flux = flux_missing() is None
+    with ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X", kuberay_operator=True, flux=flux) as cp:
         yield cp
 
 

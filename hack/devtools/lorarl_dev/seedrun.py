@@ -211,6 +211,28 @@ def install_operator(cp: ControlPlane, image_ref: str, *, replicas: int = 2, nam
     )
 
 
+def installed_replicas(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE) -> int | None:
+    """The replicas of the chart's Deployment when the release is installed (helm's own list),
+    else None: what :func:`install_operator` puts back after :func:`uninstall_operator`."""
+    releases = json.loads(helm(cp, "list", "--namespace", namespace, "--output", "json").stdout or "[]")
+    if RELEASE not in {r["name"] for r in releases}:
+        return None
+    deployment = get(cp, "deployment", f"{RELEASE}-lorarl-operator", namespace)
+    return int(deployment["spec"]["replicas"]) if deployment else 0
+
+
+def uninstall_operator(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE, timeout: float = 180) -> None:
+    """``helm uninstall`` the release and wait until its Deployment and every operator Pod are
+    gone. The CRD stays (helm never deletes a chart's crds/), as does the namespace (made by
+    :func:`install_operator`, not by the chart)."""
+    helm(cp, "uninstall", RELEASE, "--namespace", namespace)
+    wait_for(
+        "the chart's operator Deployment and Pods gone",
+        lambda: get(cp, "deployment", f"{RELEASE}-lorarl-operator", namespace) is None and not operator_pods(cp, namespace),
+        timeout,
+    )
+
+
 def operator_pods(cp: ControlPlane, namespace: str = OPERATOR_NAMESPACE) -> list[dict]:
     out = cp.kubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=lorarl-operator", "-o", "json")
     return json.loads(out.stdout)["items"]
