@@ -6,6 +6,7 @@ import contextlib
 import copy
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -320,6 +321,24 @@ def install_crd_with_accelerator(request, accelerator: str) -> None:
     request.addfinalizer(restore)
     apply_crd(control_plane, crd)
     wait_for(lambda: dry_run_create(kube_api, namespace, probe).accepted, what="the newer CRD to be served")
+
+
+GITOPS_DOC = REPO / "docs" / "gitops.md"
+
+
+def gitops_doc_objects() -> list[dict[str, Any]]:
+    """Every object of docs/gitops.md's YAML blocks, in the page's order."""
+    blocks = re.findall(r"```yaml\n(.*?)```", GITOPS_DOC.read_text(), flags=re.S)
+    return [doc for block in blocks for doc in yaml.safe_load_all(block) if doc is not None]
+
+
+def gitops_doc_object(kind: str, name: str) -> dict[str, Any]:
+    """A fresh copy of the one ``kind`` named ``name`` that docs/gitops.md shows: the GitOps tests
+    apply the page's objects, changing only what they must (URLs, namespaces, intervals), so that
+    what the page shows is what ran."""
+    found = [o for o in gitops_doc_objects() if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"docs/gitops.md shows {len(found)} {kind} named {name}"
+    return copy.deepcopy(found[0])
 
 
 DOC = REPO / "docs" / "security.md"

@@ -20,7 +20,7 @@ from lorarl_dev.flux import KUSTOMIZE_API_VERSION, SOURCE_API_VERSION
 from lorarl_dev.gitserver import GitServer, commit_tree
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
-from tests.helpers import NAME, SEED, conditions, job, object_writes, operator_api, operator_process, rayjob, seed_doc, wait_for
+from tests.helpers import NAME, SEED, conditions, gitops_doc_object, job, object_writes, operator_api, operator_process, rayjob, seed_doc, wait_for
 
 #: first sync of a fresh controller pair on a loaded 2-core machine: a bound, not a measurement
 WAIT = 180
@@ -175,18 +175,26 @@ def empty_tree(namespace: str) -> dict[str, str]:
 
 
 def training_kustomization(namespace: str, url: str, *, health: str) -> list[dict]:
-    """The GitRepository and the `ml-team-training` Kustomization of docs/gitops.md (health:
-    "healthChecks" naming the job, or "wait"), with a 10 s interval so that Flux re-applies often
-    while the test counts writes, and prune on (the docs keep it off; here pruning is tested)."""
-    git_repository, kustomization = flux_objects(namespace, url)
-    kustomization["metadata"]["name"] = "ml-team-training"
+    """docs/gitops.md's GitRepository `config` and Kustomization `ml-team-training`, changed only
+    where this cluster differs: both in ``namespace`` (for flux-system and the job's ml-team), the
+    repository at ``url``, no `dependsOn` (the operator runs as a process here, not from the
+    `lorarl-operator` Kustomization: tests/e2e/test_flux_install.py runs that chain on the real
+    node), a 10 s interval so that Flux re-applies often while the test counts writes, a 3 min
+    timeout, and prune on (the docs keep it off; pruning is what is tested). ``health``:
+    "healthChecks" as the page shows it, or "wait" (its alternative)."""
+    git_repository = gitops_doc_object("GitRepository", "config")
+    kustomization = gitops_doc_object("Kustomization", "ml-team-training")
+    for obj in (git_repository, kustomization):
+        obj["metadata"]["namespace"] = namespace
+    git_repository["spec"].update(url=url, timeout="60s")
     spec = kustomization["spec"]
-    del spec["targetNamespace"]  # the job file names its namespace, as in docs/gitops.md
-    spec.update(path="./jobs/ml-team", interval="10s", timeout="3m", prune=True)
+    del spec["dependsOn"]
+    spec.update(interval="10s", timeout="3m", prune=True)
+    for check in spec["healthChecks"]:
+        check["namespace"] = namespace
     if health == "wait":
+        del spec["healthChecks"]
         spec["wait"] = True
-    else:
-        spec["healthChecks"] = [{"apiVersion": "lorarl.dev/v1alpha1", "kind": "LoraRLJob", "name": NAME, "namespace": namespace}]
     return [git_repository, kustomization]
 
 

@@ -11,30 +11,23 @@ import pytest
 import yaml
 from lorarl.admission.validation import validate
 
-from tests.helpers import REPO
+from tests.helpers import GITOPS_DOC, REPO, gitops_doc_object, gitops_doc_objects
 
-DOC = REPO / "docs" / "gitops.md"
 HEALTH_LUA = REPO / "hack" / "argocd" / "lorarl.dev" / "LoraRLJob" / "health.lua"
 CHART_SCHEMA = REPO / "charts" / "lorarl-operator" / "values.schema.json"
 
 
 def yaml_blocks():
-    return re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
+    return re.findall(r"```yaml\n(.*?)```", GITOPS_DOC.read_text(), flags=re.S)
 
 
-def objects():
-    return [doc for block in yaml_blocks() for doc in yaml.safe_load_all(block) if doc is not None]
-
-
-def one(kind, name):
-    found = [o for o in objects() if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, (kind, name, len(found))
-    return found[0]
+objects = gitops_doc_objects
+one = gitops_doc_object
 
 
 def test_every_block_is_kubernetes_objects():
     objs = objects()
-    assert len(yaml_blocks()) == 5
+    assert len(yaml_blocks()) == 6
     for obj in objs:
         assert {"apiVersion", "kind", "metadata"} <= set(obj), obj
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", obj["metadata"]["name"]), obj["metadata"]
@@ -47,6 +40,7 @@ def test_every_block_is_kubernetes_objects():
             ("Application", "ml-team-training"),
             ("GitRepository", "config"),
             ("Kustomization", "lorarl-infra"),
+            ("Kustomization", "lorarl-operator"),
             ("Kustomization", "ml-team-training"),
             ("Namespace", "ml-team"),
             ("HelmRepository", "kuberay"),
@@ -76,9 +70,13 @@ def test_argo_applications_apply_server_side_in_waves():
 
 def test_flux_orders_and_health_checks_the_job():
     job = one("LoraRLJob", "qwen3-4b-lora-amd")
-    infra, training = one("Kustomization", "lorarl-infra"), one("Kustomization", "ml-team-training")
-    assert infra["spec"]["wait"] is True  # dependsOn only waits for health when the dependency checks it
-    assert training["spec"]["dependsOn"] == [{"name": "lorarl-infra"}]
+    infra, operator, training = (one("Kustomization", name) for name in ("lorarl-infra", "lorarl-operator", "ml-team-training"))
+    # dependsOn only waits for health when the dependency checks it
+    assert infra["spec"]["wait"] is True and operator["spec"]["wait"] is True
+    assert operator["spec"]["dependsOn"] == [{"name": "lorarl-infra"}]
+    assert operator["spec"]["sourceRef"] == {"kind": "GitRepository", "name": "lorarl"}
+    assert (REPO / operator["spec"]["path"] / "kustomization.yaml").exists()
+    assert training["spec"]["dependsOn"] == [{"name": "lorarl-operator"}]
     assert training["spec"]["prune"] is False
     assert {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"], "namespace": job["metadata"]["namespace"]} in training[
         "spec"
