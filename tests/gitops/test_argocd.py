@@ -179,7 +179,8 @@ def assert_writes_are_syncs(cp, argo, namespace, commits: list[str]) -> list[str
     the job only as the commits did (its generation: one per commit). A commit may be synced
     twice: right after its own sync, Argo CD may start a self-heal of the same revision (the
     first self-heal attempt waits for no backoff, controller/appcontroller.go:2698-2731,
-    2816-2846) and re-apply the same object."""
+    2816-2846) and re-apply the same object; it does so with no operator running too (no other
+    writer of the job): Argo CD's own, not a fight."""
     syncs = automated_syncs(cp, argo)
     writes = [w for w in argocd_writes(cp, namespace) if not w[2]]
     assert writes == [("argocd-controller", "", False)] * len(syncs), (writes, syncs)
