@@ -221,7 +221,8 @@ def test_a_job_from_git_progresses_to_healthy_without_a_fight(argocd_cluster, ar
         # synced at the commit git made; reconciled by the operator: Pending
         wait_for(job_has(kube, ns, "Reconciling", "True", "RayJobCreated"), WAIT, 0.5, "the job Pending")
         synced = wait_for(lambda: (st := argo.status()).get("sync", {}).get("revision") == first and st, WAIT, 0.5, "the Application synced at the commit")
-        assert synced["operationState"]["syncResult"]["revision"] == first
+        operation = wait_for(lambda: (op := argo.status().get("operationState") or {}).get("phase") == "Succeeded" and op, WAIT, 0.5, "the sync operation done")
+        assert operation["syncResult"]["revision"] == first, (synced, operation)
         assert any("/config.git/git-upload-pack" in line for line in server.requests)  # the repo server cloned from here
         managers = {m["manager"] for m in job(kube, ns)["metadata"]["managedFields"] if m["operation"] == "Apply"}
         assert "argocd-controller" in managers, managers  # ServerSideApply=true
