@@ -39,9 +39,10 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 # The Debian packages the real node and the image builds need (hack/node/packages.sh: only those
-# missing). As root they are installed; otherwise the tests that need them skip, saying why.
+# missing), the observability tests' (prometheus) and the GitOps tests' (git, redis-server). As root
+# they are installed; otherwise the tests that need them skip, saying why.
 packages:
-	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh && bash hack/observability/packages.sh; \
+	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh && bash hack/observability/packages.sh && bash hack/gitops/packages.sh; \
 	else echo "make packages: not root; the real-node and image tests will be skipped"; fi
 
 # the lint and the lowest-versions run first, so that the full suite's summary is the last line CI reads;

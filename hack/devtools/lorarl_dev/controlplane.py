@@ -70,6 +70,9 @@ _STOP_ORDER = (
     "crane",  # the export tests' OCI registry (seedrun.start_registry)
     "moto_server",  # the export tests' S3 server (seedrun.start_s3)
     "hubstub",
+    "argocd-application-controller",
+    "argocd-repo-server",
+    "redis-server",  # Argo CD's cache
     "kustomize-controller",
     "source-controller",
     "kueue",
@@ -450,6 +453,7 @@ class ControlPlane:
         kuberay_operator: bool = False,
         kueue: bool = False,
         flux: bool = False,
+        argocd: bool = False,
         node: bool = False,
         gpus: int = 8,
         node_profile: str = "MI355X",
@@ -477,6 +481,7 @@ class ControlPlane:
         self.kuberay_operator = kuberay_operator
         self.kueue = kueue
         self.flux = flux
+        self.argocd = argocd
         self.kubeconfig: pathlib.Path | None = None
         self.server: str | None = None
         self.ca_file: pathlib.Path | None = None
@@ -520,6 +525,8 @@ class ControlPlane:
             names.append("kueue")
         if self.flux:
             names += ["source-controller", "kustomize-controller"]
+        if self.argocd:
+            names += ["argocd-application-controller", "argocd-repo-server"]
         if self.real_node:
             names += [n for n in NODE_BINARIES if n not in names]
         return names
@@ -578,6 +585,8 @@ class ControlPlane:
                 self._start_kueue()
             if self.flux:
                 self._start_flux()
+            if self.argocd:
+                self._start_argocd()
             self._write_state()
             self._wait_controller_manager()
             if self.real_node:
@@ -1147,6 +1156,47 @@ class ControlPlane:
         health = free_port()
         self._spawn("kustomize-controller", flux.kustomize_controller_args(health_port=health), env=env, prefix=root)
         self._wait_http("kustomize-controller", f"http://127.0.0.1:{health}/readyz", 90, in_netns=False)
+
+    def _start_argocd(self) -> None:
+        """The real Argo CD application controller and repo server (lorarl_dev.argocd) and the
+        Redis they share (Debian's redis-server) as local processes on 127.0.0.1, with the
+        settings of namespace ``argocd``: argocd-cm with our health check, argocd-secret, the
+        ``default`` AppProject."""
+        from lorarl_dev import argocd
+
+        redis = shutil.which("redis-server")
+        if redis is None:
+            raise ControlPlaneError("Argo CD needs a Redis: redis-server is not installed (hack/gitops/packages.sh)")
+        self.install_crds(argocd.crd_paths())
+        self.kubectl("create", "namespace", argocd.NAMESPACE, check=False)
+        self.kubectl("apply", "--server-side", "--field-manager=lorarl-testing", "-f", "-", input="\n".join(json.dumps(o) for o in argocd.settings_objects()))
+        redis_port = free_port()
+        (self.workdir / "redis").mkdir(exist_ok=True)
+        self._spawn("redis-server", argocd.redis_args(port=redis_port, workdir=self.workdir / "redis"), exe=redis)
+        self._wait_redis(redis_port, 30)
+        env = {**os.environ, **argocd.environment(self.workdir, self.child_kubeconfig)}
+        repo, health = free_port(), free_port()
+        self._spawn("argocd-repo-server", argocd.repo_server_args(port=repo, metrics_port=health, redis_port=redis_port), env=env)
+        self._wait_http("argocd-repo-server", f"http://127.0.0.1:{health}/healthz?full=true", 90)
+        health = free_port()
+        self._ports["argocd-application-controller"] = health
+        args = argocd.application_controller_args(repo_port=repo, metrics_port=health, redis_port=redis_port, resync_seconds=10)
+        self._spawn("argocd-application-controller", args, env=env)
+        self._wait_http("argocd-application-controller", f"http://127.0.0.1:{health}/healthz", 90)
+
+    def _wait_redis(self, port: int, timeout: float) -> None:
+        """Until the Redis on 127.0.0.1:``port`` answers PING (RESP inline command) with +PONG."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive("redis-server")
+            with contextlib.suppress(OSError):
+                with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(64).startswith(b"+PONG"):
+                        return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"redis-server not answering after {timeout:.0f}s:\n{self._log_tail('redis-server')}")
+            time.sleep(0.2)
 
     def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True, *, in_netns: bool = True) -> None:
         """Poll a plain-HTTP health endpoint of child ``name`` until it answers 200 and ``healthy``

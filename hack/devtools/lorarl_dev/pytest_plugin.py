@@ -33,6 +33,13 @@ conftest. Fixtures:
     start, 12.8 s -> 15.6 s measured on the 2-core machine). Skipped
     (with the reason) when their binaries are not built (``.ci/run`` builds them;
     ``hack/controlplane/build.sh source-controller kustomize-controller`` alone).
+``argocd_cluster``
+    session-scoped control plane that also runs the real Argo CD application controller and repo
+    server (:mod:`lorarl_dev.argocd`) and their Redis as local processes, with Argo CD's CRDs,
+    ``argocd-cm`` holding our LoraRLJob health check, and the ``default`` AppProject. Skipped (with
+    the reason) when their binaries are not built (``.ci/run`` builds them;
+    ``hack/controlplane/build.sh argocd-application-controller argocd-repo-server`` alone) or
+    Debian's redis-server is missing (``hack/gitops/packages.sh``).
 ``real_node_cluster``
     session-scoped control plane with one real node (:mod:`lorarl_dev.node`): containerd,
     kubelet, kube-proxy, CoreDNS and :data:`REAL_NODE_GPUS` fake ``amd.com/gpu`` from a device
@@ -66,7 +73,7 @@ import pytest
 
 from lorarl_dev.controlplane import ControlPlane
 
-_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue", "real_node_cluster", "flux_cluster"}
+_FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue", "real_node_cluster", "flux_cluster", "argocd_cluster"}
 
 
 def pytest_configure(config):
@@ -119,6 +126,22 @@ def flux_cluster():
         pytest.skip(reason)
     with ControlPlane(verbose=True, flux=True, kueue=True) as cp:
         install_kueue_objects(cp)
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def argocd_cluster():
+    import shutil
+
+    from lorarl_dev.argocd import BINARIES
+    from lorarl_dev.controlplane import bin_dir
+
+    missing = [name for name in BINARIES if not os.access(bin_dir() / name, os.X_OK)]
+    if missing:
+        pytest.skip(f"Argo CD {', '.join(missing)} not built in {bin_dir()}: hack/controlplane/build.sh {' '.join(BINARIES)}")
+    if shutil.which("redis-server") is None:
+        pytest.skip("Argo CD needs a Redis: redis-server is not installed (hack/gitops/packages.sh)")
+    with ControlPlane(verbose=True, argocd=True) as cp:
         yield cp
 
 
