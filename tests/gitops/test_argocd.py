@@ -341,3 +341,21 @@ def test_a_suspend_committed_to_git_is_suspended(argocd_cluster, argocd_namespac
         assert argo.status()["sync"]["status"] == "Synced"
     syncs = assert_writes_are_syncs(cp, argo, ns, [first, second])
     print(f"argocd: states observed: {json.dumps(seen)}; writes by field manager: {writes_by_manager(cp, ns)}; automated syncs: {syncs}")
+
+
+def test_the_application_controller_listens_only_in_its_own_namespace(argocd_cluster):
+    """Its metrics server binds 0.0.0.0 (no flag for the address): the harness runs it in a
+    network namespace of its own. The oracle is the kernel's socket tables (`ss`), in the root
+    namespace and in the controller's (/proc/PID/ns/net)."""
+    import subprocess
+
+    pid = argocd_cluster.pids["argocd-application-controller"]
+
+    def listeners(*prefix: str) -> list[str]:
+        out = subprocess.run([*prefix, "ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+        return [line for line in out.splitlines() if f"pid={pid}," in line]
+
+    inside = listeners("nsenter", f"--net=/proc/{pid}/ns/net", "--")
+    assert inside, "the application controller listens on nothing in its namespace: not the process meant"
+    assert any(line.split()[3].startswith(("*:", "0.0.0.0:")) for line in inside), inside  # it does bind everything in there
+    assert listeners() == []  # and nothing in the machine's own namespace

@@ -174,7 +174,8 @@ def application_controller_args(*, repo_port: int, metrics_port: int, redis_port
     added to that (:254; default up to 60 s), each managed
     resource's health stored in the Application's status.resources[] (:287), which tests read.
     Its metrics and health server listens on 0.0.0.0:``metrics_port`` (controller/appcontroller.go:293:
-    no flag for the address); the harness calls it on 127.0.0.1 only."""
+    no flag for the address), so the harness runs it in a network namespace of its own
+    (ControlPlane._start_argocd)."""
     return [
         f"--namespace={NAMESPACE}",
         f"--repo-server=127.0.0.1:{repo_port}",

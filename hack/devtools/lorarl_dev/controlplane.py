@@ -26,6 +26,7 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import pathlib
@@ -40,6 +41,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 import weakref
@@ -71,6 +73,7 @@ _STOP_ORDER = (
     "moto_server",  # the export tests' S3 server (seedrun.start_s3)
     "hubstub",
     "argocd-application-controller",
+    "argocd-relay",  # the application controller's way out of its namespace
     "argocd-repo-server",
     "redis-server",  # Argo CD's cache
     "kustomize-controller",
@@ -337,7 +340,8 @@ def _pid_is(pid: int, name: str) -> bool:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
         script = os.path.basename(argv[1].decode(errors="replace")) if len(argv) > 1 else ""
-        return f"lorarl_dev.node.{name}".encode() in argv or f"lorarl_dev.{name}".encode() in argv or script == name
+        module = "relay" if name.endswith("relay") else name  # the relays: one module, several names
+        return f"lorarl_dev.node.{module}".encode() in argv or f"lorarl_dev.{name}".encode() in argv or script == name
     except OSError:
         return False
 
@@ -476,6 +480,7 @@ class ControlPlane:
         self.node = None  # the RealNode (node=True), after start()
         self._inner_server: str | None = None  # the API server's address inside the namespace
         self._netns_thread = None
+        self._argocd_netns: str | None = None  # Argo CD's application controller's own namespace
         self.gpus_per_node = gpus_per_node
         self.gpu_resource = gpu_resource
         self.kuberay_operator = kuberay_operator
@@ -638,6 +643,11 @@ class ControlPlane:
                         stream.close()
         self._procs.clear()
         _live.discard(self)
+        if self._argocd_netns is not None:
+            from lorarl_dev.node import netns
+
+            netns.delete(self._argocd_netns)
+            self._argocd_netns = None
         if self.netns is not None:
             from lorarl_dev.node import netns
 
@@ -757,8 +767,6 @@ class ControlPlane:
 
     def _create_netns(self) -> None:
         """The cluster's network namespace, claimed as this machine's one real node."""
-        import hashlib
-
         from lorarl_dev.node import netns, realnode
 
         name = "lorarl-" + hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:8]
@@ -1159,10 +1167,18 @@ class ControlPlane:
 
     def _start_argocd(self) -> None:
         """The real Argo CD application controller and repo server (lorarl_dev.argocd) and the
-        Redis they share (Debian's redis-server) as local processes on 127.0.0.1, with the
-        settings of namespace ``argocd``: argocd-cm with our health check, argocd-secret, the
-        ``default`` AppProject."""
+        Redis they share (Debian's redis-server) as local processes, with the settings of
+        namespace ``argocd``: argocd-cm with our health check, argocd-secret, the ``default``
+        AppProject.
+
+        Redis and the repo server listen on the root namespace's 127.0.0.1 (beside the tests' Git
+        server, which the repo server clones from). The application controller's metrics and
+        health server binds 0.0.0.0 with no flag to change it (controller/appcontroller.go:293),
+        so it runs in a network namespace of its own that has only a loopback: the API server,
+        Redis and the repo server reach it through a relay (lorarl_dev.node.relay) from
+        listening sockets made in there, on the same ports, to the root's 127.0.0.1."""
         from lorarl_dev import argocd
+        from lorarl_dev.node import netns
 
         redis = shutil.which("redis-server")
         if redis is None:
@@ -1170,19 +1186,54 @@ class ControlPlane:
         self.install_crds(argocd.crd_paths())
         self.kubectl("create", "namespace", argocd.NAMESPACE, check=False)
         self.kubectl("apply", "--server-side", "--field-manager=lorarl-testing", "-f", "-", input="\n".join(json.dumps(o) for o in argocd.settings_objects()))
+        root: list[str] = []  # an empty prefix: in the root namespace even beside a real node
         redis_port = free_port()
         (self.workdir / "redis").mkdir(exist_ok=True)
-        self._spawn("redis-server", argocd.redis_args(port=redis_port, workdir=self.workdir / "redis"), exe=redis)
+        self._spawn("redis-server", argocd.redis_args(port=redis_port, workdir=self.workdir / "redis"), exe=redis, prefix=root)
         self._wait_redis(redis_port, 30)
-        env = {**os.environ, **argocd.environment(self.workdir, self.child_kubeconfig)}
+        env = {**os.environ, **argocd.environment(self.workdir, self.kubeconfig)}
         repo, health = free_port(), free_port()
-        self._spawn("argocd-repo-server", argocd.repo_server_args(port=repo, metrics_port=health, redis_port=redis_port), env=env)
-        self._wait_http("argocd-repo-server", f"http://127.0.0.1:{health}/healthz?full=true", 90)
+        self._spawn("argocd-repo-server", argocd.repo_server_args(port=repo, metrics_port=health, redis_port=redis_port), env=env, prefix=root)
+        self._wait_http("argocd-repo-server", f"http://127.0.0.1:{health}/healthz?full=true", 90, in_netns=False)
+
+        self._argocd_netns = netns.create_owned("lorarl-argocd", hashlib.sha256(str(self.workdir).encode()).hexdigest()[:6])
+        api_port = urllib.parse.urlsplit(self.server).port
+        self._start_relay_into(self._argocd_netns, "argocd-relay", [api_port, redis_port, repo])
         health = free_port()
-        self._ports["argocd-application-controller"] = health
         args = argocd.application_controller_args(repo_port=repo, metrics_port=health, redis_port=redis_port, resync_seconds=10)
-        self._spawn("argocd-application-controller", args, env=env)
-        self._wait_http("argocd-application-controller", f"http://127.0.0.1:{health}/healthz", 90)
+        self._spawn("argocd-application-controller", args, env=env, prefix=netns.nsenter_prefix(self._argocd_netns))
+        probe = netns.NetnsThread(self._argocd_netns)
+        try:
+            self._wait_http("argocd-application-controller", f"http://127.0.0.1:{health}/healthz", 90, via=probe)
+        finally:
+            probe.close()
+
+    def _start_relay_into(self, namespace: str, name: str, ports: list[int]) -> None:
+        """A relay from 127.0.0.1:<port> inside ``namespace`` to 127.0.0.1:<port> in the root
+        namespace, for each port: the sockets are made in there, the relay runs out here."""
+        from lorarl_dev.node import netns
+
+        def listen(port: int) -> socket.socket:
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.bind(("127.0.0.1", port))
+            listener.listen(128)
+            return listener
+
+        inside = netns.NetnsThread(namespace)
+        try:
+            listeners = [inside.call(listen, port) for port in ports]
+        finally:
+            inside.close()
+        try:
+            args = ["-m", "lorarl_dev.node.relay"]
+            for listener, port in zip(listeners, ports, strict=True):
+                args += [f"--listen-fd={listener.fileno()}", f"--to=127.0.0.1:{port}"]
+            devtools = str(pathlib.Path(__file__).resolve().parents[1])
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([devtools, os.environ.get("PYTHONPATH", "")])}
+            self._spawn(name, args, exe=sys.executable, pass_fds=[listener.fileno() for listener in listeners], env=env, prefix=[])
+        finally:
+            for listener in listeners:
+                listener.close()  # the relay holds its own copies
 
     def _wait_redis(self, port: int, timeout: float) -> None:
         """Until the Redis on 127.0.0.1:``port`` answers PING (RESP inline command) with +PONG."""
@@ -1198,14 +1249,14 @@ class ControlPlane:
                 raise ControlPlaneError(f"redis-server not answering after {timeout:.0f}s:\n{self._log_tail('redis-server')}")
             time.sleep(0.2)
 
-    def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True, *, in_netns: bool = True) -> None:
+    def _wait_http(self, name: str, url: str, timeout: float, healthy=lambda body: True, *, in_netns: bool = True, via=None) -> None:
         """Poll a plain-HTTP health endpoint of child ``name`` until it answers 200 and ``healthy``
         (from inside the cluster's namespace, if there is one, unless ``in_netns`` is False)."""
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive(name)
             try:
-                if self._http_ok(url, healthy, in_netns=in_netns):
+                if self._http_ok(url, healthy, in_netns=in_netns, via=via):
                     return
             except (OSError, ValueError):
                 pass
@@ -1213,13 +1264,16 @@ class ControlPlane:
                 raise ControlPlaneError(f"{name} not healthy after {timeout:.0f}s:\n{self._log_tail(name)}")
             time.sleep(0.2)
 
-    def _http_ok(self, url: str, healthy, *, in_netns: bool = True) -> bool:
-        """GET ``url`` (in the cluster's namespace if there is one and ``in_netns``): 200 and ``healthy(body)``."""
+    def _http_ok(self, url: str, healthy, *, in_netns: bool = True, via=None) -> bool:
+        """GET ``url`` (in the cluster's namespace if there is one and ``in_netns``, or from the
+        NetnsThread ``via``): 200 and ``healthy(body)``."""
 
         def get() -> bool:
             with urllib.request.urlopen(url, timeout=2) as r:
                 return r.status == 200 and healthy(r.read())
 
+        if via is not None:
+            return via.call(get)
         return self._netns_thread.call(get) if self._netns_thread is not None and in_netns else get()
 
     def _wait_controller_manager(self, timeout: float = 60.0) -> None:

@@ -141,6 +141,8 @@ def argocd_cluster():
         pytest.skip(f"Argo CD {', '.join(missing)} not built in {bin_dir()}: hack/controlplane/build.sh {' '.join(BINARIES)}")
     if shutil.which("redis-server") is None:
         pytest.skip("Argo CD needs a Redis: redis-server is not installed (hack/gitops/packages.sh)")
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("Argo CD's application controller runs in a network namespace of its own (its metrics server binds 0.0.0.0): needs root and iproute2's ip")
     with ControlPlane(verbose=True, argocd=True) as cp:
         yield cp
 

@@ -43,8 +43,8 @@ def _ip(*args: str, netns: str | None = None) -> None:
         raise OSError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
 
 
-def create(name: str, node_ip: str, service_cidr: str | None = None) -> None:
-    """``ip netns add NAME``, loopback up with ``node_ip``/32 on it, IPv4 forwarding on.
+def create(name: str, node_ip: str | None = None, service_cidr: str | None = None) -> None:
+    """``ip netns add NAME``, loopback up with ``node_ip``/32 on it (if given), IPv4 forwarding on.
 
     Forwarding is needed inside the namespace only: a pod reaching another pod through a
     ClusterIP is DNATed at the bridge gateway and routed back out of the bridge.
@@ -55,13 +55,28 @@ def create(name: str, node_ip: str, service_cidr: str | None = None) -> None:
     _ip("netns", "add", name)
     try:
         _ip("link", "set", "lo", "up", netns=name)
-        _ip("addr", "add", f"{node_ip}/32", "dev", "lo", netns=name)
+        if node_ip:
+            _ip("addr", "add", f"{node_ip}/32", "dev", "lo", netns=name)
         if service_cidr:
             _ip("route", "add", service_cidr, "dev", "lo", "src", node_ip, netns=name)
         sysctl(name, "net.ipv4.ip_forward", "1")
     except BaseException:
         delete(name)
         raise
+
+
+def create_owned(prefix: str, tag: str) -> str:
+    """A namespace with only a loopback, named ``<prefix>-<this process's pid>-<tag>``; those of
+    the same prefix whose process is gone (a run that was killed) are deleted first."""
+    if NETNS_DIR.is_dir():
+        for path in NETNS_DIR.glob(f"{prefix}-*"):
+            owner = path.name.removeprefix(f"{prefix}-").split("-", 1)[0]
+            if owner.isdigit() and not pathlib.Path(f"/proc/{owner}").exists():
+                delete(path.name)
+    name = f"{prefix}-{os.getpid()}-{tag}"
+    delete(name)
+    create(name)
+    return name
 
 
 def sysctl(name: str, key: str, value: str) -> None:
