@@ -12,6 +12,7 @@ Skipped with the reason when the Argo CD binaries are not built (lorarl_dev.pyte
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import uuid
@@ -23,7 +24,18 @@ from lorarl_dev.argocd import API_VERSION, NAMESPACE, REFRESH_ANNOTATION
 from lorarl_dev.gitserver import GitServer, commit_tree
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
-from tests.helpers import NAME, conditions, gitops_doc_object, job, object_writes, operator_api, operator_process, rayjob, seed_doc, wait_for
+from tests.helpers import (
+    NAME,
+    conditions,
+    gitops_doc_object,
+    job,
+    object_writes,
+    operator_api,
+    operator_process,
+    rayjob,
+    seed_doc,
+    wait_for,
+)
 
 #: first sync of a fresh controller pair on a loaded 2-core machine: a bound, not a measurement
 WAIT = 180
@@ -40,14 +52,18 @@ def application(namespace: str, url: str) -> dict:
     return app
 
 
-def job_tree(namespace: str, **spec_changes) -> dict[str, str]:
-    """`jobs/ml-team` of docs/gitops.md: the seed job (in ``namespace``) as a plain directory (a
-    kustomization.yaml there would make the repo server run the kustomize binary, which Argo CD's
-    image ships and this machine has not)."""
-    doc = seed_doc()
-    doc["metadata"]["namespace"] = namespace
-    doc["spec"].update(spec_changes)
-    return {f"jobs/ml-team/{NAME}.yaml": yaml.safe_dump(doc)}
+def job_tree(namespace: str, names: tuple[str, ...] = (NAME,), **spec_changes) -> dict[str, str]:
+    """`jobs/ml-team` of docs/gitops.md: the seed job (in ``namespace``; one per name of
+    ``names``, the seed's own first) as a plain directory (a kustomization.yaml there would make
+    the repo server run the kustomize binary, which Argo CD's image ships and this machine has
+    not)."""
+    files = {}
+    for name in names:
+        doc = seed_doc()
+        doc["metadata"].update(name=name, namespace=namespace)
+        doc["spec"].update(copy.deepcopy(spec_changes))
+        files[f"jobs/ml-team/{name}.yaml"] = yaml.safe_dump(doc)
+    return files
 
 
 class Argo:
@@ -69,10 +85,10 @@ class Argo:
     def status(self) -> dict:
         return (self.get() or {}).get("status") or {}
 
-    def job_resource(self) -> dict:
+    def job_resource(self, name: str = NAME) -> dict:
         """The job's entry in status.resources[] (sync status and, with --persist-resource-health,
         the health our Lua gave it)."""
-        return next((r for r in self.status().get("resources") or [] if r.get("kind") == "LoraRLJob" and r.get("name") == NAME), {})
+        return next((r for r in self.status().get("resources") or [] if r.get("kind") == "LoraRLJob" and r.get("name") == name), {})
 
     def refresh(self) -> None:
         """Ask for a refresh now, as `argocd app get --refresh` does (the controller removes the
@@ -123,29 +139,33 @@ def argo_operator(argocd_cluster, argocd_namespace, tmp_path, request):
         yield op
 
 
-def job_has(kube, namespace, type_, status, reason=None):
+def job_has(kube, namespace, type_, status, reason=None, name=NAME):
     def check():
-        st = (job(kube, namespace) or {}).get("status") or {}
+        st = (job(kube, namespace, name) or {}).get("status") or {}
         got = conditions(st).get(type_)
         return st if got and got[0] == status and (reason is None or got[1] == reason) else None
 
     return check
 
 
-def observe(argo, kube, namespace, state: str, health: str, reason: str, seen: list) -> dict:
-    """Wait until Argo CD shows ``health`` for the job with a message naming ``reason`` (the
-    operator's condition reason our Lua quotes), and the app's own health; record the row."""
+def observe(argo, kube, namespace, state: str, health: str, reason: str, seen: list, name: str = NAME, saying: str = "") -> dict:
+    """Wait until Argo CD shows ``health`` for the job ``name`` with a message naming ``reason``
+    (the operator's condition reason our Lua quotes) and holding ``saying``, and the app's own
+    health; record the row."""
 
     def shown():
-        resource = argo.job_resource().get("health") or {}
-        return resource if resource.get("status") == health and (resource.get("message") or "").startswith(reason) else None
+        resource = argo.job_resource(name).get("health") or {}
+        message = resource.get("message") or ""
+        return resource if resource.get("status") == health and message.startswith(reason) and saying in message else None
 
-    resource = wait_for(shown, WAIT, 0.5, f"Argo CD showing the job {health} ({reason}); it shows {argo.job_resource()}")
+    resource = wait_for(shown, WAIT, 0.5, f"Argo CD showing the job {name} {health} ({reason}); it shows {argo.job_resource(name)}")
     app_health = argo.status().get("health") or {}
-    st = (job(kube, namespace) or {}).get("status") or {}
+    st = (job(kube, namespace, name) or {}).get("status") or {}
     row = {"state": state, "job": conditions(st), "argocd": resource["status"], "message": resource.get("message"), "app": app_health.get("status")}
+    if name != NAME:
+        row["name"] = name
     seen.append(row)
-    print(f"argocd: {state}: job health {resource['status']} ({resource.get('message')}); app health {app_health.get('status')}")
+    print(f"argocd: {state}: job {name} health {resource['status']} ({resource.get('message')}); app health {app_health.get('status')}")
     return row
 
 
@@ -193,18 +213,22 @@ def job_generation(cp, namespace) -> int:
     return json.loads(cp.kubectl("get", "lorarljob", NAME, "-n", namespace, "-o", "json").stdout)["metadata"]["generation"]
 
 
-def start(cp, bare, namespace: str, server) -> str:
-    first = commit_tree(bare, job_tree(namespace), "ml-team: the seed job")
+def start(cp, bare, namespace: str, server, tree: dict[str, str] | None = None) -> str:
+    first = commit_tree(bare, tree or job_tree(namespace), "ml-team: the seed job")
     cp.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(application(namespace, server.url("config"))))
     return first
 
 
-def to_training(kube, namespace) -> FakeKubeRay:
-    ray = FakeKubeRay(kube, namespace, NAME)
+def to_training(kube, namespace, name: str = NAME, ray: FakeKubeRay | None = None) -> FakeKubeRay:
+    """The job's RayJob brought to training as KubeRay goes (Initializing, submitted, RUNNING);
+    ``ray``: a RayJob suspended by Kueue and since admitted (resumed first)."""
+    if ray is not None:
+        ray.resumed()
+    ray = ray or FakeKubeRay(kube, namespace, name)
     ray.initializing()
     ray.submitted()
     ray.running()
-    wait_for(job_has(kube, namespace, "Ready", "True", "Training"), 60, 0.5, "the job training")
+    wait_for(job_has(kube, namespace, "Ready", "True", "Training", name), 60, 0.5, f"{name} training")
     return ray
 
 
