@@ -8,10 +8,16 @@ The oracles are the API server (the job's conditions as the operator wrote them,
 writes per field manager) and git (the commit SHAs it printed), not Argo CD: the Application's
 synced revision is the commit, each health Argo CD shows is read beside the job's own conditions.
 Skipped with the reason when the Argo CD binaries are not built (lorarl_dev.pytest_plugin.argocd_cluster).
+
+The states of a job's life, each printed as an `argocd:` line (the job's health and message on the
+Application's status.resources[], the app's health): pending, preparing, training, succeeded;
+unhealthy, failed; suspending, suspended; queued in the real Kueue and admitted; exporting,
+exported, export failed (the real exporter's report).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import uuid
@@ -22,8 +28,23 @@ from kubernetes import client as k8s
 from lorarl_dev.argocd import API_VERSION, NAMESPACE, REFRESH_ANNOTATION
 from lorarl_dev.gitserver import GitServer, commit_tree
 from lorarl_dev.kuberay_sim import FakeKubeRay
+from lorarl_dev.pytest_plugin import cluster_queue, kueue_queue_in
 
-from tests.helpers import NAME, conditions, gitops_doc_object, job, object_writes, operator_api, operator_process, rayjob, seed_doc, wait_for
+from tests.helpers import (
+    NAME,
+    conditions,
+    end_export_pod,
+    export_pod,
+    exporter_report,
+    gitops_doc_object,
+    job,
+    object_writes,
+    operator_api,
+    operator_process,
+    rayjob,
+    seed_doc,
+    wait_for,
+)
 
 #: first sync of a fresh controller pair on a loaded 2-core machine: a bound, not a measurement
 WAIT = 180
@@ -40,14 +61,18 @@ def application(namespace: str, url: str) -> dict:
     return app
 
 
-def job_tree(namespace: str, **spec_changes) -> dict[str, str]:
-    """`jobs/ml-team` of docs/gitops.md: the seed job (in ``namespace``) as a plain directory (a
-    kustomization.yaml there would make the repo server run the kustomize binary, which Argo CD's
-    image ships and this machine has not)."""
-    doc = seed_doc()
-    doc["metadata"]["namespace"] = namespace
-    doc["spec"].update(spec_changes)
-    return {f"jobs/ml-team/{NAME}.yaml": yaml.safe_dump(doc)}
+def job_tree(namespace: str, names: tuple[str, ...] = (NAME,), **spec_changes) -> dict[str, str]:
+    """`jobs/ml-team` of docs/gitops.md: the seed job (in ``namespace``; one per name of
+    ``names``, the seed's own first) as a plain directory (a kustomization.yaml there would make
+    the repo server run the kustomize binary, which Argo CD's image ships and this machine has
+    not)."""
+    files = {}
+    for name in names:
+        doc = seed_doc()
+        doc["metadata"].update(name=name, namespace=namespace)
+        doc["spec"].update(copy.deepcopy(spec_changes))
+        files[f"jobs/ml-team/{name}.yaml"] = yaml.safe_dump(doc)
+    return files
 
 
 class Argo:
@@ -69,10 +94,10 @@ class Argo:
     def status(self) -> dict:
         return (self.get() or {}).get("status") or {}
 
-    def job_resource(self) -> dict:
+    def job_resource(self, name: str = NAME) -> dict:
         """The job's entry in status.resources[] (sync status and, with --persist-resource-health,
         the health our Lua gave it)."""
-        return next((r for r in self.status().get("resources") or [] if r.get("kind") == "LoraRLJob" and r.get("name") == NAME), {})
+        return next((r for r in self.status().get("resources") or [] if r.get("kind") == "LoraRLJob" and r.get("name") == name), {})
 
     def refresh(self) -> None:
         """Ask for a refresh now, as `argocd app get --refresh` does (the controller removes the
@@ -123,29 +148,33 @@ def argo_operator(argocd_cluster, argocd_namespace, tmp_path, request):
         yield op
 
 
-def job_has(kube, namespace, type_, status, reason=None):
+def job_has(kube, namespace, type_, status, reason=None, name=NAME):
     def check():
-        st = (job(kube, namespace) or {}).get("status") or {}
+        st = (job(kube, namespace, name) or {}).get("status") or {}
         got = conditions(st).get(type_)
         return st if got and got[0] == status and (reason is None or got[1] == reason) else None
 
     return check
 
 
-def observe(argo, kube, namespace, state: str, health: str, reason: str, seen: list) -> dict:
-    """Wait until Argo CD shows ``health`` for the job with a message naming ``reason`` (the
-    operator's condition reason our Lua quotes), and the app's own health; record the row."""
+def observe(argo, kube, namespace, state: str, health: str, reason: str, seen: list, name: str = NAME, saying: str = "") -> dict:
+    """Wait until Argo CD shows ``health`` for the job ``name`` with a message naming ``reason``
+    (the operator's condition reason our Lua quotes) and holding ``saying``, and the app's own
+    health; record the row."""
 
     def shown():
-        resource = argo.job_resource().get("health") or {}
-        return resource if resource.get("status") == health and (resource.get("message") or "").startswith(reason) else None
+        resource = argo.job_resource(name).get("health") or {}
+        message = resource.get("message") or ""
+        return resource if resource.get("status") == health and message.startswith(reason) and saying in message else None
 
-    resource = wait_for(shown, WAIT, 0.5, f"Argo CD showing the job {health} ({reason}); it shows {argo.job_resource()}")
+    resource = wait_for(shown, WAIT, 0.5, f"Argo CD showing the job {name} {health} ({reason}); it shows {argo.job_resource(name)}")
     app_health = argo.status().get("health") or {}
-    st = (job(kube, namespace) or {}).get("status") or {}
+    st = (job(kube, namespace, name) or {}).get("status") or {}
     row = {"state": state, "job": conditions(st), "argocd": resource["status"], "message": resource.get("message"), "app": app_health.get("status")}
+    if name != NAME:
+        row["name"] = name
     seen.append(row)
-    print(f"argocd: {state}: job health {resource['status']} ({resource.get('message')}); app health {app_health.get('status')}")
+    print(f"argocd: {state}: job {name} health {resource['status']} ({resource.get('message')}); app health {app_health.get('status')}")
     return row
 
 
@@ -193,18 +222,22 @@ def job_generation(cp, namespace) -> int:
     return json.loads(cp.kubectl("get", "lorarljob", NAME, "-n", namespace, "-o", "json").stdout)["metadata"]["generation"]
 
 
-def start(cp, bare, namespace: str, server) -> str:
-    first = commit_tree(bare, job_tree(namespace), "ml-team: the seed job")
+def start(cp, bare, namespace: str, server, tree: dict[str, str] | None = None) -> str:
+    first = commit_tree(bare, tree or job_tree(namespace), "ml-team: the seed job")
     cp.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(application(namespace, server.url("config"))))
     return first
 
 
-def to_training(kube, namespace) -> FakeKubeRay:
-    ray = FakeKubeRay(kube, namespace, NAME)
+def to_training(kube, namespace, name: str = NAME, ray: FakeKubeRay | None = None) -> FakeKubeRay:
+    """The job's RayJob brought to training as KubeRay goes (Initializing, submitted, RUNNING);
+    ``ray``: a RayJob suspended by Kueue and since admitted (resumed first)."""
+    if ray is not None:
+        ray.resumed()
+    ray = ray or FakeKubeRay(kube, namespace, name)
     ray.initializing()
     ray.submitted()
     ray.running()
-    wait_for(job_has(kube, namespace, "Ready", "True", "Training"), 60, 0.5, "the job training")
+    wait_for(job_has(kube, namespace, "Ready", "True", "Training", name), 60, 0.5, f"{name} training")
     return ray
 
 
@@ -340,6 +373,75 @@ def test_a_suspend_committed_to_git_is_suspended(argocd_cluster, argocd_namespac
         assert argo.status()["sync"]["revision"] == second
         assert argo.status()["sync"]["status"] == "Synced"
     syncs = assert_writes_are_syncs(cp, argo, ns, [first, second])
+    print(f"argocd: states observed: {json.dumps(seen)}; writes by field manager: {writes_by_manager(cp, ns)}; automated syncs: {syncs}")
+
+
+EXPORT = {"destinations": [{"claim": {"claimName": "served-adapters", "path": "team/"}}], "backoffLimit": 0}
+
+
+def test_queued_in_kueue_then_exported_or_not(argocd_cluster, argocd_namespace, argo, argo_kube, argo_operator, tmp_path):
+    """Two jobs with `spec.scheduling.queueName` and `spec.export` committed to Git, the real Kueue
+    deciding admission: both queued behind a ClusterQueue with no GPUs (Progressing with Kueue's
+    reason, not Suspended, not Degraded; the app Progressing); GPUs granted, Kueue admits both and
+    they train (Progressing); the first succeeds and its adapter is exported (Progressing while
+    AdapterExported is Unknown, then Healthy), the second's export fails (Degraded with the real
+    exporter's reason, and the app Degraded). The export pods are ended with the real exporter's
+    report (tests.helpers.exporter_report), as tests/operator/test_export_live.py does."""
+    cp, ns, kube = argocd_cluster, argocd_namespace, argo_kube
+    seen: list[dict] = []
+    jobs = (NAME, "second")
+    with kueue_queue_in(cp, ns, gpus=0) as queue, GitServer(tmp_path / "git").running() as server:
+        bare = server.create("config")
+        first = start(cp, bare, ns, server, job_tree(ns, jobs, scheduling={"queueName": queue.local_queue}, export=EXPORT))
+        wait_for(lambda: argo.status().get("sync", {}).get("revision") == first, WAIT, 0.5, "the Application synced at the commit")
+
+        # KubeRay with a RayJob created suspended: Initializing, then Suspending and Suspended
+        # without a cluster (rayjob_controller.go:166-180, 964-981 in v1.5.0; lorarl.control.status)
+        rays = {}
+        for name in jobs:
+            created = wait_for(lambda name=name: rayjob(kube, ns, name), WAIT, 0.5, f"the RayJob of {name}")
+            assert created["spec"]["suspend"] is True and created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.local_queue
+            rays[name] = ray = FakeKubeRay(kube, ns, name)
+            ray.initializing()
+            ray.suspending()
+            ray.suspended()
+            queued = wait_for(job_has(kube, ns, "Reconciling", "True", "Queued", name), 60, 0.5, f"{name} queued")
+            assert conditions(queued)["Suspended"] == ("True", "Queued")
+        # Kueue's own reason (no GPU quota), passed on once Kueue has tried to admit the Workload
+        for name in jobs:
+            observe(argo, kube, ns, "queued in Kueue", "Progressing", "Queued", seen, name=name, saying="amd.com/gpu")
+        assert seen[-1]["app"] == "Progressing", seen[-1]
+
+        # GPUs for both: Kueue admits the Workloads and unsuspends the RayJobs itself
+        cp.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(cluster_queue(queue.cluster_queue, ns, gpus=16)))
+        for name in jobs:
+            wait_for(lambda name=name: not rayjob(kube, ns, name)["spec"].get("suspend"), 60, 0.5, f"Kueue unsuspends the RayJob of {name}")
+            to_training(kube, ns, name, rays[name])
+            assert conditions(job(kube, ns, name)["status"])["Admitted"] == ("True", "Admitted")
+        observe(argo, kube, ns, "admitted by Kueue, training", "Progressing", "Training", seen)
+
+        # succeeded, the adapter being exported, then exported
+        rays[NAME].succeeded()
+        exporting = wait_for(job_has(kube, ns, "AdapterExported", "Unknown"), 60, 0.5, "the adapter being exported")
+        assert conditions(exporting)["Succeeded"][0] == "True"
+        observe(argo, kube, ns, "succeeded, adapter being exported", "Progressing", conditions(exporting)["AdapterExported"][1], seen)
+        (tmp_path / "ok").mkdir()
+        end_export_pod(kube, ns, export_pod(kube, ns, NAME), exporter_report(tmp_path / "ok"), ok=True)
+        wait_for(job_has(kube, ns, "AdapterExported", "True", "Exported"), 60, 0.5, "the adapter exported")
+        observe(argo, kube, ns, "succeeded, adapter exported", "Healthy", "Succeeded", seen)
+
+        # the second: succeeded, its export refused by the real exporter (a save without its
+        # training states)
+        rays["second"].succeeded()
+        wait_for(job_has(kube, ns, "AdapterExported", "Unknown", name="second"), 60, 0.5, "the second adapter being exported")
+        (tmp_path / "bad").mkdir()
+        end_export_pod(kube, ns, export_pod(kube, ns, "second"), exporter_report(tmp_path / "bad", states=False), ok=False)
+        refused = wait_for(job_has(kube, ns, "AdapterExported", "False", name="second"), 60, 0.5, "the second export failed")
+        reason = conditions(refused)["AdapterExported"][1]
+        observe(argo, kube, ns, "succeeded, export failed", "Degraded", reason, seen, name="second")
+        wait_for(lambda: (argo.status().get("health") or {}).get("status") == "Degraded", WAIT, 0.5, "the Application Degraded")
+        assert argo.job_resource().get("health", {}).get("status") == "Healthy"  # the first stays Healthy
+    syncs = assert_writes_are_syncs(cp, argo, ns, [first])
     print(f"argocd: states observed: {json.dumps(seen)}; writes by field manager: {writes_by_manager(cp, ns)}; automated syncs: {syncs}")
 
 

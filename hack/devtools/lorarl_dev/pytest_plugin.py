@@ -36,7 +36,8 @@ conftest. Fixtures:
 ``argocd_cluster``
     session-scoped control plane that also runs the real Argo CD application controller and repo
     server (:mod:`lorarl_dev.argocd`) and their Redis as local processes, with Argo CD's CRDs,
-    ``argocd-cm`` holding our LoraRLJob health check, and the ``default`` AppProject. Skipped (with
+    ``argocd-cm`` holding our LoraRLJob health check, and the ``default`` AppProject; and the real
+    Kueue manager with the objects of ``kueue_cluster``, as ``flux_cluster``. Skipped (with
     the reason) when their binaries are not built (``.ci/run`` builds them;
     ``hack/controlplane/build.sh argocd-application-controller argocd-repo-server`` alone) or
     Debian's redis-server is missing (``hack/gitops/packages.sh``).
@@ -143,7 +144,8 @@ def argocd_cluster():
         pytest.skip("Argo CD needs a Redis: redis-server is not installed (hack/gitops/packages.sh)")
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("Argo CD's application controller runs in a network namespace of its own (its metrics server binds 0.0.0.0): needs root and iproute2's ip")
-    with ControlPlane(verbose=True, argocd=True) as cp:
+    with ControlPlane(verbose=True, argocd=True, kueue=True) as cp:
+        install_kueue_objects(cp)
         yield cp
 
 
