@@ -1196,7 +1196,7 @@ class ControlPlane:
         self._spawn("argocd-repo-server", argocd.repo_server_args(port=repo, metrics_port=health, redis_port=redis_port), env=env, prefix=root)
         self._wait_http("argocd-repo-server", f"http://127.0.0.1:{health}/healthz?full=true", 90, in_netns=False)
 
-        self._argocd_netns = netns.create_owned("lorarl-argocd", hashlib.sha256(str(self.workdir).encode()).hexdigest()[:6])
+        self._argocd_netns = netns.create_owned("argocd-" + hashlib.sha256(str(self.workdir).encode()).hexdigest()[:6])
         api_port = urllib.parse.urlsplit(self.server).port
         self._start_relay_into(self._argocd_netns, "argocd-relay", [api_port, redis_port, repo])
         health = free_port()

@@ -65,15 +65,28 @@ def create(name: str, node_ip: str | None = None, service_cidr: str | None = Non
         raise
 
 
-def create_owned(prefix: str, tag: str) -> str:
-    """A namespace with only a loopback, named ``<prefix>-<this process's pid>-<tag>``; those of
-    the same prefix whose process is gone (a run that was killed) are deleted first."""
+#: the names of :func:`create_owned`'s namespaces: ``lorarl-owned-<owner pid>-<tag>``
+OWNED_PREFIX = "lorarl-owned"
+
+
+def owner_pid(name: str) -> int | None:
+    """The process a namespace of :func:`create_owned` belongs to (None for any other name)."""
+    if not name.startswith(f"{OWNED_PREFIX}-"):
+        return None
+    pid = name.removeprefix(f"{OWNED_PREFIX}-").split("-", 1)[0]
+    return int(pid) if pid.isdigit() else None
+
+
+def create_owned(tag: str) -> str:
+    """A namespace with only a loopback that belongs to this process, named
+    ``lorarl-owned-<pid>-<tag>``; those whose process is gone (a run that was killed) are
+    deleted first."""
     if NETNS_DIR.is_dir():
-        for path in NETNS_DIR.glob(f"{prefix}-*"):
-            owner = path.name.removeprefix(f"{prefix}-").split("-", 1)[0]
-            if owner.isdigit() and not pathlib.Path(f"/proc/{owner}").exists():
+        for path in NETNS_DIR.glob(f"{OWNED_PREFIX}-*"):
+            pid = owner_pid(path.name)
+            if pid is not None and not pathlib.Path(f"/proc/{pid}").exists():
                 delete(path.name)
-    name = f"{prefix}-{os.getpid()}-{tag}"
+    name = f"{OWNED_PREFIX}-{os.getpid()}-{tag}"
     delete(name)
     create(name)
     return name

@@ -729,14 +729,22 @@ def machine_snapshot() -> dict[str, list[str]]:
     # chain declarations without their packet counters
     iptables += [line.split()[0] for line in lines("iptables-save") if line.startswith(":")]
     cgroups = sorted(f"{m}/{c.name}" for m in _cgroup_mounts() if m.is_dir() for c in m.iterdir() if c.is_dir() and c.name.startswith("kubepods"))
+    # a namespace another live process of the harness owns (Argo CD's beside a test stream
+    # running in parallel) is that process's, not a node's; this process's own still count
+    others = {
+        name
+        for name in (path.name for path in netns.NETNS_DIR.glob(f"{netns.OWNED_PREFIX}-*"))
+        if (pid := netns.owner_pid(name)) is not None and pid != os.getpid() and pathlib.Path(f"/proc/{pid}").exists()
+    }
     mounts = [
         line
         for line in lines("findmnt", "-rn", "-o", "TARGET,FSTYPE")
-        if line.rsplit(" ", 1)[-1] in _NODE_MOUNT_TYPES or any(line.startswith(p) for p in _NODE_MOUNT_PREFIXES)
+        if (line.rsplit(" ", 1)[-1] in _NODE_MOUNT_TYPES or any(line.startswith(p) for p in _NODE_MOUNT_PREFIXES))
+        and line.split(" ", 1)[0].removeprefix(f"{netns.NETNS_DIR}/") not in others
     ]
     return {
         "mounts": sorted(mounts),
-        "netns": sorted(n for n in lines("ip", "netns", "list") if n.startswith(("lorarl-", "cni-"))),
+        "netns": sorted(n for n in lines("ip", "netns", "list") if n.startswith(("lorarl-", "cni-")) and n.split()[0] not in others),
         "iptables": sorted(iptables),
         "cgroups": cgroups,
         "paths": sorted(str(p) for p in (*FIXED_DIRS, CONTAINERD_RUN, HOSTPATH_PV, DEVICE_PLUGIN_DIR, RECORD, NODE_ROOT) if p.exists()),
