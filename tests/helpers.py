@@ -589,21 +589,7 @@ def object_writes(audit_log, resource: str, namespace: str, name: str) -> list[t
     audit log, in order: ``(field manager, subresource, dry run)``. The field manager is the
     request's ``fieldManager`` query parameter (server-side apply and the operator's patches name
     it), else its user agent's first word (kube-controller-manager's garbage collector names none)."""
-    from urllib.parse import parse_qs, urlsplit
-
-    from lorarl_dev import audit
-
-    writes = []
-    for event in audit.events(audit_log):
-        ref = event.get("objectRef") or {}
-        if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS:
-            continue
-        if (ref.get("resource"), ref.get("namespace"), ref.get("name")) != (resource, namespace, name):
-            continue
-        query = parse_qs(urlsplit(event.get("requestURI", "")).query)
-        manager = query.get("fieldManager", [""])[0] or event.get("userAgent", "").split("/")[0]
-        writes.append((manager, ref.get("subresource", ""), "dryRun" in query))
-    return writes
+    return [(w["manager"], w["subresource"], w["dry_run"]) for w in object_writers(audit_log, resource, namespace, name)]
 
 
 def object_writers(audit_log, resource: str, namespace: str, name: str) -> list[dict[str, Any]]:
