@@ -157,8 +157,13 @@ def test_quota_for_one_job_the_second_runs_when_the_first_finishes(kueue_cluster
     wait_for(workload_pending(kube, ns, "second"), timeout=60, what="Kueue keeps the second job pending")
     queued = wait_for(has(kube, ns, "second", "Reconciling", "True", "Queued"), timeout=30, what="the second job reported queued")
     assert f"ClusterQueue {q.cluster_queue} (LocalQueue {q.local_queue})" in queued["message"]
-    # Kueue's own reason is passed on (no quota left for 8 more GPUs)
-    assert "amd.com/gpu" in queued["message"]
+    # Kueue's own reason is passed on (no quota left for 8 more GPUs); the operator may have said
+    # Queued before it saw the Workload's pending message, and then says it with that message
+    queued = wait_for(
+        lambda: (c := has(kube, ns, "second", "Reconciling", "True", "Queued")()) and "amd.com/gpu" in c["message"] and c,
+        timeout=30,
+        what="Kueue's reason in the second job's Queued message",
+    )
     assert condition(kube, ns, "second", "Suspended")["reason"] == "Queued"
     wait_for(has(kube, ns, "second", "Admitted", "False", "Queued"), what="second: Admitted=False (Queued)")
     assert suspended(kube, ns, "second", True)()
