@@ -77,14 +77,20 @@ def owner_pid(name: str) -> int | None:
     return int(pid) if pid.isdigit() else None
 
 
+def owner_running(name: str) -> bool | None:
+    """Whether the process a namespace of :func:`create_owned` belongs to still runs (None for
+    any other name)."""
+    pid = owner_pid(name)
+    return None if pid is None else pathlib.Path(f"/proc/{pid}").exists()
+
+
 def create_owned(tag: str) -> str:
     """A namespace with only a loopback that belongs to this process, named
     ``lorarl-owned-<pid>-<tag>``; those whose process is gone (a run that was killed) are
     deleted first."""
     if NETNS_DIR.is_dir():
         for path in NETNS_DIR.glob(f"{OWNED_PREFIX}-*"):
-            pid = owner_pid(path.name)
-            if pid is not None and not pathlib.Path(f"/proc/{pid}").exists():
+            if owner_running(path.name) is False:
                 delete(path.name)
     name = f"{OWNED_PREFIX}-{os.getpid()}-{tag}"
     delete(name)

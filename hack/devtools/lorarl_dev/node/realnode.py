@@ -734,7 +734,7 @@ def machine_snapshot() -> dict[str, list[str]]:
     others = {
         name
         for name in (path.name for path in netns.NETNS_DIR.glob(f"{netns.OWNED_PREFIX}-*"))
-        if (pid := netns.owner_pid(name)) is not None and pid != os.getpid() and pathlib.Path(f"/proc/{pid}").exists()
+        if netns.owner_running(name) and netns.owner_pid(name) != os.getpid()
     }
     mounts = [
         line
