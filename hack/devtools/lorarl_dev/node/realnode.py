@@ -493,8 +493,9 @@ def claim(netns_name: str, workdir: pathlib.Path) -> None:
         "sysctls": {k: _read_sysctl(k) for k in KUBELET_SYSCTLS},
         "node_dir": str(node_dir(netns_name)),
         "created": {str(p): not p.exists() for p in (CONTAINERD_RUN, HOSTPATH_PV, *FIXED_DIRS, DEVICE_PLUGIN_DIR, netns.NETNS_DIR, NODE_ROOT)},
-        # `ip netns add` makes /run/netns a (shared) mount point the first time
-        "netns_dir_was_mount": os.path.ismount(netns.NETNS_DIR),
+        # `ip netns add` makes /run/netns a (shared) mount point the first time: a bind mount of
+        # the directory on itself, which os.path.ismount cannot see (same device), mountinfo can
+        "netns_dir_was_mount": str(netns.NETNS_DIR) in _mounts_under([str(netns.NETNS_DIR)]),
     }
     _write(RECORD, json.dumps(state, indent=2))
 
