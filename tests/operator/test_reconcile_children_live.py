@@ -46,7 +46,9 @@ def edit_and_observe(kube, operator, namespace, spec_patch):
 def test_an_edit_that_changes_no_render_applies_no_child(control_plane, namespace, kube, operator):
     apply_job(control_plane, namespace, seed_doc())
     wait_for(phase_is(kube, namespace, "Pending"), what="Pending")
-    assert applies(operator.reconciles(namespace, NAME))[0] == ("change", 7)  # the create applied every child
+    # the reconcile's log line follows its status write: wait for it, then read it
+    created = wait_for(lambda: applies(operator.reconciles(namespace, NAME)), what="the create's reconcile in the log")
+    assert created[0] == ("change", 7)  # the create applied every child
     children = versions(kube, namespace)
     for seconds in (1200, 1300, 1400):
         since = edit_and_observe(kube, operator, namespace, {"runPolicy": {"startupTimeoutSeconds": seconds}})
