@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 LOWEST       := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed
 
-.PHONY: setup packages controlplane lint test test-lowest test-fast demo demo-down generate bench clean
+.PHONY: setup packages controlplane binaries-api binaries-e2e lint test test-unit test-api test-e2e demo demo-down generate bench clean
 
 # setuptools' box about editable installs of a flat layout (hack/devtools) is information, not a
 # problem: silenced by its message, so that a real warning still shows
@@ -33,6 +33,18 @@ $(LOWEST_STAMP): pyproject.toml hack/devtools/pyproject.toml hack/constraints-lo
 controlplane: setup
 	bash hack/controlplane/build.sh
 
+# What each tier starts, built before it runs (a no-op when present; hack/controlplane/README.md)
+API_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay-operator kstatus kueue \
+	helm source-controller kustomize-controller crane argocd-application-controller argocd-repo-server
+E2E_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy fakegpu coredns \
+	kuberay-operator helm source-controller kustomize-controller crane
+
+binaries-api: setup
+	bash hack/controlplane/build.sh $(API_BINARIES)
+
+binaries-e2e: setup
+	bash hack/controlplane/build.sh $(E2E_BINARIES)
+
 # ruff's lint rules and its formatter (pyproject.toml [tool.ruff]): `ruff format .` fixes what the check refuses
 lint: setup
 	$(BIN)/ruff check .
@@ -45,23 +57,24 @@ packages:
 	@if [ "$$(id -u)" -eq 0 ]; then bash hack/node/packages.sh && bash hack/observability/packages.sh && bash hack/gitops/packages.sh; \
 	else echo "make packages: not root; the real-node and image tests will be skipped"; fi
 
-# the lint and the lowest-versions run first, so that the full suite's summary is the last line CI reads;
-# the suite runs as two streams side by side (hack/run-suite.sh: the real-node and image tests beside the rest)
-test: lint packages controlplane
-	$(MAKE) test-lowest
-	bash hack/run-suite.sh $(BIN)/python
+# The suite in three tiers (hack/run-tiers.sh; tests/conftest.py says which test is in which):
+#   test-unit  no server, no cluster, on both cores, at the newest and at the lowest versions
+#   test-api   real control planes, local servers and venvs
+#   test-e2e   the real node, the images, real pods
+# `make test` (what CI runs): lint, then the three, fastest first, stopping at the first that fails.
+# The ranges in pyproject.toml are tested at both ends: the lowest (hack/constraints-lowest.txt)
+# in .venv-lowest, by the unit tier and by two operator tests of the api tier.
+test-unit: setup $(LOWEST_STAMP)
+	bash hack/run-tiers.sh unit
 
-# The ranges in pyproject.toml are tested at both ends: `test` at the newest versions, this at
-# the lowest (hack/constraints-lowest.txt): the fast tests and the operator on the real API server.
-# Left out: tests/image (it installs the newest versions into a venv of its own) and
-# tests/reporter (the in-job reporter is stdlib-only: no dependency of ours reaches it).
-test-lowest: controlplane $(LOWEST_STAMP)
-	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -m "not controlplane" --ignore=tests/image --ignore=tests/reporter
-	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/operator/test_operator_rbac.py \
-	  tests/operator/test_operator.py::test_success_sequence_and_kubectl_wait
+test-api: packages binaries-api $(LOWEST_STAMP)
+	bash hack/run-tiers.sh api
 
-test-fast: setup
-	$(BIN)/python -m pytest -m "not controlplane"
+test-e2e: packages binaries-e2e
+	bash hack/run-tiers.sh e2e
+
+test: lint packages binaries-api binaries-e2e $(LOWEST_STAMP)
+	bash hack/run-tiers.sh all
 
 demo: packages controlplane
 	$(BIN)/lorarl-dev demo

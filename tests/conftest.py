@@ -1,3 +1,13 @@
+"""The suite's three tiers (README.md, docs/development.md), chosen with ``--tier``:
+
+- ``unit``: no server, no cluster; render, validation, status, command, parser, CLI, chart
+  templates, the reporter and the trainer stand-in. ``make test-unit`` (pytest -n 2).
+- ``api``: a real control plane (marker ``controlplane``, given by the fixtures of
+  ``lorarl_dev.pytest_plugin``) or a local server or venv (marker ``servers``). ``make test-api``.
+- ``e2e``: the real node and the images (markers ``node``, ``images``). ``make test-e2e``.
+
+Every test is in exactly one tier (``tier_of``); without ``--tier`` pytest runs them all."""
+
 import os
 
 import pytest
@@ -22,3 +32,31 @@ def kube(control_plane) -> Api:
     """The operator's own API client, as admin, on the session's control plane."""
     with operator_api(control_plane) as api:
         yield api
+
+
+TIERS = ("unit", "api", "e2e")
+
+
+def tier_of(item) -> str:
+    """The one tier a test belongs to, from its markers."""
+    if item.get_closest_marker("node") or item.get_closest_marker("images"):
+        return "e2e"
+    if item.get_closest_marker("controlplane") or item.get_closest_marker("servers"):
+        return "api"
+    return "unit"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", choices=TIERS, help="run one tier of the suite (tests/conftest.py): unit, api or e2e")
+
+
+@pytest.hookimpl(trylast=True)  # after lorarl_dev.pytest_plugin has marked the control-plane and node tests
+def pytest_collection_modifyitems(config, items):
+    tier = config.getoption("--tier")
+    if not tier:
+        return
+    selected = [item for item in items if tier_of(item) == tier]
+    deselected = [item for item in items if tier_of(item) != tier]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = selected

@@ -6,7 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO
+
+# starts `make setup` into a new venv: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
 
 
 def test_make_setup_prints_no_warning_box(tmp_path):

@@ -20,6 +20,9 @@ from lorarl_dev import hubstub
 
 from tests.adapter import saves
 
+# starts the Hub stand-in: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 pytest.importorskip("huggingface_hub")
 
 SENTINEL_TOKEN = "hf_export21_sentinel_token_do_not_print"

@@ -13,11 +13,15 @@ import os
 import subprocess
 import sys
 
+import pytest
 from lorarl.adapter import plan
 from lorarl.api import types as api
 from lorarl_dev import registry as oci_registry
 
 from tests.adapter import saves
+
+# starts an OCI registry (crane) and the oras client: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
 
 CLI = [sys.executable, "-m", "lorarl.cli"]
 SENTINEL_PASSWORD = "oci21-sentinel-password-do-not-print"

@@ -15,6 +15,9 @@ from lorarl.api import types as api
 
 from tests.adapter import saves
 
+# starts an S3 server (moto) in a venv of its own: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 SENTINEL_KEY_ID = "AKIAEXPORTSENTINEL21"
 SENTINEL_SECRET = "export21-sentinel-secret-value-do-not-print"
 CLI = [sys.executable, "-m", "lorarl.cli"]

@@ -19,6 +19,9 @@ from lorarl.job import serve_job
 from tests.adapter import saves
 from tests.helpers import start_sglang_standin
 
+# starts the SGLang stand-in: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 KEY = "sk-serve-sentinel-21-item-5"  # noqa: S105 - a test value, searched for
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
 MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -18,6 +18,9 @@ from lorarl.api import types as api
 from tests.adapter import saves
 from tests.helpers import lorarl_cli, start_sglang_standin
 
+# starts the SGLang stand-in: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
 KEY = "sk-workload-sentinel-21"  # noqa: S105 - a test value
 

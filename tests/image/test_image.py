@@ -24,6 +24,9 @@ from packaging.utils import canonicalize_name
 from tests.helpers import REPO
 from tests.image.dockerfiles import hadolint, stages
 
+# starts a wheel built and installed into a venv: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 DOCKERFILE = REPO / "Dockerfile"
 INSTALL_SCRIPT = REPO / "hack" / "image" / "install.sh"
 # what the test extra and lorarl-dev bring, and must never reach the image

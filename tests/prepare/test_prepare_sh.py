@@ -21,6 +21,9 @@ from lorarl_dev import moto
 
 from tests.helpers import job_from, wait_for, with_spec
 
+# starts an HTTPS server and an S3 server (moto) in a venv of its own: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 SCRIPT = render.asset_path("prepare.sh")
 SHELL = "/bin/sh"  # the container runs `sh prepare.sh` (render.prepare_container)
 

@@ -25,6 +25,9 @@ from lorarl_dev.controlplane import ensure_binaries
 
 from tests.helpers import REPO, doc_table
 
+# starts checkov in a venv of its own, pip-audit against PyPI: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 CHECKOV_VERSION = "3.3.30"
 CHECKOV_CONFIGS = {
     "chart": (REPO / "hack" / "security" / "checkov-chart.yaml", REPO / "charts" / "lorarl-operator"),

@@ -22,7 +22,8 @@ from tests.helpers import REPO, job_from, seed_doc
 from tests.standins.standin_lib import mapped, rendered_argv, run_trainer
 
 VENV_HF = shutil.which("hf", path=os.path.dirname(sys.executable))
-pytestmark = pytest.mark.skipif(VENV_HF is None, reason="the hf CLI (huggingface_hub, test extra) is not installed")
+# starts the Hub stand-in, and the job image's hf in a venv: the api tier (tests/conftest.py)
+pytestmark = [pytest.mark.servers, pytest.mark.skipif(VENV_HF is None, reason="the hf CLI (huggingface_hub, test extra) is not installed")]
 TOKEN = "hf_standin_secret_token_1234"
 
 

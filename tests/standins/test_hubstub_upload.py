@@ -16,6 +16,9 @@ import sys
 import pytest
 from lorarl_dev import hubstub
 
+# starts the Hub stand-in: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 WRITE_TOKEN = "hf_upload_sentinel_write_token_5678"
 READ_TOKEN = "hf_upload_sentinel_read_token_4321"
 REPO_ID = "org/adapter"

@@ -23,6 +23,9 @@ from lorarl.api import types as api
 
 from tests.adapter import saves
 
+# starts the SGLang stand-in: the api tier (tests/conftest.py)
+pytestmark = pytest.mark.servers
+
 KEY = "sglang-standin-sentinel-key-5"  # a test value
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

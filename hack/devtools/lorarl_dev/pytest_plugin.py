@@ -68,17 +68,37 @@ import json
 import os
 import pathlib
 import re
+import sys
 import uuid
 
 import pytest
 
-from lorarl_dev.controlplane import ControlPlane
+from lorarl_dev.controlplane import ControlPlane, ControlPlaneError
 
 _FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue", "real_node_cluster", "flux_cluster", "argocd_cluster"}
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "node: runs pods on the real node (root and Debian packages needed)")
+
+
+@contextlib.contextmanager
+def started(what: str, cp: ControlPlane):
+    """``cp`` started for a session fixture, or the whole run stopped with one line naming what
+    could not start (a binary missing and no Go to build it, a failed build, a port taken, a part
+    that exited): one message instead of the same error repeated by every test that needs it."""
+    try:
+        cp.start()  # stops what it had started when it fails
+    except (ControlPlaneError, OSError) as e:
+        detail = str(e).strip()
+        first, _, rest = detail.partition("\n")
+        if rest:
+            print(rest, file=sys.stderr)
+        pytest.exit(f"{what} could not start: {first}", returncode=3)
+    try:
+        yield cp
+    finally:
+        cp.stop()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -99,13 +119,13 @@ def control_plane():
             pytest.fail(f"LORARL_CONTROLPLANE_STATE_DIR={state_dir}: control plane is not healthy")
         yield cp
         return
-    with ControlPlane(verbose=True) as cp:
+    with started("the control plane", ControlPlane(verbose=True)) as cp:
         yield cp
 
 
 @pytest.fixture(scope="session")
 def fake_cluster():
-    with ControlPlane(verbose=True, fake_nodes=2, gpus_per_node=8, kuberay_operator=True) as cp:
+    with started("fake_cluster (kwok nodes, KubeRay)", ControlPlane(verbose=True, fake_nodes=2, gpus_per_node=8, kuberay_operator=True)) as cp:
         yield cp
 
 
@@ -125,7 +145,7 @@ def flux_cluster():
     reason = flux_missing()
     if reason:
         pytest.skip(reason)
-    with ControlPlane(verbose=True, flux=True, kueue=True) as cp:
+    with started("flux_cluster (Flux, Kueue)", ControlPlane(verbose=True, flux=True, kueue=True)) as cp:
         install_kueue_objects(cp)
         yield cp
 
@@ -144,7 +164,7 @@ def argocd_cluster():
         pytest.skip("Argo CD needs a Redis: redis-server is not installed (hack/gitops/packages.sh)")
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("Argo CD's application controller runs in a network namespace of its own (its metrics server binds 0.0.0.0): needs root and iproute2's ip")
-    with ControlPlane(verbose=True, argocd=True, kueue=True) as cp:
+    with started("argocd_cluster (Argo CD, Kueue)", ControlPlane(verbose=True, argocd=True, kueue=True)) as cp:
         install_kueue_objects(cp)
         yield cp
 
@@ -164,7 +184,7 @@ def real_node_cluster(request):
     request.config.stash[REAL_NODE_BASELINE] = realnode.machine_snapshot()
     # Flux where its binaries are built (a test that needs it skips on cp.flux, naming the build)
     flux = flux_missing() is None
-    with ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X", kuberay_operator=True, flux=flux) as cp:
+    with started("the real node", ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X", kuberay_operator=True, flux=flux)) as cp:
         yield cp
 
 
@@ -236,7 +256,9 @@ def install_kueue_objects(cp) -> None:
 
 @pytest.fixture(scope="session")
 def kueue_cluster():
-    with ControlPlane(verbose=True, fake_nodes=1, gpus_per_node=8, kuberay_operator=True, kueue=True) as cp:
+    with started(
+        "kueue_cluster (kwok node, KubeRay, Kueue)", ControlPlane(verbose=True, fake_nodes=1, gpus_per_node=8, kuberay_operator=True, kueue=True)
+    ) as cp:
         for node in json.loads(cp.kubectl("get", "nodes", "-o", "json").stdout)["items"]:
             cp.kubectl("label", "node", node["metadata"]["name"], "--overwrite", *(f"{k}={v}" for k, v in MI355X_NODE_LABELS.items()))
         install_kueue_objects(cp)
