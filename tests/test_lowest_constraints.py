@@ -1,5 +1,5 @@
 """hack/constraints-lowest.txt pins every runtime dependency at the bottom of its declared range
-(`make test-lowest` runs the tests with them); under that venv, they are what is installed."""
+(the unit tier and two api tests run with them in .venv-lowest: hack/run-tiers.sh); under that venv, they are what is installed."""
 
 from __future__ import annotations
 
@@ -42,6 +42,6 @@ def test_every_runtime_dependency_is_pinned_at_its_lower_bound():
 
 def test_the_lowest_venv_runs_the_pinned_versions():
     if not sys.prefix.rstrip("/").endswith(".venv-lowest"):
-        pytest.skip("only under `make test-lowest` (.venv-lowest)")
+        pytest.skip("only in .venv-lowest (hack/run-tiers.sh)")
     for name, version in lowest_pins().items():
         assert Version(importlib.metadata.version(name)) == version, name
