@@ -60,3 +60,46 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
+
+
+#: what the unit tier may not start: servers, clusters and venvs belong to the api tier (marker
+#: ``servers`` or a control-plane fixture). Matched against a program's name or a ``-m`` module.
+NOT_IN_UNIT = {
+    "etcd",
+    "kube-apiserver",
+    "kubelet",
+    "containerd",
+    "buildah",
+    "crane",
+    "moto_server",
+    "redis-server",
+    "venv",
+    "lorarl_dev.hubstub",
+    "lorarl_dev.sglangstub",
+    "lorarl_dev.registry",
+}
+
+
+def _started_program(args) -> set[str]:
+    argv = [str(a) for a in (args if isinstance(args, list | tuple) else str(args).split())]
+    names = {os.path.basename(argv[0])} if argv else set()
+    names.update(argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m")
+    return names & NOT_IN_UNIT
+
+
+def pytest_configure(config):
+    """Under ``--tier unit``, a test (or a fixture) that starts a server, a cluster or a venv fails,
+    naming the program: the tier's promise is kept by the code, not by the markers alone."""
+    if config.getoption("--tier") != "unit":
+        return
+    import subprocess
+
+    real_init = subprocess.Popen.__init__
+
+    def guarded(self, args, *a, **kw):
+        started = _started_program(args)
+        if started:
+            pytest.fail(f"the unit tier starts no server: this test starts {', '.join(sorted(started))}; mark it `servers` (the api tier, tests/conftest.py)")
+        real_init(self, args, *a, **kw)
+
+    subprocess.Popen.__init__ = guarded
