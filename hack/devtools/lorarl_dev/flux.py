@@ -84,6 +84,9 @@ def kustomize_controller_args(*, health_port: int) -> list[str]:
         "--enable-leader-election=false",
         "--watch-all-namespaces=true",
         "--no-remote-bases=true",
+        # a Kustomization waiting on another (dependsOn) looks again after 5 s instead of the
+        # default 30 s (main.go:116): the tests wait on Flux's order, not on its interval
+        "--requeue-dependency=5s",
         "--log-level=debug",
     ]
 
