@@ -68,6 +68,9 @@ def job_ns(real_node_cluster, lorarl_operator):
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     real_node_cluster.kubectl("create", "namespace", name)
     yield name
+    # the test is over: its pods go at once (`ray start --block` waits out the 30 s grace period
+    # on SIGTERM), so the next test's pods get the node's GPUs and CPU without waiting for them
+    real_node_cluster.kubectl("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=false", check=False)
     real_node_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 

@@ -205,6 +205,10 @@ def install_operator(cp: ControlPlane, image_ref: str, *, replicas: int = 2, nam
         "leaderElection.enabled=true",
         "--set",
         "logFormat=plain",
+        # the kubelet checks readiness every 2 s, not 10 (the chart's default): `--wait` returns
+        # when the replicas are Ready, not up to 10 s later
+        "--set",
+        "readinessProbe.periodSeconds=2",
         "--wait",
         f"--timeout={int(timeout)}s",
         timeout=timeout + 30,
