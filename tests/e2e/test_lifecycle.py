@@ -41,7 +41,8 @@ def test_the_only_operator_pod_killed_mid_run_then_suspend_and_resume_from_the_n
     cp, ns, name = real_node_cluster, job_ns, "seed-life"
     seedrun.scale_operator(cp, 1, lorarl_operator)
     try:
-        revision = hub.revision({"seconds_per_rollout": 1.5})
+        # the kill and the suspend land in the first attempt; the resumed one goes at 0.2 s
+        revision = hub.revision({"seconds_per_rollout": 1.5, "resumed_seconds_per_rollout": 0.2})
         # a head that restarts under load (Ray's own start-up waits) costs the submitter its tries:
         # more of them, as the README's troubleshooting table advises for a slow dashboard
         explain = seedrun.apply_seed(

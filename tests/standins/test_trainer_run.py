@@ -112,6 +112,18 @@ def test_resume_restores_the_adapter_and_restarts_at_rollout_0(seed):
     assert f"Successfully loaded LoRA adapter from {adapter}" in second.stderr
 
 
+def test_a_resumed_attempt_runs_at_its_own_pace(seed):
+    """``resumed_seconds_per_rollout`` paces an attempt that restores an adapter: at the first
+    attempt's 600 s a rollout the resume would outlast run_trainer's 120 s timeout."""
+    argv, tmp = seed
+    assert run_trainer(short(argv, rollouts=4)).returncode == 0
+    (pathlib.Path(flag(argv, "--hf-checkpoint")) / "standin.json").write_text(json.dumps({"seconds_per_rollout": 600, "resumed_seconds_per_rollout": 0}))
+    adapter = str(pathlib.Path(flag(argv, "--save")) / "iter_0000003" / "adapter")
+    resumed = run_trainer(short(argv, rollouts=2) + ["--save", str(tmp / "attempt-002"), "--lora-adapter-path", adapter])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [e.id for e in of_kind(events(resumed.stderr), "rollout")] == [0, 1]
+
+
 def test_resume_needs_every_ranks_megatron_shard(seed):
     argv, tmp = seed
     assert run_trainer(short(argv)).returncode == 0

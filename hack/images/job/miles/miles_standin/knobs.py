@@ -2,6 +2,9 @@
 from the Hub stand-in carries it, so no LoraRLJob field is needed). Every key is optional:
 
     seconds_per_rollout   float  wall time of one rollout's generation (default 0.2)
+    resumed_seconds_per_rollout  float  the same in an attempt that restores an adapter
+                                 (--lora-adapter-path: a resume), so a test's fault lands
+                                 mid-run and the resumed rest goes fast (default: as above)
     seconds_per_step      float  wall time of one optimizer step (default 0.0)
     exit_at_rollout       K      exit 1 (an uncaught RuntimeError) when rollout K starts
     hang_at_rollout       K      sleep forever (still alive) when rollout K starts
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 FILE = "standin.json"
 FAULTS_FILE = "standin-faults.json"
 FAULTS = ("exit_at_rollout", "hang_at_rollout", "sigkill_at_rollout")
-_FLOATS = {"seconds_per_rollout": 0.2, "seconds_per_step": 0.0, "cpu_scale": 0.1}
+_FLOATS = {"seconds_per_rollout": 0.2, "resumed_seconds_per_rollout": None, "seconds_per_step": 0.0, "cpu_scale": 0.1}
 _INTS = {"nan_reward_from": None, "allocate_mib": None, "allocate_at_rollout": 0, "seed": 1234, "adapter_data": 0}
 
 
@@ -46,6 +49,7 @@ class Fault:
 @dataclass
 class Knobs:
     seconds_per_rollout: float = 0.2
+    resumed_seconds_per_rollout: float | None = None
     seconds_per_step: float = 0.0
     cpu_scale: float = 0.1
     nan_reward_from: int | None = None

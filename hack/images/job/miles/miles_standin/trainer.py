@@ -92,6 +92,8 @@ def train(args, knobs, run) -> None:
         assert args.num_rollout > 0
     start = start_rollout_id(args)
     args.start_rollout_id = start
+    if args.lora_adapter_path and knobs.resumed_seconds_per_rollout is not None:
+        knobs.seconds_per_rollout = knobs.resumed_seconds_per_rollout  # a resume's own pace (knobs.py)
     actor_gpus = args.actor_num_nodes * args.actor_num_gpus_per_node
     rollout_gpus = args.rollout_num_gpus or actor_gpus
     num_gpus = max(actor_gpus, rollout_gpus) if args.colocate else actor_gpus + rollout_gpus
