@@ -2,6 +2,8 @@
 makes the RayJob; the real KubeRay operator makes the RayCluster and the submitter Job; the head
 pod's init container downloads the inputs from the Hub stand-in with the real hf CLI; real Ray
 runs the trainer stand-in under the reporter, which patches the status with its projected token.
+The same run survives its submitter pod deleted mid-run, and the LoraRLJob deleted at the end
+leaves no child and no pod (one seed run for both: they were two tests, docs/development.md).
 
 The oracles are outside lorarl: KubeRay's RayJob status (from the real Ray dashboard), the pods'
 own container states and logs, and the files on the provisioned volume."""
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.node
 RUN_TIMEOUT = 900  # 2 shared cores: image unpack, Ray start and the trainer stand-in
 
 
-def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_node_cluster, hub, node_images, job_ns):
+def test_the_seed_job_survives_its_submitter_pod_succeeds_with_its_checkpoints_and_leaves_nothing(real_node_cluster, hub, node_images, job_ns):
     cp, ns, name = real_node_cluster, job_ns, "qwen3-4b-lora-amd"
     revision = hub.revision({"seconds_per_rollout": 0.5})
     # the pods run hardened (docs/security.md "Pod Security levels"): the API server's PodSecurity
@@ -39,6 +41,13 @@ def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_
     _assert_hardened(head)
     _assert_submitter_holds_no_token(cp, ns, name)
     seedrun.wait_for("LoraRLJob Running", lambda: seedrun.job_status(cp, ns, name).get("phase") in ("Running", "Succeeded"), 120, explain=explain)
+
+    # the submitter pod deleted mid-run: the run goes on (KubeRay's Job makes another submitter,
+    # which follows the same Ray job)
+    seedrun.wait_for("rollout >= 5", lambda: seedrun.rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
+    submitters = [p for p in seedrun.pods(cp, ns) if "job-name" in (p["metadata"].get("labels") or {})]
+    assert len(submitters) == 1, [p["metadata"]["name"] for p in submitters]
+    cp.kubectl("delete", "pod", "-n", ns, submitters[0]["metadata"]["name"], "--grace-period=0", "--force")
 
     status = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert status["phase"] == "Succeeded", explain()
@@ -62,6 +71,26 @@ def test_the_seed_job_runs_and_succeeds_with_its_checkpoints_on_the_volume(real_
     files = sorted(p.name for p in adapter.iterdir())
     assert "adapter_config.json" in files and "adapter_model.bin" in files, files
     assert any(f.startswith("adapter_megatron_rank") for f in files), files
+
+    # the LoraRLJob deleted: every child it owned and every pod go
+    cp.kubectl("delete", "lorarljob", "-n", ns, name, "--wait=true", "--timeout=300s", timeout=330)
+
+    def nothing_left():
+        out = cp.kubectl(
+            "get",
+            "rayjobs,rayclusters,jobs,pods,configmaps,pvc,serviceaccounts,roles,rolebindings,networkpolicies",
+            "-n",
+            ns,
+            "-l",
+            f"lorarl.dev/job={name}",
+            "-o",
+            "name",
+        ).stdout.split()
+        pods = seedrun.pods(cp, ns)
+        rayjobs = cp.kubectl("get", "rayjobs,rayclusters", "-n", ns, "-o", "name").stdout.split()
+        return not out and not pods and not rayjobs
+
+    seedrun.wait_for("every child and pod gone", nothing_left, 300, explain=explain)
 
 
 def _running_snapshot(cp, ns, name):
