@@ -36,51 +36,56 @@ def test_stop_and_a_killed_runs_sweep_remove_everything_the_node_made(real_node_
     during = realnode.machine_snapshot()
     assert during != before  # the snapshot sees what a node adds (so it can fail)
 
-    cp.stop()
-    after = realnode.machine_snapshot()
-    assert after == before
-    assert [name for name, pid in pids.items() if _pid_alive(pid)] == []
-    in_our_netns = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                if os.stat(f"/proc/{d}/ns/net").st_ino == netns_inode:
-                    in_our_netns.append(d)
-            except OSError:
-                pass
-    assert in_our_netns == []
+    try:
+        cp.stop()
+        after = realnode.machine_snapshot()
+        assert after == before
+        assert [name for name, pid in pids.items() if _pid_alive(pid)] == []
+        in_our_netns = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    if os.stat(f"/proc/{d}/ns/net").st_ino == netns_inode:
+                        in_our_netns.append(d)
+                except OSError:
+                    pass
+        assert in_our_netns == []
 
-    # a killed run (every process we started SIGKILLed, its pods left running) is swept by the
-    # next start; `lorarl-dev controlplane up --node` is that run, detached
-    state = tmp_path / "state"
-    up = subprocess.run(
-        [sys.executable, "-m", "lorarl_dev.cli", "controlplane", "up", "--node", "--gpus", "2", "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert up.returncode == 0, up.stderr[-3000:]
-    kubeconfig = up.stdout.strip().removeprefix("export KUBECONFIG=")
-    kubectl = [cp.kubectl_path, f"--kubeconfig={kubeconfig}"]
-    subprocess.run(
-        [*kubectl, "run", "orphan", f"--image={images.BUSYBOX_IMAGE}", "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "3600"],
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run([*kubectl, "wait", "pod/orphan", "--for=condition=Ready", "--timeout=120s"], check=True, capture_output=True, timeout=150)
-    record = json.loads(realnode.RECORD.read_text())
-    for pid in record["pids"].values():
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while any(_pid_alive(p) for p in record["pids"].values()) and time.monotonic() < deadline:
-        time.sleep(0.1)  # not our children: init reaps them
-    assert realnode.machine_snapshot() != before  # the killed run left its node behind
-    assert realnode.sweep()
-    assert realnode.machine_snapshot() == before
-
-    t0 = time.monotonic()
-    cp.start()  # warm: binaries and images cached
-    print(f"real node warm start: {time.monotonic() - t0:.1f}s")
+        # a killed run (every process we started SIGKILLed, its pods left running) is swept by the
+        # next start; `lorarl-dev controlplane up --node` is that run, detached
+        state = tmp_path / "state"
+        up = subprocess.run(
+            [sys.executable, "-m", "lorarl_dev.cli", "controlplane", "up", "--node", "--gpus", "2", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert up.returncode == 0, up.stderr[-3000:]
+        kubeconfig = up.stdout.strip().removeprefix("export KUBECONFIG=")
+        kubectl = [cp.kubectl_path, f"--kubeconfig={kubeconfig}"]
+        subprocess.run(
+            [*kubectl, "run", "orphan", f"--image={images.BUSYBOX_IMAGE}", "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "3600"],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run([*kubectl, "wait", "pod/orphan", "--for=condition=Ready", "--timeout=120s"], check=True, capture_output=True, timeout=150)
+        record = json.loads(realnode.RECORD.read_text())
+        for pid in record["pids"].values():
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(_pid_alive(p) for p in record["pids"].values()) and time.monotonic() < deadline:
+            time.sleep(0.1)  # not our children: init reaps them
+        assert realnode.machine_snapshot() != before  # the killed run left its node behind
+        assert realnode.sweep()
+        assert realnode.machine_snapshot() == before
+    finally:
+        # the session's node again (warm: binaries and images cached), whatever failed above: the
+        # tests after this one need it
+        if not cp.running:
+            realnode.sweep()  # what a failed step above may have left
+            t0 = time.monotonic()
+            cp.start()
+            print(f"real node warm start: {time.monotonic() - t0:.1f}s")
     nodes = json.loads(cp.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     assert [n["metadata"]["name"] for n in nodes] == [realnode.NODE_NAME]
     listed = [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines() if line]

@@ -175,12 +175,13 @@ REAL_NODE_BASELINE = pytest.StashKey[dict]()
 
 @pytest.fixture(scope="session")
 def real_node_cluster(request):
-    from lorarl_dev.node import realnode
+    from lorarl_dev.node import netns, realnode
 
     reasons = realnode.missing_requirements()
     if reasons:
         pytest.skip("real node: " + "; ".join(reasons))
     realnode.sweep()  # a node left by a killed run goes before the baseline is taken
+    netns.ensure_dir_mounted()  # /run/netns's own mount is not the node's to make or remove
     request.config.stash[REAL_NODE_BASELINE] = realnode.machine_snapshot()
     # Flux where its binaries are built (a test that needs it skips on cp.flux, naming the build)
     flux = flux_missing() is None

@@ -98,6 +98,14 @@ def create_owned(tag: str) -> str:
     return name
 
 
+def ensure_dir_mounted() -> None:
+    """/run/netns made a mount if it is not one yet, as `ip netns add` makes it (a bind mount of
+    the directory on itself, left when the namespace goes): a namespace created and deleted by
+    another harness process meanwhile (Argo CD's, in the api tier beside the e2e tier) then no
+    longer changes the machine between a before/after comparison's two readings."""
+    delete(create_owned("netns-dir"))
+
+
 def sysctl(name: str, key: str, value: str) -> None:
     """Set a per-namespace sysctl inside namespace ``name``."""
     cmd = [*nsenter_prefix(name), "sysctl", "-q", "-w", f"{key}={value}"]
