@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 LOWEST       := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed
 
-.PHONY: setup packages controlplane binaries-api binaries-e2e lint test test-unit test-api test-e2e demo demo-down generate bench clean
+.PHONY: setup packages controlplane binaries binaries-api binaries-e2e lint test test-unit test-api test-e2e demo demo-down generate bench clean
 
 # setuptools' box about editable installs of a flat layout (hack/devtools) is information, not a
 # problem: silenced by its message, so that a real warning still shows
@@ -45,6 +45,10 @@ binaries-api: setup
 binaries-e2e: setup
 	bash hack/controlplane/build.sh $(E2E_BINARIES)
 
+# both tiers' in one build.sh call: the k8s binaries of both in one `go build`
+binaries: setup
+	bash hack/controlplane/build.sh $(API_BINARIES) $(filter-out $(API_BINARIES),$(E2E_BINARIES))
+
 # ruff's lint rules and its formatter (pyproject.toml [tool.ruff]): `ruff format .` fixes what the check refuses
 lint: setup
 	$(BIN)/ruff check .
@@ -73,7 +77,7 @@ test-api: packages binaries-api $(LOWEST_STAMP)
 test-e2e: packages binaries-e2e
 	bash hack/run-tiers.sh e2e
 
-test: lint packages binaries-api binaries-e2e $(LOWEST_STAMP)
+test: lint packages binaries $(LOWEST_STAMP)
 	bash hack/run-tiers.sh all
 
 demo: packages controlplane
