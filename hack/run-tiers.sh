@@ -29,10 +29,10 @@ closing() {
 	grep -aE '^(=+ )?[0-9]+ (passed|failed|errors?|skipped|deselected).* in [0-9.]+s|no tests ran' "$1" | tail -n 1 | sed -E 's/^=+ //; s/ =+$//'
 }
 
-# run NAME LOG CMD...: the command's output to LOG (and the terminal when LOG ends in .tee)
+# run LOG CMD...: the command's output to LOG (and the terminal when LOG ends in .tee)
 run() {
-	local name=$1 log=$2
-	shift 2
+	local log=$1
+	shift
 	if [[ $log == *.tee ]]; then
 		"$@" 2>&1 | tee "$log"
 		return "${PIPESTATUS[0]}"
@@ -45,14 +45,14 @@ ok() { [[ $1 -eq 0 || $1 -eq 5 ]]; }
 
 tier_unit() {
 	local t0=$SECONDS rc=0
-	run unit "$logs/unit.tee" "$PY" -m pytest --tier unit -n 2 "${PYTEST[@]}" "$@" || rc=$?
+	run "$logs/unit.tee" "$PY" -m pytest --tier unit -n 2 "${PYTEST[@]}" "$@" || rc=$?
 	local newest=$rc
 	# the same tests with every runtime dependency at the lowest version of its range
 	# (hack/constraints-lowest.txt); tests/image installs the newest versions into a venv of its
 	# own and tests/reporter is stdlib-only: neither exercises a runtime dependency of ours. The
 	# property tests draw 100 examples here, not 500: the depth of the search is the newest run's
 	if ok "$newest"; then
-		run unit-lowest "$logs/unit-lowest.tee" env LORARL_FUZZ_EXAMPLES=100 "$LOWEST_PY" -m pytest --tier unit -n 2 -q -p no:cacheprovider \
+		run "$logs/unit-lowest.tee" env LORARL_FUZZ_EXAMPLES=100 "$LOWEST_PY" -m pytest --tier unit -n 2 -q -p no:cacheprovider \
 			--ignore=tests/image --ignore=tests/reporter "$@" || rc=$?
 	fi
 	results+=("unit: $((SECONDS - t0)) s, newest: $(closing "$logs/unit.tee"); lowest: $(closing "$logs/unit-lowest.tee" 2>/dev/null)")
@@ -63,12 +63,12 @@ tier_api() {
 	local t0=$SECONDS rc=0 log=${1:-$logs/api.tee}
 	shift || true
 	# the operator on the real API server at the lowest versions: the client, kopf and the RBAC it needs
-	run api-lowest "$logs/api-lowest.log" "$LOWEST_PY" -m pytest -q -p no:cacheprovider tests/operator/test_operator_rbac.py \
+	run "$logs/api-lowest.log" "$LOWEST_PY" -m pytest -q -p no:cacheprovider tests/operator/test_operator_rbac.py \
 		tests/operator/test_operator.py::test_success_sequence_and_kubectl_wait || rc=$?
 	if ! ok "$rc"; then
 		cat "$logs/api-lowest.log"
 	fi
-	run api "$log" "$PY" -m pytest --tier api "${PYTEST[@]}" "$@" || rc=$?
+	run "$log" "$PY" -m pytest --tier api "${PYTEST[@]}" "$@" || rc=$?
 	results+=("api: $((SECONDS - t0)) s, $(closing "$log"); lowest: $(closing "$logs/api-lowest.log")")
 	ok "$rc"
 }
@@ -76,8 +76,10 @@ tier_api() {
 tier_e2e() {
 	local t0=$SECONDS rc=0 log=${1:-$logs/e2e.tee}
 	shift || true
-	run e2e "$log" "$PY" -m pytest --tier e2e "${PYTEST[@]}" "$@" || rc=$?
-	results+=("e2e: $((SECONDS - t0)) s, $(closing "$log")")
+	run "$log" "$PY" -m pytest --tier e2e "${PYTEST[@]}" "$@" || rc=$?
+	local end
+	end=$(closing "$log")
+	results+=("e2e: $((SECONDS - t0)) s, ${end:-stopped before its summary}")
 	ok "$rc"
 }
 
