@@ -55,8 +55,9 @@ def pytest_collection_modifyitems(config, items):
     tier = config.getoption("--tier")
     if not tier:
         return
-    selected = [item for item in items if tier_of(item) == tier]
-    deselected = [item for item in items if tier_of(item) != tier]
+    selected, deselected = [], []
+    for item in items:
+        (selected if tier_of(item) == tier else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
