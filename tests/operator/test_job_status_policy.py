@@ -94,6 +94,23 @@ def policy_active(control_plane, namespace, kube):
     wait_for(refused, timeout=120, what="the admission policy to be enforced")
 
 
+def identity_policy_active(control_plane, namespace, op_name):
+    """The API server compiles its policies about once a second from what its informers hold, so
+    one policy can be enforced before another applied with it: waits, on a server-side dry run,
+    until a job under the operator's ServiceAccount is refused. Returns that job."""
+    doc = seed_doc()
+    doc["metadata"]["name"] = "job-d"
+    doc["metadata"]["namespace"] = namespace
+    doc["spec"].setdefault("scheduling", {})["serviceAccountName"] = op_name
+    text = yaml.safe_dump(doc)
+    wait_for(
+        lambda: control_plane.kubectl("apply", "--dry-run=server", "-f", "-", input=text, check=False).returncode != 0,
+        timeout=120,
+        what="the job-identity policy to be enforced",
+    )
+    return doc
+
+
 @pytest.fixture
 def enforced(helm, control_plane, namespace, kube):
     with chart_policies(helm, control_plane, namespace) as docs:
@@ -186,10 +203,7 @@ def test_the_operators_service_account_is_not_restricted(enforced, control_plane
 def test_a_job_may_not_run_as_the_operators_service_account(enforced, control_plane, namespace):
     policy = next(d for d in enforced if d["metadata"]["name"].endswith("-job-identity") and d["kind"] == "ValidatingAdmissionPolicy")
     op_name = policy["spec"]["validations"][0]["expression"].split("serviceAccountName.orValue('') == '")[1].split("'")[0]
-    doc = seed_doc()
-    doc["metadata"]["name"] = "job-d"
-    doc["metadata"]["namespace"] = namespace
-    doc["spec"].setdefault("scheduling", {})["serviceAccountName"] = op_name
+    doc = identity_policy_active(control_plane, namespace, op_name)
     result = control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc), check=False)
     assert result.returncode != 0
     assert "a job's pods may not run as the lorarl operator's ServiceAccount" in result.stderr, result.stderr

@@ -112,11 +112,14 @@ def test_tls_is_checked_against_the_configured_server_name(control_plane, namesp
         config.tls_server_name = server_name
         return Api.from_configuration(config)
 
+    # an object of the test's own: the namespace's default ServiceAccount comes later, from the
+    # controller manager, and may not be there yet
+    control_plane.kubectl("create", "configmap", "probe", "-n", namespace)
     good = api_with("kubernetes.default.svc")
-    assert good.get("v1", "ServiceAccount", namespace, "default")["metadata"]["name"] == "default"
+    assert good.get("v1", "ConfigMap", namespace, "probe")["metadata"]["name"] == "probe"
     good.close()
     bad = api_with("elsewhere.example")
     with pytest.raises(ApiError) as refused:
-        bad.get("v1", "ServiceAccount", namespace, "default")
+        bad.get("v1", "ConfigMap", namespace, "probe")
     assert refused.value.status == 0 and "elsewhere.example" in str(refused.value)  # no answer: the TLS check failed
     bad.close()
