@@ -43,6 +43,12 @@ def _checkpoint(kube, namespace, rollout: int) -> None:
     kube.patch_status("lorarl.dev/v1alpha1", "LoraRLJob", namespace, NAME, {"checkpoints": {"latestIteration": rollout, "latestPath": path}})
 
 
+def _deletion_events(kube, namespace, count):
+    """The SavedExportDeleted Events once there are ``count`` of them, else None."""
+    events = [e for e in kube.list("v1", "Event", namespace) if e.get("reason") == "SavedExportDeleted"]
+    return events if len(events) >= count else None
+
+
 def _saved_rollouts(kube, namespace) -> list[int]:
     """The rollouts of the export Jobs at saves the API server holds (not being deleted)."""
     jobs = kube.list("batch/v1", "Job", namespace, f"lorarl.dev/job={NAME},lorarl.dev/export-rollout")
@@ -141,7 +147,8 @@ def test_superseded_exports_at_saves_are_deleted_the_newest_success_and_failure_
         wait_for(lambda r=rollout: _saved_rollouts(kube, namespace) == [r], timeout=60, what=f"only rollout {rollout}'s export Job left")
     assert _export_pods_of(kube, namespace, 9) == [] and _export_pods_of(kube, namespace, 19) == []  # their pods went with them
     assert kube.get("v1", "ConfigMap", namespace, f"{NAME}-export-r0000009") is None and kube.get("v1", "ConfigMap", namespace, f"{NAME}-export-r0000029")
-    deleted = [e for e in kube.list("v1", "Event", namespace) if e.get("reason") == "SavedExportDeleted"]
+    # the Event follows the deletion the wait above saw: waited for, not read at once
+    deleted = wait_for(lambda: _deletion_events(kube, namespace, 2), timeout=30, what="two SavedExportDeleted Events")
     assert sorted(e["message"].split(" ")[3] for e in deleted) == [f"{NAME}-export-r0000009", f"{NAME}-export-r0000019"]
     assert all("exported); kept: rollout" in e["message"] for e in deleted)
 
@@ -157,7 +164,8 @@ def test_superseded_exports_at_saves_are_deleted_the_newest_success_and_failure_
     _end_save_export(kube, namespace, tmp_path, 49, ok=True)
     exported_at(49)
     wait_for(lambda: _saved_rollouts(kube, namespace) == [49], timeout=60, what="only rollout 49's export Job left")
-    failed = next(e["message"] for e in kube.list("v1", "Event", namespace) if e.get("reason") == "SavedExportDeleted" and "r0000039" in e["message"])
+    events = wait_for(lambda: _deletion_events(kube, namespace, 4), timeout=30, what="the SavedExportDeleted Events of rollouts 29 and 39")
+    failed = next(e["message"] for e in events if "r0000039" in e["message"])
     assert "failed, SaveIncomplete" in failed
 
     # the last save (rollout numRollouts - 1 = 99) is not exported while the run goes on: the final export is that one
