@@ -10,7 +10,7 @@ import pytest
 from lorarl.admission import crdgen, policy
 from lorarl.api.references import NOT_REFERENCES, REFERENCES, looks_like_reference
 
-from tests.helpers import REPO
+from tests.helpers import REPO, doc_table
 
 KINDS = {"Secret": "secrets", "ConfigMap": "configmaps", "PersistentVolumeClaim": "persistentvolumeclaims", "ServiceAccount": "serviceaccounts"}
 
@@ -97,3 +97,9 @@ def test_the_policy_checks_each_entry():
 def test_the_chart_holds_the_generated_checks():
     path = REPO / policy.OUTPUT
     assert path.read_text() == policy.rules_yaml(), f"{path} is stale: run `make generate`"
+
+
+def test_the_threat_model_names_every_field():
+    """docs/security.md's table of what the job-authority policy checks names each entry."""
+    named = " ".join(row["the spec names"] for row in doc_table("Threat model"))
+    assert [r.path for r in REFERENCES if f"`{r.path}`" not in named] == []
