@@ -99,6 +99,7 @@ generate: setup
 	bash hack/gen-install-manifests.sh
 	$(BIN)/lorarl-dev docs -o docs/api.md
 	$(BIN)/lorarl-dev known-fields -o operator/lorarl/control/known_fields.json
+	$(BIN)/lorarl-dev job-references -o charts/lorarl-operator/files/job-references.yaml
 	$(BIN)/python hack/observability/dashboard.py > charts/lorarl-operator/files/dashboard.json
 
 clean:

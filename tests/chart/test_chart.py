@@ -182,6 +182,23 @@ def test_no_rule_reaches_secrets_or_wildcards(helm, values):
 
 
 @needs_helm
+def test_a_namespaced_and_a_cluster_wide_install_differ_only_in_where_the_policies_bind(helm):
+    """So tests/security/test_tenants.py, which runs the reference checks against a namespaced
+    install, proves them for a cluster-wide one too."""
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    cluster = [d for d in helm.render() if d["kind"] in kinds]
+    namespaced = [d for d in helm.render(values={"watch": {"allNamespaces": False, "namespaces": ["a", "b"]}}) if d["kind"] in kinds]
+    selector = {"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]}}
+    for doc in cluster:
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            assert "matchResources" not in doc["spec"]  # everywhere
+            doc["spec"]["matchResources"] = selector
+    assert namespaced == cluster
+    authority = pick(cluster, "ValidatingAdmissionPolicy", f"{FULLNAME}-job-authority")
+    assert authority["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
+
+
+@needs_helm
 def test_helm_test_pod_is_restricted_and_validates_the_seed(helm, tmp_path):
     docs = helm.render()
     pod = pick(docs, "Pod")

@@ -43,6 +43,19 @@ def known_fields_cmd(output: pathlib.Path | None) -> None:
         click.echo(text, nl=False)
 
 
+@main.command("job-references")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=pathlib.Path), default=None, help="Write here instead of stdout.")
+def job_references_cmd(output: pathlib.Path | None) -> None:
+    """Print the job-authority policy's reference checks (charts/lorarl-operator/files/job-references.yaml)."""
+    from lorarl.admission.policy import rules_yaml
+
+    text = rules_yaml()
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
 @main.group()
 def controlplane() -> None:
     """The embedded control plane (etcd, kube-apiserver, kube-controller-manager) for tests and demos."""
