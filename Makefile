@@ -96,11 +96,11 @@ bench: controlplane
 generate: setup
 	$(BIN)/lorarl crd > crds/lorarl.dev_lorarljobs.yaml
 	cp crds/lorarl.dev_lorarljobs.yaml charts/lorarl-operator/crds/lorarl.dev_lorarljobs.yaml
+	$(BIN)/lorarl-dev job-references -o charts/lorarl-operator/files/job-references.yaml
+	$(BIN)/python hack/observability/dashboard.py > charts/lorarl-operator/files/dashboard.json
 	bash hack/gen-install-manifests.sh
 	$(BIN)/lorarl-dev docs -o docs/api.md
 	$(BIN)/lorarl-dev known-fields -o operator/lorarl/control/known_fields.json
-	$(BIN)/lorarl-dev job-references -o charts/lorarl-operator/files/job-references.yaml
-	$(BIN)/python hack/observability/dashboard.py > charts/lorarl-operator/files/dashboard.json
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .pytest_cache .hypothesis
