@@ -15,6 +15,7 @@ bounds are generous ones that tell a release at the run's end from a 600 s TTL."
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -51,12 +52,69 @@ def _scheduled(pod: dict) -> dict | None:
     return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"), None)
 
 
+def _workload(cp, ns, rayjob: str) -> dict | None:
+    """Kueue's Workload of a RayJob (owned by it)."""
+    out = cp.kubectl("get", "workloads.kueue.x-k8s.io", "-n", ns, "-o", "json", check=False)
+    items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
+    return next((w for w in items if any(o.get("name") == rayjob for o in w["metadata"].get("ownerReferences") or [])), None)
+
+
+def _condition(obj: dict | None, type_: str) -> dict | None:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
 def test_a_finished_job_frees_its_gpus_for_the_next_and_keeps_its_log_and_hours(real_node_cluster, hub, node_images, job_ns):
+    """Without a queue: the second's head waits on the scheduler (Unschedulable)."""
     cp, ns = real_node_cluster, job_ns
+
+    def second_waits(second: str, explain) -> float | None:
+        cluster_b = seedrun.wait_for("the second's RayCluster", lambda: _cluster(cp, ns, second), RUN_TIMEOUT, explain=explain)
+
+        def b_waits():
+            head = _head(cp, ns, cluster_b)
+            cond = _scheduled(head) if head else None
+            return cond if cond and cond["status"] == "False" else None
+
+        waiting = seedrun.wait_for("the second's head Unschedulable", b_waits, RUN_TIMEOUT, explain=explain)
+        assert waiting["reason"] == "Unschedulable" and "amd.com/gpu" in waiting.get("message", ""), waiting
+        return None
+
+    _two_jobs_on_every_gpu(cp, ns, hub, node_images, {}, second_waits, "free GPUs")
+
+
+def test_with_kueue_the_next_admitted_job_gets_the_gpus_at_once(kueue_on_node, hub, node_images, job_ns):
+    """With Kueue (a ClusterQueue of the node's 16 GPUs): the second waits in the queue (its
+    Workload without quota), and once admitted at the first's end its head is scheduled on the
+    GPUs the first's RayCluster gave back, not after a 600 s TTL."""
+    from lorarl_dev.pytest_plugin import kueue_queue_in
+
+    cp, ns = kueue_on_node, job_ns
+    with kueue_queue_in(cp, ns, gpus=NODE_GPUS) as queue:
+
+        def second_waits(second: str, explain):
+            def queued():
+                reserved = _condition(_workload(cp, ns, second), "QuotaReserved")
+                return reserved if reserved and reserved["status"] == "False" else None
+
+            reserved = seedrun.wait_for("the second's Workload waiting for quota", queued, RUN_TIMEOUT, explain=explain)
+            assert "amd.com/gpu" in reserved.get("message", ""), reserved
+            assert seedrun.get(cp, "rayjob", second, ns)["spec"]["suspend"] is True
+
+            def admitted_at():
+                admitted = _condition(_workload(cp, ns, second), "Admitted")
+                return _t(admitted["lastTransitionTime"]) if admitted and admitted["status"] == "True" else None
+
+            return admitted_at
+
+        _two_jobs_on_every_gpu(cp, ns, hub, node_images, {"scheduling": {"queueName": queue.local_queue}}, second_waits, "free GPUs with Kueue")
+
+
+def _two_jobs_on_every_gpu(cp, ns, hub, node_images, extra: dict, second_waits, label: str) -> None:
     first, second = "free-first", "free-second"
+    spec = {**ALL_GPUS, **extra}
     # 100 rollouts: ~10 s of training; Ray's 16 one-GPU bundles at 0.05 CPU each fit the head's one Ray CPU
     revision = hub.revision({"seconds_per_rollout": 0.1, "cpu_scale": 0.05})
-    explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=first, namespace=ns, model_revision=revision, spec=ALL_GPUS)
+    explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=first, namespace=ns, model_revision=revision, spec=spec)
     cluster_a = seedrun.wait_for("the first's RayCluster", lambda: _cluster(cp, ns, first), RUN_TIMEOUT, explain=explain)
     head_a = seedrun.wait_for(
         "the first's head scheduled",
@@ -66,17 +124,9 @@ def test_a_finished_job_frees_its_gpus_for_the_next_and_keeps_its_log_and_hours(
     )
     scheduled_a = _t(_scheduled(head_a)["lastTransitionTime"])
 
-    # the second, while the first holds every GPU: its head waits, Unschedulable
-    seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=second, namespace=ns, model_revision=revision, spec=ALL_GPUS)
-    cluster_b = seedrun.wait_for("the second's RayCluster", lambda: _cluster(cp, ns, second), RUN_TIMEOUT, explain=explain)
-
-    def b_waits():
-        head = _head(cp, ns, cluster_b)
-        cond = _scheduled(head) if head else None
-        return cond if cond and cond["status"] == "False" else None
-
-    waiting = seedrun.wait_for("the second's head Unschedulable", b_waits, RUN_TIMEOUT, explain=explain)
-    assert waiting["reason"] == "Unschedulable" and "amd.com/gpu" in waiting.get("message", ""), waiting
+    # the second, while the first holds every GPU: it waits
+    seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=second, namespace=ns, model_revision=revision, spec=spec)
+    admitted_at = second_waits(second, explain)
     assert seedrun.job_status(cp, ns, first).get("phase") not in ("Succeeded", "Failed"), "the first ended before the second waited: no contest"
 
     final_a = seedrun.wait_finished(cp, ns, first, RUN_TIMEOUT, explain)
@@ -91,19 +141,22 @@ def test_a_finished_job_frees_its_gpus_for_the_next_and_keeps_its_log_and_hours(
     seedrun.wait_for("the first's head pod gone", lambda: _head(cp, ns, cluster_a) is None, RELEASE_BOUND, explain=explain)
     pod_gone_a = time.time()
 
+    cluster_b = seedrun.wait_for("the second's RayCluster", lambda: _cluster(cp, ns, second), RELEASE_BOUND, explain=explain)
+
     def b_scheduled():
         head = _head(cp, ns, cluster_b)
         cond = _scheduled(head) if head else None
         return cond if cond and cond["status"] == "True" else None
 
     scheduled_b = _t(seedrun.wait_for("the second's head scheduled", b_scheduled, RELEASE_BOUND, explain=explain)["lastTransitionTime"])
+    admitted = f", the second admitted by Kueue {seedrun.wait_for('the second admitted', admitted_at, 60) - ended_a:.0f} s" if admitted_at else ""
     seedrun.wait_for("the second Running", lambda: seedrun.job_status(cp, ns, second).get("phase") in ("Running", "Succeeded"), RUN_TIMEOUT, explain=explain)
     running_b = time.time()
 
     to_cluster_gone, to_pod_gone = gone_a - ended_a, pod_gone_a - ended_a
     to_scheduled, to_running = scheduled_b - ended_a, running_b - ended_a
     line = (
-        f"free GPUs: first ended (RayJob endTime) -> its RayCluster gone {to_cluster_gone:.0f} s, its head pod gone {to_pod_gone:.0f} s, "
+        f"{label}: first ended (RayJob endTime) -> its RayCluster gone {to_cluster_gone:.0f} s, its head pod gone {to_pod_gone:.0f} s{admitted}, "
         f"the second's head scheduled {to_scheduled:.0f} s, the second Running {to_running:.0f} s"
     )
     print(line)
@@ -126,7 +179,7 @@ def test_a_finished_job_frees_its_gpus_for_the_next_and_keeps_its_log_and_hours(
     hours = settled["progress"]["gpuHours"]
     low = NODE_GPUS * (ended_a - scheduled_a - 2) / 3600  # held at least until the run ended (seconds-precision stamps)
     high = NODE_GPUS * (pod_gone_a - scheduled_a + 2) / 3600  # released by the time the pod was gone
-    line = f"free GPUs: the first's gpuHours {hours} (bounds {low:.4f}..{high:.4f}; 600 s idle would add {NODE_GPUS * 600 / 3600:.2f})"
+    line = f"{label}: the first's gpuHours {hours} (bounds {low:.4f}..{high:.4f}; 600 s idle would add {NODE_GPUS * 600 / 3600:.2f})"
     print(line)
     MEASURED.append(line)
     assert low <= hours <= high, line
