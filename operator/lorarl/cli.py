@@ -136,7 +136,22 @@ def validate(paths: tuple[str, ...], recursive: bool) -> None:
                 click.echo(f"{where} ({_name(doc)}): {p}", err=True)
         else:
             click.echo(f"{where} ({_name(doc)}): valid")
+        for warning in deprecations(doc):
+            click.echo(f"{where} ({_name(doc)}): warning: {warning}", err=True)
     sys.exit(1 if failed else 0)
+
+
+def deprecations(doc: Any) -> list[str]:
+    """What a valid document says in a deprecated way (the API server takes it silently)."""
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    run = spec.get("runPolicy") if isinstance(spec, dict) else None
+    if isinstance(run, dict) and "ttlSecondsAfterFinished" in run:
+        return [
+            "spec.runPolicy.ttlSecondsAfterFinished is deprecated: it is the old name of runPolicy.holdGpusAfterFinishSeconds, "
+            "the seconds the finished RayCluster keeps its GPUs (default 0: released when the run ends); "
+            "not spec.ttlSecondsAfterFinished, which deletes the LoraRLJob"
+        ]
+    return []
 
 
 @main.command()

@@ -4,7 +4,9 @@ The pure parts (``status_text``, ``outcome``, ``submitter_pod``) read a LoraRLJo
 server returns it; the commands only fetch. The trainer's output reaches the API server in the
 log of KubeRay's submitter pod: ``ray job submit`` (without --no-wait) streams the Ray job's
 logs, i.e. the entrypoint's output (KubeRay v1.5.0 ray-operator/controllers/ray/common/job.go,
-GetK8sJobCommand; the head pod's own log holds ``ray start``, not the trainer).
+GetK8sJobCommand; the head pod's own log holds ``ray start``, not the trainer). It outlives the
+run's RayCluster: KubeRay deletes the cluster when the run ends and keeps the submitter Job "so
+that users can still access the driver logs" (v1.5.1 rayjob_controller.go 1340-1341).
 """
 
 from __future__ import annotations
@@ -207,7 +209,8 @@ def _seconds(text: str) -> float:
 @namespace_option
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming as the trainer prints (waits for the submitter to start).")
 def logs(name: str, namespace: str | None, follow: bool) -> None:
-    """Print the trainer's output (the log of KubeRay's submitter pod, read through the API server)."""
+    """Print the trainer's output (the log of KubeRay's submitter pod, read through the API server;
+    kept after the run ends, when the Ray cluster is gone)."""
     import kubernetes
 
     kube, namespace = _connect(namespace)

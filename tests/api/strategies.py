@@ -167,7 +167,11 @@ def valid_specs(draw):
         "algorithm": {"epsClip": 0.2, "epsClipHigh": draw(st.floats(0.2, 1.0))},
         "sglang": {"gpusPerEngine": engine, "memFractionStatic": draw(st.floats(0.05, 0.95))},
         "checkpoint": {"saveInterval": draw(st.integers(1, 100)), "resume": draw(st.booleans())},
-        "runPolicy": {"backoffLimit": draw(st.integers(0, 5)), "ttlSecondsAfterFinished": draw(st.integers(0, 86400))},
+        "runPolicy": {
+            "backoffLimit": draw(st.integers(0, 5)),
+            # the field, or its deprecated old name
+            draw(st.sampled_from(["holdGpusAfterFinishSeconds", "ttlSecondsAfterFinished"])): draw(st.integers(0, 86400)),
+        },
         "suspend": draw(st.booleans()),
     }
     if gpn:

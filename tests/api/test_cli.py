@@ -236,3 +236,14 @@ def test_the_readme_tour_runs_as_written():
             assert out.exit_code == 0, (line, out.stderr)
     finally:
         os.chdir(cwd)
+
+
+def test_validate_warns_of_the_deprecated_run_policy_ttl(tmp_path):
+    doc = yaml.safe_load(SEED.read_text())
+    doc["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 600}
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = run("validate", "-f", str(path))
+    assert out.returncode == 0 and "valid" in out.stdout, out.stderr
+    assert "runPolicy.ttlSecondsAfterFinished is deprecated" in out.stderr and "holdGpusAfterFinishSeconds" in out.stderr
+    assert "deprecated" not in run("validate", "-f", str(SEED)).stderr

@@ -91,3 +91,19 @@ def test_short_name_and_categories(control_plane, namespace):
     assert "qwen3-4b-lora-amd" in control_plane.kubectl("get", "lrl", "-n", namespace).stdout
     assert "qwen3-4b-lora-amd" in control_plane.kubectl("get", "lorarl", "-n", namespace).stdout
     assert "lorarljob.lorarl.dev/qwen3-4b-lora-amd" in control_plane.kubectl("get", "all", "-n", namespace).stdout
+
+
+def test_the_finished_cluster_is_held_only_on_purpose_and_the_old_name_still_admitted(control_plane, namespace):
+    """runPolicy.holdGpusAfterFinishSeconds defaults to 0 (no more 600 s stored by default); the
+    deprecated ttlSecondsAfterFinished alone, or equal to it, is admitted, as `lorarl validate` says."""
+    from lorarl.admission.validation import validate
+
+    assert kubectl_apply(control_plane, namespace, seed_doc()).returncode == 0
+    stored = json.loads(control_plane.kubectl("get", "lorarljob", "qwen3-4b-lora-amd", "-n", namespace, "-o", "json").stdout)
+    assert stored["spec"]["runPolicy"]["holdGpusAfterFinishSeconds"] == 0 and "ttlSecondsAfterFinished" not in stored["spec"]["runPolicy"]
+    for i, run_policy in enumerate([{"ttlSecondsAfterFinished": 600}, {"ttlSecondsAfterFinished": 60, "holdGpusAfterFinishSeconds": 60}]):
+        doc = with_spec(runPolicy=run_policy)
+        doc["metadata"]["name"] = f"old-ttl-{i}"
+        assert validate(doc)[1] == []
+        out = kubectl_apply(control_plane, namespace, doc)
+        assert out.returncode == 0, out.stderr

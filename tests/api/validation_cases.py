@@ -35,4 +35,9 @@ CASES = [
     ({"hardware": {"accelerator": "MI999X"}}, "spec.hardware.accelerator", "MI355X"),
     ({"lora": {"rnak": 8}}, "spec.lora.rnak", "unknown field"),
     ({"rollout": {"inputKey": "a b"}}, "spec.rollout.inputKey", "should match pattern"),
+    (
+        {"runPolicy": {"holdGpusAfterFinishSeconds": 60, "ttlSecondsAfterFinished": 600}},
+        "spec.runPolicy.ttlSecondsAfterFinished",
+        "deprecated name of runPolicy.holdGpusAfterFinishSeconds",
+    ),
 ]

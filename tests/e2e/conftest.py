@@ -75,6 +75,15 @@ def job_ns(real_node_cluster, lorarl_operator):
 
 
 @pytest.fixture
+def kueue_on_node(real_node_cluster):
+    """The session's real node with Kueue beside it (started because a selected test uses this
+    fixture: lorarl_dev.pytest_plugin.real_node_cluster), its ResourceFlavor ``mi355x``."""
+    if not real_node_cluster.kueue:
+        pytest.skip("Kueue is not running beside the real node")
+    return real_node_cluster
+
+
+@pytest.fixture
 def flux_owns_the_operator(real_node_cluster, node_images):
     """The operator that Flux installs from manifests/install is the only one for one test: the
     bundle has the chart's names (release "lorarl" in lorarl-system, all namespaces), so the

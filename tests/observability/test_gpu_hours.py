@@ -171,3 +171,35 @@ def test_a_finished_job_stays_whole_while_its_pods_hold_gpus():
     assert recorded_holding(st) and not settled_finished({"metadata": {"generation": 1}, "status": st})
     st = status_after(st, account(st, [], {}, at("2026-12-01T11:01:00Z")))
     assert not recorded_holding(st) and settled_finished({"metadata": {"generation": 1}, "status": st})
+
+
+def _run_ended_and_cluster_deleted(deleted_at: str, grace_end: str):
+    """The seed job's head from its scheduling (10:00:00) through the run's end (KubeRay's
+    endTime 11:00:00) to the deletion of its RayCluster at ``deleted_at``: the pod being deleted
+    (Ray's container outlives its SIGTERM to the end of the grace period, ``grace_end``), then
+    gone, its last state delivered with the DELETED event. Returns the settled status."""
+    st = status_after({}, account({}, [head_pod(uid="h1")], {}, at("2026-12-01T10:59:30Z")))  # training
+    st = status_after(st, account(st, [head_pod(uid="h1")], {}, at("2026-12-01T11:00:00Z")))  # the run ends
+    deleting = head_pod(uid="h1", deleting=grace_end)
+    after_delete = at(deleted_at) + 2
+    usage = account(st, [deleting], {}, after_delete)
+    assert usage.holding and usage.total == round(8 * (after_delete - at(T0)) / 3600, 4)  # held until it is released
+    st = status_after(st, usage)
+    last = head_pod(uid="h1", phase="Failed", finished=grace_end, deleting=grace_end)
+    usage = account(st, [], {"h1": last}, at(grace_end) + 1)
+    assert not usage.holding and usage.folded == {"h1"}
+    return status_after(st, usage)
+
+
+def test_a_finished_jobs_hours_run_to_the_release_of_its_gpus_not_to_the_trainers_end_nor_a_kept_cluster():
+    """issue 36: KubeRay deletes the RayCluster at the run's end (runPolicy.holdGpusAfterFinishSeconds
+    0): the hours are the GPUs' allocation, from scheduling to the pod's release after the end."""
+    released = _run_ended_and_cluster_deleted("2026-12-01T11:00:01Z", "2026-12-01T11:00:31Z")
+    hours = released["progress"]["gpuHours"]
+    assert hours == round(8 * (3600 + 31) / 3600, 4)  # to the release, 31 s after the end
+    assert hours > 8 * (3600 - 12 * 60) / 3600  # more than the trainer's time (it started 10:12 after the download)
+    assert not recorded_holding(released)
+    # the cluster kept 600 s (holdGpusAfterFinishSeconds: 600, the old default): those idle minutes count, as they cost
+    kept = _run_ended_and_cluster_deleted("2026-12-01T11:10:00Z", "2026-12-01T11:10:30Z")
+    assert kept["progress"]["gpuHours"] == round(8 * (3600 + 630) / 3600, 4)
+    assert abs(kept["progress"]["gpuHours"] - hours - 8 * 599 / 3600) < 1e-3  # 8 GPUs x ~10 idle minutes

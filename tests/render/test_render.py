@@ -255,3 +255,20 @@ def test_the_tools_image_defaults_to_the_charts_image_of_this_version():
     head, _ = head_and_workers(seed_doc(), tools=DEFAULT_TOOLS_IMAGE)
     assert head["initContainers"][0]["image"] == f"ghcr.io/lorarl/lorarl-operator:{__version__}" == DEFAULT_TOOLS_IMAGE
     assert render.render(job_from(seed_doc())) == render.render(job_from(seed_doc()), RenderSettings())
+
+
+def test_the_finished_cluster_and_its_gpus_go_at_once_unless_held_on_purpose():
+    """issue 36: KubeRay deletes the RayCluster ttlSecondsAfterFinished after the run's end
+    (shutdownAfterJobFinishes): 0 by default; runPolicy.holdGpusAfterFinishSeconds keeps it, and
+    the deprecated runPolicy.ttlSecondsAfterFinished still means the same when it is the one given."""
+
+    def kept(run_policy):
+        spec = by_kind(render.render(job_from(with_spec(runPolicy=run_policy))))["RayJob"]["spec"]
+        assert spec["shutdownAfterJobFinishes"] is True
+        return spec["ttlSecondsAfterFinished"]
+
+    assert kept({}) == 0
+    assert kept({"holdGpusAfterFinishSeconds": 300}) == 300
+    assert kept({"ttlSecondsAfterFinished": 600}) == 600  # an older manifest, or a job stored with the old default
+    assert kept({"ttlSecondsAfterFinished": 120, "holdGpusAfterFinishSeconds": 120}) == 120
+    assert kept({"ttlSecondsAfterFinished": 0}) == 0

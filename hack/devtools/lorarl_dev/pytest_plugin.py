@@ -185,7 +185,13 @@ def real_node_cluster(request):
     request.config.stash[REAL_NODE_BASELINE] = realnode.machine_snapshot()
     # Flux where its binaries are built (a test that needs it skips on cp.flux, naming the build)
     flux = flux_missing() is None
-    with started("the real node", ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X", kuberay_operator=True, flux=flux)) as cp:
+    # Kueue (its webhooks on RayJobs and its own kinds only) when a selected test asks for it
+    # (the fixture ``kueue_on_node``), with the objects of ``kueue_cluster``
+    kueue = any("kueue_on_node" in getattr(item, "fixturenames", ()) for item in request.session.items)
+    node = ControlPlane(verbose=True, node=True, gpus=REAL_NODE_GPUS, node_profile="MI355X", kuberay_operator=True, flux=flux, kueue=kueue)
+    with started("the real node", node) as cp:
+        if kueue:
+            install_kueue_objects(cp)
         yield cp
 
 

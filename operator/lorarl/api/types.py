@@ -991,8 +991,19 @@ class ServeSpec(ApiModel):
 # ------------------------------------------------------------------------------ run and health
 
 
+HOLD_GPUS_RULES = [
+    cel(
+        "!has(self.ttlSecondsAfterFinished) || self.holdGpusAfterFinishSeconds == 0 || self.holdGpusAfterFinishSeconds == self.ttlSecondsAfterFinished",
+        "runPolicy.ttlSecondsAfterFinished is the deprecated name of runPolicy.holdGpusAfterFinishSeconds: give one of them",
+        field_path=".ttlSecondsAfterFinished",
+    )
+]
+
+
 class RunPolicy(ApiModel):
     """How the RayJob runs: image, deadlines, retries, cleanup."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": HOLD_GPUS_RULES})
 
     image: str | None = Field(None, max_length=512, pattern=IMAGE, description="Training image override; default: the profile's miles image.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Image pull policy of the Ray containers.")
@@ -1015,8 +1026,21 @@ class RunPolicy(ApiModel):
         description="RayJob retries after a failed run (each retry is a new RayCluster; with checkpoint.resume it continues from the latest checkpoint).",
     )
     submitter_backoff_limit: int = Field(2, ge=0, le=10, description="Retries of the submitter Job (KubeRay submitterConfig.backoffLimit).")
-    ttl_seconds_after_finished: int = Field(
-        600, ge=0, le=2147483647, description="Seconds the finished RayCluster is kept for inspection before KubeRay deletes it."
+    hold_gpus_after_finish_seconds: int = Field(
+        0,
+        ge=0,
+        le=2147483647,
+        description="Keep the finished run's RayCluster, its pods and the GPUs they hold, this many seconds after the run "
+        "ends (Succeeded or Failed), e.g. to kubectl exec into the head; the GPUs stay allocated to this job meanwhile (and "
+        "count in status.progress.gpuHours), so no other job can use them. Default 0: KubeRay deletes the RayCluster as "
+        "soon as the RayJob finishes; the trainer's log stays readable with `lorarl logs` and the status keeps the metrics.",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        None,
+        ge=0,
+        le=2147483647,
+        description="Deprecated: the old name of holdGpusAfterFinishSeconds (its default was 600 s of idle GPUs; the "
+        "default is now 0). When set, the finished RayCluster and its GPUs are still kept this long. Not both.",
     )
     run_as_user: int | None = Field(
         None,
@@ -1026,6 +1050,13 @@ class RunPolicy(ApiModel):
         "then the Ray pods meet Pod Security restricted. The image must let that user read the trainer and "
         "write HOME and /tmp (docs/security.md#pods). Default: the image's user (root in the miles images).",
     )
+
+    def hold_gpus_seconds(self) -> int:
+        """Seconds KubeRay keeps the finished RayCluster (its ttlSecondsAfterFinished): the new field,
+        else the deprecated one's value, else 0 (the CRD's rule refuses two different values)."""
+        if self.hold_gpus_after_finish_seconds or self.ttl_seconds_after_finished is None:
+            return self.hold_gpus_after_finish_seconds
+        return self.ttl_seconds_after_finished
 
 
 class SchedulingSpec(ApiModel):

@@ -656,9 +656,14 @@ def rayjob(job: LoraRLJob, tools_image: str = DEFAULT_SETTINGS.tools_image) -> d
             "entrypoint": command.entrypoint(job),
             "runtimeEnvYAML": runtime_env_yaml(job),
             "submissionMode": "K8sJobMode",
-            # Required by suspend, Kueue and TTL; frees the GPUs when the run ends.
+            # Required by suspend and Kueue; with it KubeRay deletes the RayCluster (every pod that
+            # holds a GPU) ttlSecondsAfterFinished after the RayJob's end, and keeps the submitter
+            # Job, whose pod's log `lorarl logs` reads (KubeRay v1.5.1 rayjob_controller.go
+            # 1311-1354, handleShutdownAfterJobFinishes; its end comes only once the submitter has
+            # finished, 319-324, so the log is whole). Default 0: the GPUs are free at the run's
+            # end; runPolicy.holdGpusAfterFinishSeconds keeps them, at their cost.
             "shutdownAfterJobFinishes": True,
-            "ttlSecondsAfterFinished": run.ttl_seconds_after_finished,
+            "ttlSecondsAfterFinished": run.hold_gpus_seconds(),
             # Ends runs stuck in Initializing (image pulls, crash-looping head) too.
             "activeDeadlineSeconds": run.active_deadline_seconds,
             "backoffLimit": run.backoff_limit,
