@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -22,6 +21,7 @@ import urllib.request
 import pytest
 import yaml
 from lorarl_dev.controlplane import ensure_binaries
+from lorarl_dev.venvs import cached_venv
 
 from tests.helpers import REPO, doc_table
 
@@ -83,14 +83,8 @@ def test_bandit_would_catch_a_finding(tmp_path):
 @pytest.fixture(scope="session")
 def checkov(tmp_path_factory) -> pathlib.Path:
     """checkov, pinned, in a virtualenv of its own (its pins would downgrade the test venv's
-    packaging and cyclonedx); built once under ~/.cache/lorarl."""
-    venv = pathlib.Path.home() / ".cache" / "lorarl" / f"checkov-{CHECKOV_VERSION}"
-    binary = venv / "bin" / "checkov"
-    if not binary.exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", f"checkov=={CHECKOV_VERSION}"], check=True, timeout=1800)
-    return binary
+    packaging and cyclonedx); built once under ~/.cache/lorarl/venvs."""
+    return cached_venv(f"checkov-{CHECKOV_VERSION}", f"checkov=={CHECKOV_VERSION}") / "bin" / "checkov"
 
 
 def run_checkov(checkov: pathlib.Path, config: pathlib.Path, target: pathlib.Path) -> dict:

@@ -4,7 +4,6 @@ prepare.sh downloading the seed's three inputs from it for the trainer stand-in.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import pathlib
 import re
@@ -17,6 +16,7 @@ import urllib.request
 import pytest
 from lorarl.job import render
 from lorarl_dev import hubstub
+from lorarl_dev.venvs import cached_venv
 
 from tests.helpers import REPO, job_from, seed_doc
 from tests.standins.standin_lib import mapped, rendered_argv, run_trainer
@@ -39,17 +39,8 @@ def image_hf_version() -> str:
 
 
 def hf_cli_of(version: str) -> str:
-    """The hf CLI of one huggingface_hub release, in a venv cached under ~/.cache/lorarl/hf-cli/<version>."""
-    venv = pathlib.Path.home() / ".cache/lorarl/hf-cli" / version
-    hf = venv / "bin" / "hf"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time (parallel test runs)
-        if not hf.exists():
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            subprocess.run([str(venv / "bin/pip"), "install", "-q", f"huggingface_hub=={version}"], check=True, timeout=900)
-    return str(hf)
+    """The hf CLI of one huggingface_hub release, in a venv cached under ~/.cache/lorarl/venvs/hf-cli-<version>."""
+    return str(cached_venv(f"hf-cli-{version}", f"huggingface_hub=={version}", timeout=900) / "bin" / "hf")
 
 
 @pytest.fixture(scope="module", params=["test-venv", "job-image"])

@@ -7,22 +7,15 @@ from __future__ import annotations
 import hashlib
 import pathlib
 import subprocess
-import sys
 
-from lorarl_dev.controlplane import cache_root
+from lorarl_dev.venvs import cached_venv
 
 REQUIREMENTS = pathlib.Path(__file__).resolve().parents[3] / "hack/image/exporter-requirements.txt"
 
 
 def python() -> pathlib.Path:
     digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
-    venv = cache_root() / "venvs" / f"exporter-{digest}"
-    interpreter = venv / "bin/python3"
-    if not (venv / ".installed").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(interpreter), "-m", "pip", "install", "--quiet", "--no-deps", "-r", str(REQUIREMENTS)], check=True, timeout=1800)
-        (venv / ".installed").touch()
-    return interpreter
+    return cached_venv(f"exporter-{digest}", "--no-deps", "-r", str(REQUIREMENTS)) / "bin/python3"
 
 
 def package_dir(name: str) -> pathlib.Path:

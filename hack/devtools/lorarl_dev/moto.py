@@ -11,24 +11,18 @@ import os
 import pathlib
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from lorarl_dev.controlplane import free_port
+from lorarl_dev.venvs import cached_venv
 
 VERSION = "5.2.5"
 
 
 def python() -> pathlib.Path:
     """The interpreter of the venv holding moto[server] (and with it botocore)."""
-    venv = pathlib.Path.home() / ".cache/lorarl/venvs" / f"moto-{VERSION}"
-    interpreter = venv / "bin/python3"
-    if not (venv / ".installed").exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(interpreter), "-m", "pip", "install", "--quiet", f"moto[server]=={VERSION}"], check=True, timeout=1800)
-        (venv / ".installed").touch()
-    return interpreter
+    return cached_venv(f"moto-{VERSION}", f"moto[server]=={VERSION}") / "bin/python3"
 
 
 def client_env(endpoint: str, key_id: str, secret: str) -> dict[str, str]:
