@@ -1,5 +1,5 @@
 """The Hub stand-in, driven by the real ``hf`` CLI of two huggingface_hub releases (the test
-venv's 2.x, and the job image's pin in a venv cached under ~/.cache/lorarl/hf-cli), and the real
+venv's 2.x, and the job image's pin in a venv cached under ~/.cache/lorarl/venvs), and the real
 prepare.sh downloading the seed's three inputs from it for the trainer stand-in."""
 
 from __future__ import annotations
