@@ -380,6 +380,9 @@ def test_the_export_pods_reach_dns_and_their_destinations_ports_only():
     assert not allows(policy, "203.0.113.9", 22) and not allows(policy, "203.0.113.9", 80)
     assert not allows(policy, "169.254.169.254", 443) and not allows(policy, "10.96.0.1", 443)  # metadata, kubernetes.default.svc
     assert not allows(policy, "10.244.1.1", 9000) and allows(policy, "10.96.7.7", 9000)  # the cluster's pods; an allowed range
+    inside = exporting_job()
+    inside.spec.export.destinations[1].oci.repository = "10.96.0.9:5000/team/x"  # a literal the pod refuses too
+    assert not allows(export_job.egress_policy(inside, settings), "10.96.0.9", 5000)
     assert not allows(policy, "fd00:10::1", 443) and not allows(policy, "fe80::1", 443) and allows(policy, "2001:db8::1", 443)
 
 

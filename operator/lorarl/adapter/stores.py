@@ -339,8 +339,10 @@ class HubStore:
 def _hub_same_host_redirects(huggingface_hub) -> None:
     """huggingface_hub's client (one per process, from its client factory) with the response
     hook of ``_httpx_same_host_redirects``; a huggingface_hub without the factory is left as is."""
-    from huggingface_hub.utils import _http
-
+    try:
+        from huggingface_hub.utils import _http
+    except ImportError:
+        return
     default = getattr(_http, "default_client_factory", None)
     if default is None or not hasattr(huggingface_hub, "set_client_factory"):
         return

@@ -218,8 +218,11 @@ def egress_policy(job: LoraRLJob, component: str, targets: list[tuple[str, int]]
     rules: list[dict[str, Any]] = []
     if targets:
         rules.append({"ports": [dict(p) for p in DNS_PORTS]})
+    pods = egress.Policy(egress.parse_cidrs(settings.refused_cidrs), egress.parse_cidrs(settings.allowed_cidrs))
     for host, port in sorted(set(targets)):
         ip = _literal_ip(host)
+        if ip is not None and pods.why_refused(str(ip)):
+            continue  # an address the pod refuses too (the cluster's own, not allowed): no way there
         to = [{"ipBlock": {"cidr": str(ipaddress.ip_network(ip))}}] if ip is not None else outside_peers(settings)
         rules.append({"to": to, "ports": [{"protocol": "TCP", "port": port}]})
     return {

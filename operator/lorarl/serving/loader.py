@@ -86,7 +86,7 @@ def _call(url: str, path: str, body: dict | None, key: str | None, timeout: floa
         return status, raw.decode("utf-8", "replace")
 
 
-def _refusal(path: str, status: int, body: object, key: str | None) -> Refused:
+def _refusal(path: str, status: int, body: object) -> Refused:
     if 300 <= status < 400:
         return Refused("Redirected", f"POST {path} answered HTTP {status}, a redirect: the loader follows none; set spec.serve.url to the server itself")
     if status in (401, 403):
@@ -103,7 +103,7 @@ def _post(url: str, path: str, body: dict, key: str | None) -> dict:
     status, answer = _call(url, path, body, key)
     if status == 200 and isinstance(answer, dict) and answer.get("success") is True:
         return answer
-    raise _refusal(path, status, answer, key)
+    raise _refusal(path, status, answer)
 
 
 def already_loaded(err: Refused, name: str) -> bool:
