@@ -563,6 +563,25 @@ def end_export_pod(kube, namespace: str, pod, message: str, ok: bool, container_
     k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(pod.metadata.name, namespace, body)
 
 
+def outward_address() -> str:
+    """This machine's address on its default route (no packet is sent): a server there is not on
+    loopback, which the export and load pods refuse (lorarl.adapter.egress); skips without one."""
+    import ipaddress
+    import socket
+
+    import pytest
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+        except OSError:
+            pytest.skip("no address off loopback here (the load pod refuses loopback)")
+        address = s.getsockname()[0]
+    if ipaddress.ip_address(address).is_loopback:
+        pytest.skip("no address off loopback here (the load pod refuses loopback)")
+    return address
+
+
 def start_sglang_standin(directory: pathlib.Path, *args: str, host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:
     """The SGLang stand-in (lorarl_dev/sglangstub.py) as a process on ``host``, on a free port:
     (process, base URL). The caller terminates it."""

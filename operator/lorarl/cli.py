@@ -15,9 +15,10 @@ import click
 
 from . import __version__, curves, follow
 from .adapter import cli as adapter_cli
+from .adapter import egress
 from .api import types as api
 from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
-from .job.settings import DEFAULT_KUBERAY_POD_LABELS, DEFAULT_TOOLS_IMAGE, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
+from .job.settings import DEFAULT_KUBERAY_POD_LABELS, DEFAULT_TOOLS_IMAGE, EgressSettings, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
 from .serving import cli as serve_cli
 
 
@@ -214,6 +215,24 @@ def crd() -> None:
     metavar="K=V,...",
     help="The labels of KubeRay's operator's pods, for the NetworkPolicy ('': every pod of those namespaces).",
 )
+@click.option(
+    "--egress-network-policy/--no-egress-network-policy",
+    default=True,
+    show_default=True,
+    help="With --network-policy, also render the export and load Jobs' egress NetworkPolicies: DNS and their destinations' ports only (docs/security.md).",
+)
+@click.option(
+    "--cluster-cidrs",
+    default="",
+    metavar="CIDR,...",
+    help="The cluster's Service and pod CIDRs: the export and load pods refuse to connect there, their egress policies except them ('': none known).",
+)
+@click.option(
+    "--allowed-internal-cidrs",
+    default="",
+    metavar="CIDR,...",
+    help="Ranges of --cluster-cidrs the export and load pods may reach all the same (e.g. an in-cluster SGLang server's Service and pods).",
+)
 @TOOLS_IMAGE
 @click.option("--workers", default=DEFAULT_WORKERS, show_default=True, type=click.IntRange(1, 128), help="Reconcile worker threads (API requests in flight).")
 @click.option("--log-format", type=click.Choice(["json", "plain", "full"]), default="json", show_default=True)
@@ -236,6 +255,9 @@ def run(
     network_policy: bool,
     kuberay_operator_namespace_labels: str,
     kuberay_operator_pod_labels: str,
+    egress_network_policy: bool,
+    cluster_cidrs: str,
+    allowed_internal_cidrs: str,
     tools_image: str,
     workers: int,
     log_format: str,
@@ -265,9 +287,15 @@ def run(
             probes.parse(liveness)
         except ValueError as err:
             raise click.UsageError(str(err)) from None
-    settings = RenderSettings(tools_image=_tools_image(tools_image))
     try:
-        policy = NetworkPolicySettings(network_policy, parse_labels(kuberay_operator_namespace_labels), parse_labels(kuberay_operator_pod_labels))
+        egress_settings = EgressSettings(*(tuple(str(n) for n in egress.parse_cidrs(text)) for text in (cluster_cidrs, allowed_internal_cidrs)))
+    except ValueError as err:
+        raise click.UsageError(f"--cluster-cidrs / --allowed-internal-cidrs: {err}") from None
+    settings = RenderSettings(tools_image=_tools_image(tools_image), egress=egress_settings)
+    try:
+        policy = NetworkPolicySettings(
+            network_policy, egress_network_policy, parse_labels(kuberay_operator_namespace_labels), parse_labels(kuberay_operator_pod_labels)
+        )
     except ValueError as err:
         raise click.UsageError(f"--kuberay-operator-*-labels: {err}") from None
     election = None

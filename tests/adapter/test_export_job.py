@@ -25,7 +25,7 @@ def job(namespace="ml"):
     doc = saves.tiny_job_doc(
         export={
             "destinations": [
-                {"s3": {"bucket": "adapters", "endpoint": "http://127.0.0.1:9000", "credentialsSecretName": SECRET}},
+                {"s3": {"bucket": "adapters", "endpoint": "http://minio.data:9000", "credentialsSecretName": SECRET}},
                 {"claim": {"claimName": "served", "path": "team/"}},
             ]
         }
@@ -36,7 +36,7 @@ def job(namespace="ml"):
 
 
 def test_the_zipapp_exports_with_the_standard_library_alone(tmp_path):
-    cm, _ = export_job.children(job())
+    _, cm, _ = export_job.children(job())
     app = tmp_path / "exporter.pyz"
     app.write_bytes(base64.b64decode(cm["binaryData"]["exporter.pyz"]))
     plan = json.loads(cm["data"]["plan.json"])
@@ -59,7 +59,7 @@ def test_the_zipapp_exports_with_the_standard_library_alone(tmp_path):
 
 
 def test_the_s3_keys_reach_the_pod_as_secret_references_only():
-    _, j = export_job.children(job())
+    *_, j = export_job.children(job())
     pod = j["spec"]["template"]["spec"]
     env = pod["containers"][0]["env"]
     refs = [e["valueFrom"]["secretKeyRef"] for e in env if "valueFrom" in e]
@@ -74,7 +74,7 @@ def test_the_hub_token_reaches_the_pod_as_a_secret_reference_only_and_xet_is_off
     doc = saves.tiny_job_doc(
         export={"destinations": [{"hub": {"repo": "team/tiny-lora", "tokenSecretRef": {"name": "hub-rw", "key": "token"}}}, {"claim": {"claimName": "c"}}]}
     )
-    env = export_job.children(api.LoraRLJob.model_validate(doc))[1]["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = export_job.children(api.LoraRLJob.model_validate(doc))[-1]["spec"]["template"]["spec"]["containers"][0]["env"]
     token = [e for e in env if e["name"] == "LORARL_EXPORT_0_HF_TOKEN"]
     assert token == [{"name": "LORARL_EXPORT_0_HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-rw", "key": "token"}}}]
     assert {"name": "HF_HUB_DISABLE_XET", "value": "1"} in env  # the protocol the tests exercise (docs/adapters.md)
@@ -83,7 +83,7 @@ def test_the_hub_token_reaches_the_pod_as_a_secret_reference_only_and_xet_is_off
 
 @pytest.mark.controlplane
 def test_the_api_server_admits_the_export_children(kube_api, namespace):
-    cm, j = export_job.children(job(namespace))
+    _, cm, j = export_job.children(job(namespace))
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tiny-lora-export-probe", "namespace": namespace}, "spec": j["spec"]["template"]["spec"]}
     for obj in (cm, j, pod):
         answer = dry_run_apply(kube_api, obj)

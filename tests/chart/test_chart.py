@@ -371,3 +371,34 @@ def test_notes_say_how_to_get_an_image_and_name_no_url_that_may_not_exist(helm):
     assert "No operator image is published" not in mine
     readme = (CHART / "README.md").read_text()
     assert "No operator image is published" in readme and "--set image.repository=REGISTRY/lorarl-operator" in readme
+
+
+@needs_helm
+def test_security_values_reach_the_operators_flags(helm):
+    """security.clusterCIDRs / allowedInternalCIDRs become --cluster-cidrs / --allowed-internal-cidrs
+    (none by default: no range is knowable offline); networkPolicy.egress=false, --no-egress-network-policy."""
+
+    def args(*values):
+        [container] = pick(helm.render(*values), "Deployment")["spec"]["template"]["spec"]["containers"]
+        return container["args"]
+
+    default = args()
+    assert not [a for a in default if a in ("--cluster-cidrs", "--allowed-internal-cidrs", "--no-egress-network-policy")]
+    given = args(
+        "--set-json",
+        'security={"clusterCIDRs": ["10.96.0.0/12", "10.244.0.0/16"], "allowedInternalCIDRs": ["10.96.7.7/32"]}',
+        "--set",
+        "networkPolicy.egress=false",
+    )
+    assert given[given.index("--cluster-cidrs") + 1] == "10.96.0.0/12,10.244.0.0/16"
+    assert given[given.index("--allowed-internal-cidrs") + 1] == "10.96.7.7/32"
+    assert "--no-egress-network-policy" in given
+    with pytest.raises(Exception, match="clusterCIDRs"):
+        helm.render("--set-json", 'security={"clusterCIDRs": ["kubernetes.default.svc"]}')
+
+
+def test_the_operator_refuses_a_bad_cidr_flag():
+    from tests.helpers import lorarl_cli
+
+    out = lorarl_cli("run", "-A", "--cluster-cidrs", "10.96.0.0/12,nonsense")
+    assert out.exit_code == 2 and "'nonsense': not an IPv4 or IPv6 CIDR" in out.stderr, out.stderr

@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 
-from . import package, stores
+from . import egress, package, stores
 
 CLAIM_MOUNT_ROOT = "/lorarl/export"  # destination i's claim is mounted at <root>/<i> in the export pod
 AUTH_MOUNT_ROOT = "/lorarl/export-auth"  # destination i's dockerconfigjson Secret at <root>/<i>/config.json
@@ -55,7 +55,7 @@ def destination_store(
         config = os.path.join(auth_root, str(index), "config.json") if oci.get("credentialsSecretName") else None
         reference = f"{oci['repository']}:{oci.get('tag') or oci_tag(plan, rollout)}"
         try:
-            return stores.OciStore(reference, plain_http=bool(oci.get("plainHttp")), docker_config=config, created=created)
+            return stores.OciStore(reference, plain_http=bool(oci.get("plainHttp")), docker_config=config, created=created, same_host_redirects=True)
         except stores.StoreError as err:
             raise package.Refused("DestinationFailed", f"spec.export.destinations[{index}].oci: {err}") from None
     if "hub" in dest:
@@ -63,18 +63,47 @@ def destination_store(
         job = plan["job"]
         message = f"lorarl export of {job['namespace']}/{job['name']}, rollout {rollout}"
         try:
-            return stores.HubStore(hub["repo"], hub.get("revision", "main"), token=env.get(hub_token_env(index)), endpoint=hub.get("endpoint"), message=message)
+            return stores.HubStore(
+                hub["repo"],
+                hub.get("revision", "main"),
+                token=env.get(hub_token_env(index)),
+                endpoint=hub.get("endpoint"),
+                message=message,
+                same_host_redirects=True,
+            )
         except stores.StoreError as err:
             raise package.Refused("DestinationFailed", f"spec.export.destinations[{index}].hub: {err}") from None
     raise package.Refused("DestinationFailed", f"spec.export.destinations[{index}]: none of s3, claim, oci, hub")
 
 
+def check_destinations(plan: dict, policy: egress.Policy) -> None:
+    """Refuse, before any work, a destination whose host resolves into a range the pod refuses
+    (egress.py); every later connection is checked too (``egress.install``)."""
+    for index, dest in enumerate(plan["destinations"]):
+        for host, port in egress.destination_hosts(dest):
+            try:
+                policy.check_host(host, port)
+            except egress.EgressRefused as err:
+                kind = next((k for k in ("s3", "oci", "hub") if k in dest), "destination")
+                raise package.Refused("DestinationRefused", f"spec.export.destinations[{index}].{kind}: {err}") from None
+
+
 def run(
-    plan: dict, status: dict, save_root: str, now: datetime.datetime, claim_root: str = CLAIM_MOUNT_ROOT, env=None, auth_root: str = AUTH_MOUNT_ROOT
+    plan: dict,
+    status: dict,
+    save_root: str,
+    now: datetime.datetime,
+    claim_root: str = CLAIM_MOUNT_ROOT,
+    env=None,
+    auth_root: str = AUTH_MOUNT_ROOT,
+    policy: egress.Policy | None = None,
 ) -> dict:
-    """Export; returns the report (``ok`` true with the adapter's status fields, or the reason)."""
+    """Export; returns the report (``ok`` true with the adapter's status fields, or the reason).
+    With ``policy``, the destinations' hosts are checked first (``check_destinations``)."""
     env = os.environ if env is None else env
     try:
+        if policy is not None:
+            check_destinations(plan, policy)
         with tempfile.TemporaryDirectory(prefix="lorarl-export-") as tmp:
             pkg = package.build(plan, status, save_root, os.path.join(tmp, "adapter"), now)
             created = pkg.manifest["exportTime"]
@@ -133,7 +162,13 @@ def main(argv: list[str]) -> int:
     if args.status:
         with open(args.status, encoding="utf-8") as f:
             status = json.load(f)
-    report = run(plan, status, args.save_root, datetime.datetime.now(datetime.UTC), claim_root=args.claim_root)
+    try:
+        policy = egress.Policy.from_env()
+    except ValueError as err:
+        report = {"ok": False, "reason": "BadEgressPolicy", "message": f"the pod's egress ranges: {err}"}
+    else:
+        egress.install(policy)  # every connection of the process, redirects and upload URLs included
+        report = run(plan, status, args.save_root, datetime.datetime.now(datetime.UTC), claim_root=args.claim_root, policy=policy)
     line = termination_message(report)
     try:
         with open(args.termination_log, "w", encoding="utf-8") as f:

@@ -15,7 +15,40 @@ from typing import BinaryIO, Protocol
 
 
 class StoreError(Exception):
-    """The store refused or could not be reached; the message names no credential."""
+    """The store refused or could not be reached; the message names no credential, and no text
+    of the server's beyond an HTTP status and an error code from a fixed list (issue 35: an
+    endpoint is the job author's choice, the message goes to the job's status)."""
+
+
+# The error codes a message may name, as S3 (its XML <Code>) and the Hub (X-Error-Code) give them:
+# any other code a server sends is not repeated (it could be any text of any server's).
+S3_ERROR_CODES = frozenset(
+    {
+        "AccessDenied", "AccountProblem", "AllAccessDisabled", "BadDigest", "BucketAlreadyExists", "BucketAlreadyOwnedByYou",
+        "EntityTooLarge", "ExpiredToken", "InternalError", "InvalidAccessKeyId", "InvalidArgument", "InvalidBucketName",
+        "InvalidObjectState", "InvalidRequest", "InvalidToken", "KeyTooLongError", "MissingContentLength", "NoSuchBucket",
+        "NoSuchKey", "NoSuchUpload", "NotImplemented", "PermanentRedirect", "PreconditionFailed", "QuotaExceeded",
+        "RequestTimeTooSkewed", "RequestTimeout", "ServiceUnavailable", "SignatureDoesNotMatch", "SlowDown",
+        "TemporaryRedirect", "TokenRefreshRequired", "XAmzContentSHA256Mismatch",
+    }
+)  # fmt: skip
+HUB_ERROR_CODES = frozenset({"RepoNotFound", "RevisionNotFound", "EntryNotFound", "GatedRepo", "DisabledRepo", "BucketNotFound"})
+
+
+def known_code(code: object, known: frozenset[str]) -> str | None:
+    return code if isinstance(code, str) and code in known else None
+
+
+def refuse_cross_host_redirect(response_url: str, location: str | None) -> str | None:
+    """Why a redirect is not followed (another host, or another scheme or port), or None to follow it."""
+    import urllib.parse
+
+    if not location:
+        return None
+    here, there = urllib.parse.urlsplit(response_url), urllib.parse.urlsplit(urllib.parse.urljoin(response_url, location))
+    if (here.scheme, here.hostname, here.port) != (there.scheme, there.hostname, there.port):
+        return "the server redirected to another host: the export follows redirects on the same host only"
+    return None
 
 
 class Store(Protocol):
@@ -49,8 +82,11 @@ class S3Store:
         self._errors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
 
     def _fail(self, what: str, err: Exception) -> StoreError:
-        code = getattr(err, "response", {}).get("Error", {}).get("Code") if hasattr(err, "response") else None
-        return StoreError(f"{what} s3://{self.bucket}/{self.prefix}: {code or type(err).__name__}")
+        response = getattr(err, "response", None) if isinstance(getattr(err, "response", None), dict) else {}
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        code = known_code((response.get("Error") or {}).get("Code"), S3_ERROR_CODES)
+        said = " ".join(x for x in (f"HTTP {status}" if status else "", code or "") if x)
+        return StoreError(f"{what} s3://{self.bucket}/{self.prefix}: {said or type(err).__name__}")
 
     def put(self, name: str, path: str) -> None:
         try:
@@ -94,7 +130,9 @@ class OciStore:
     """``registry/repository:tag`` through oras-py's Registry (its blob upload, manifest upload and
     docker-config authentication; https unless ``plain_http``, as `oras --plain-http`)."""
 
-    def __init__(self, reference: str, plain_http: bool = False, docker_config: str | None = None, created: str | None = None):
+    def __init__(
+        self, reference: str, plain_http: bool = False, docker_config: str | None = None, created: str | None = None, same_host_redirects: bool = False
+    ):
         try:
             import oras.provider
             import requests
@@ -105,6 +143,9 @@ class OciStore:
         self.reference, self.uri = reference, oci_uri(reference)
         self._created = created
         self._registry = oras.provider.Registry(insecure=plain_http)
+        session = getattr(self._registry, "session", None)
+        if same_host_redirects and isinstance(session, requests.Session):
+            session.hooks.setdefault("response", []).append(_requests_same_host_redirects)
         try:
             self._container = self._registry.get_container(reference)
         except ValueError:
@@ -118,6 +159,8 @@ class OciStore:
     def _fail(self, what: str, err: Exception) -> StoreError:
         response = getattr(err, "response", None)
         code = f"HTTP {response.status_code}" if response is not None else type(err).__name__
+        if err.args and isinstance(err.args[0], str) and err.args[0].startswith("the server redirected"):
+            code += f": {err.args[0]}"  # ours (_requests_same_host_redirects), not the server's
         return StoreError(f"{what} {self.uri}: {code}")
 
     def _check(self, response) -> None:
@@ -180,6 +223,26 @@ class OciStore:
         return response.raw
 
 
+def _requests_same_host_redirects(response, *args, **kwargs):
+    """A requests response hook: a redirect to another host is an error, not followed (the
+    hook runs on each response before requests follows it)."""
+    import requests
+
+    if response.is_redirect and (why := refuse_cross_host_redirect(response.url, response.headers.get("Location"))):
+        raise requests.HTTPError(why, response=response)
+    return response
+
+
+class RedirectRefused(OSError):
+    pass
+
+
+def _httpx_same_host_redirects(response) -> None:
+    """The same, as an httpx response event hook (huggingface_hub's client)."""
+    if response.has_redirect_location and (why := refuse_cross_host_redirect(str(response.url), response.headers.get("Location"))):
+        raise RedirectRefused(why)
+
+
 # hf://<repo>@<revision>: huggingface_hub's own URI form (HfFileSystem, hf_file_system.py:379-385),
 # with the commit id as the revision, so the URI names the exported files and nothing later.
 HUB_SCHEME = "hf://"
@@ -207,7 +270,15 @@ class HubStore:
     ``hf://<repo>`` look). Reading is ``hf_hub_download`` at the revision, into a directory of
     the store's. The token is passed to the client, never put in a message."""
 
-    def __init__(self, repo: str, revision: str = "main", token: str | None = None, endpoint: str | None = None, message: str = "lorarl export"):
+    def __init__(
+        self,
+        repo: str,
+        revision: str = "main",
+        token: str | None = None,
+        endpoint: str | None = None,
+        message: str = "lorarl export",
+        same_host_redirects: bool = False,
+    ):
         try:
             import httpx2
             import huggingface_hub
@@ -220,6 +291,8 @@ class HubStore:
         self._token = token if token else None
         self._endpoint = endpoint
         self._message = message
+        if same_host_redirects:
+            _hub_same_host_redirects(huggingface_hub)
         self._api = huggingface_hub.HfApi(endpoint=endpoint, token=self._token)
         self._adds: list = []
         self._downloads: tempfile.TemporaryDirectory | None = None
@@ -229,11 +302,14 @@ class HubStore:
         while cause.__cause__ is not None and getattr(cause, "response", None) is None:
             cause = cause.__cause__  # the upload's RuntimeError wraps the HTTP error
         response = getattr(cause, "response", None)
-        if response is not None:
+        if isinstance(cause, RedirectRefused):
+            code = str(cause)
+        elif response is not None:
             code = f"HTTP {response.status_code}"
-            detail = response.headers.get("X-Error-Code") or {401: "the token is missing or invalid", 403: "the token may not write there"}.get(
-                response.status_code
-            )
+            detail = known_code(response.headers.get("X-Error-Code"), HUB_ERROR_CODES) or {
+                401: "the token is missing or invalid",
+                403: "the token may not write there",
+            }.get(response.status_code)
             code += f" ({detail})" if detail else ""
         else:
             code = type(cause).__name__
@@ -258,6 +334,25 @@ class HubStore:
             return open(path, "rb")
         except self._errors as err:
             raise self._fail(f"reading {name} from", err) from None
+
+
+def _hub_same_host_redirects(huggingface_hub) -> None:
+    """huggingface_hub's client (one per process, from its client factory) with the response
+    hook of ``_httpx_same_host_redirects``; a huggingface_hub without the factory is left as is."""
+    try:
+        from huggingface_hub.utils import _http
+    except ImportError:
+        return
+    default = getattr(_http, "default_client_factory", None)
+    if default is None or not hasattr(huggingface_hub, "set_client_factory"):
+        return
+
+    def factory():
+        client = default()
+        client.event_hooks["response"] = [*client.event_hooks.get("response", []), _httpx_same_host_redirects]
+        return client
+
+    huggingface_hub.set_client_factory(factory)
 
 
 class DirStore:

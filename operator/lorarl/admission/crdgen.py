@@ -113,20 +113,45 @@ def _vendored(name: str) -> dict[str, Any]:
     return json.loads(text)["schema"]
 
 
-def _bounded(schema: dict[str, Any]) -> dict[str, Any]:
+# Tighter bounds for an Affinity by field name (issue 35, point 3): the renderer copies it into
+# three pod templates of the RayJob (head, workers, KubeRay's submitter) and KubeRay into the
+# RayCluster, and the per-list bounds multiply (terms x requirements x values); with these, the
+# largest affinity admitted is about 0.12 MB of JSON and the largest RayJob a spec renders stays
+# under 1 MiB, below etcd's default 1.5 MiB request limit with margin
+# (tests/render/test_render_size.py renders the largest spec the CRD admits). A value or a
+# namespace is a label value or a namespace name (at most 63 characters; a longer one matches no
+# node label), matchFields' only key is metadata.name.
+AFFINITY_MAX_ITEMS = {
+    "nodeSelectorTerms": 4,
+    "preferredDuringSchedulingIgnoredDuringExecution": 2,  # weighted node terms; pod (anti)affinity terms
+    "requiredDuringSchedulingIgnoredDuringExecution": 2,  # pod (anti)affinity terms
+    "matchExpressions": 4,
+    "matchFields": 1,
+    "values": 8,
+    "namespaces": 8,
+    "matchLabelKeys": 2,
+    "mismatchLabelKeys": 2,
+}
+AFFINITY_MAX_PROPERTIES = 4  # matchLabels
+AFFINITY_SHORT_STRINGS = {"values": 63, "namespaces": 63}
+
+
+def _bounded(schema: dict[str, Any], caps: bool = False, name: str = "") -> dict[str, Any]:
     out = dict(schema)
     kind = out.get("type")
     if kind == "string" and "enum" not in out:
         out.setdefault("maxLength", CORE_MAX_STRING)
     if kind == "array":
-        out.setdefault("maxItems", CORE_MAX_ITEMS)
+        out.setdefault("maxItems", AFFINITY_MAX_ITEMS.get(name, CORE_MAX_ITEMS) if caps else CORE_MAX_ITEMS)
+        if caps and name in AFFINITY_SHORT_STRINGS and isinstance(out.get("items"), dict):
+            out["items"] = {**out["items"], "maxLength": AFFINITY_SHORT_STRINGS[name]}
     if kind == "object" and isinstance(out.get("additionalProperties"), dict):
-        out.setdefault("maxProperties", CORE_MAX_PROPERTIES)
+        out.setdefault("maxProperties", AFFINITY_MAX_PROPERTIES if caps else CORE_MAX_PROPERTIES)
     for key in ("items", "additionalProperties"):
         if isinstance(out.get(key), dict):
-            out[key] = _bounded(out[key])
+            out[key] = _bounded(out[key], caps)
     if "properties" in out:
-        out["properties"] = {k: _bounded(v) for k, v in out["properties"].items()}
+        out["properties"] = {k: _bounded(v, caps, k) for k, v in out["properties"].items()}
     return out
 
 
@@ -135,7 +160,7 @@ def _embedded_core_schema(field: dict[str, Any]) -> dict[str, Any]:
     real core/v1 schema (vendored by hack/schemas/vendor_core_v1.py from KubeRay's CRD), plus
     the rules pod validation applies to it, so a bad one is refused at admission instead of when
     KubeRay creates the pods."""
-    out = _bounded(copy.deepcopy(_vendored(field["x-lorarl-core-schema"])))
+    out = _bounded(copy.deepcopy(_vendored(field["x-lorarl-core-schema"])), caps=field["x-lorarl-core-schema"] == "core_v1_affinity")
     _pod_validation_rules(out, node=False)
     out["description"] = " ".join(field.get("description", "").split())
     return out

@@ -846,6 +846,41 @@ OCI_REPOSITORY = r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)+$"
 OCI_TAG = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
 
 
+# Hosts a URL of the export or the load must not name (issue 35; docs/security.md): loopback
+# (127.0.0.0/8, localhost and names under .localhost, RFC 6761), 0.0.0.0/8 (this host), link-local
+# (169.254.0.0/16: the node's and the cloud's metadata services), an IPv4 address in any form but
+# four decimal numbers (inet_aton, which the pods resolve through, reads 2130706433, 0x7f.1 and
+# 0177.0.0.1 as 127.0.0.1) and IPv6 without brackets (none of the URL patterns admit brackets).
+# Names are judged in the pods, once resolved (lorarl.adapter.egress): kubernetes.default.svc
+# cannot be told from a server's name here, nor the cluster's own ranges, which no schema knows.
+_DECIMAL_OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_CANONICAL_IPV4 = f"({_DECIMAL_OCTET}[.]){{3}}{_DECIMAL_OCTET}"
+_NUMERIC_HOST = "(0x[0-9a-f]*|[0-9]+)([.](0x[0-9a-f]*|[0-9]+))*[.]?"
+_REFUSED_HOST = "([a-z0-9-]*[.])*localhost[.]?|(127|0)([.][0-9]+){3}|169[.]254([.][0-9]+){2}"
+INTERNAL_HOST_MESSAGE = (
+    "must not name a loopback, unspecified or link-local host (localhost, 127.0.0.0/8, 0.0.0.0/8, 169.254.0.0/16: the pod "
+    "itself, the node's or the cloud's metadata service), and an IP address only as four decimal numbers (docs/security.md)"
+)
+
+
+def internal_host_rules(prefix: str, end: str) -> list[dict]:
+    """The CEL rule refusing those hosts in a field of the form ``<prefix><host><end>``."""
+    at = f"{prefix}({{}}){end}"
+    refused = at.format(_REFUSED_HOST)
+    numeric, canonical = at.format(_NUMERIC_HOST), at.format(_CANONICAL_IPV4)
+    return [
+        cel(
+            f"!self.matches('(?i){refused}') && !(self.matches('(?i){numeric}') && !self.matches('{canonical}'))"
+            + (f" && !self.matches('{prefix}[^/]*:[^/]*:')" if prefix else ""),
+            INTERNAL_HOST_MESSAGE,
+        )
+    ]
+
+
+URL_HOST_RULES = internal_host_rules("^https?://", "(:[0-9]*)?(/|$)")
+REGISTRY_HOST_RULES = internal_host_rules("^", "(:[0-9]*)?/")
+
+
 class S3Destination(ApiModel):
     """An S3 or S3-compatible bucket. Objects go under <prefix><namespace>/<job>/rollout-<NNNNNNN>/; the keys reach
     the export pod from the Secret as environment variables, never in the spec."""
@@ -853,7 +888,11 @@ class S3Destination(ApiModel):
     bucket: str = Field(..., max_length=63, pattern=S3_BUCKET, description="Bucket name.")
     prefix: str = Field("", max_length=512, pattern=KEY_PREFIX, description="Key prefix, empty or ending in '/'.")
     endpoint: str | None = Field(
-        None, max_length=253, pattern=ENDPOINT, description="Endpoint of an S3-compatible store, e.g. https://minio.data:9000; default: AWS S3."
+        None,
+        max_length=253,
+        pattern=ENDPOINT,
+        description="Endpoint of an S3-compatible store, e.g. https://minio.data:9000; default: AWS S3.",
+        json_schema_extra={"x-kubernetes-validations": URL_HOST_RULES},
     )
     region: str = Field("us-east-1", max_length=32, pattern=r"^[a-z0-9-]+$", description="Region to sign requests for.")
     credentials_secret_name: str | None = Field(
@@ -881,7 +920,13 @@ class OciDestination(ApiModel):
     """An OCI registry: the adapter as one OCI artifact, laid out as ORAS pushes files (artifactType
     application/vnd.lorarl.adapter.v1, the empty config, one layer per file titled with its name)."""
 
-    repository: str = Field(..., max_length=255, pattern=OCI_REPOSITORY, description="registry[:port]/path, without tag.")
+    repository: str = Field(
+        ...,
+        max_length=255,
+        pattern=OCI_REPOSITORY,
+        description="registry[:port]/path, without tag.",
+        json_schema_extra={"x-kubernetes-validations": REGISTRY_HOST_RULES},
+    )
     tag: str | None = Field(None, max_length=128, pattern=OCI_TAG, description="Tag; default: <job>-rollout-<N>.")
     credentials_secret_name: str | None = Field(
         None, max_length=253, pattern=K8S_NAME, description="A kubernetes.io/dockerconfigjson Secret in the job's namespace."
@@ -896,7 +941,9 @@ class HubDestination(ApiModel):
     repo: str = Field(..., max_length=96, description="Repository id <org>/<name>.", json_schema_extra={"x-kubernetes-validations": [repo_id_rule()]})
     revision: str = Field("main", max_length=64, pattern=SHELL_SAFE, description="Branch to commit to.", json_schema_extra=REVISION_SCHEMA)
     token_secret_ref: SecretKeyRef = Field(..., description="Secret key holding a Hub token with write access.")
-    endpoint: str | None = Field(None, max_length=253, pattern=ENDPOINT, description="Hub endpoint (HF_ENDPOINT).")
+    endpoint: str | None = Field(
+        None, max_length=253, pattern=ENDPOINT, description="Hub endpoint (HF_ENDPOINT).", json_schema_extra={"x-kubernetes-validations": URL_HOST_RULES}
+    )
 
 
 class ExportDestination(ApiModel):
@@ -962,7 +1009,13 @@ class ServeSpec(ApiModel):
         }
     )
 
-    url: str = Field(..., max_length=253, pattern=SERVER_URL, description="The SGLang server's base URL, e.g. http://sglang.serving.svc:30000.")
+    url: str = Field(
+        ...,
+        max_length=253,
+        pattern=SERVER_URL,
+        description="The SGLang server's base URL, e.g. http://sglang.serving.svc:30000.",
+        json_schema_extra={"x-kubernetes-validations": URL_HOST_RULES},
+    )
     api_key_secret_ref: SecretKeyRef | None = Field(
         None, description="Secret key holding the server's --api-key (or --admin-api-key), sent as a Bearer token; default: none."
     )

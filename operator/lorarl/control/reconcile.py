@@ -330,7 +330,7 @@ class Reconciler:
                     if not err.needs_fix:
                         raise  # transient: the controller retries soon (backoff)
                     meta = child["metadata"]
-                    apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
+                    apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], status.refusal_text(err))
                     break  # later children depend on earlier ones (the RayJob mounts the ConfigMap)
                 applied += 1
                 if is_rayjob:
@@ -508,7 +508,7 @@ class Reconciler:
                 if not err.needs_fix:
                     raise
                 meta = child["metadata"]
-                return None, status.apply_failure(child["kind"], meta["namespace"], meta["name"], str(err))
+                return None, status.apply_failure(child["kind"], meta["namespace"], meta["name"], status.refusal_text(err))
             if child["kind"] == "Job":
                 found = answer
         if found is not None and self.caches is not None:

@@ -549,6 +549,15 @@ def admission_events(previous: list[dict[str, Any]], conditions: list[dict[str, 
     return []
 
 
+TOO_LARGE_HINT = "; the object is too large to store: a smaller spec (fewer affinity terms, tolerations or arguments) renders a smaller one"
+
+
+def refusal_text(err) -> str:
+    """The API server's words of a refused apply (a ``kube.ApiError``), with what to do about an
+    object too large to store (issue 35: its 500 or 413 is a refusal, not a retry)."""
+    return str(err) + (TOO_LARGE_HINT if getattr(err, "too_large", False) else "")
+
+
 def apply_failure(kind: str, namespace: str, name: str, server_message: str) -> str:
     """The ApplyFailed message: which child, then the API server's own words (they name the
     field, the RBAC verb or the admission policy), cut to what an Event can carry."""

@@ -54,7 +54,7 @@ EXPORTER_PACKAGE = "lorarl_exporter"
 EXPORTER_ENTRY = f"import sys\n\nfrom {EXPORTER_PACKAGE}.adapter.export import main\n\nsys.exit(main(sys.argv[1:]))\n"
 # what the exporter imports: the standard library only, and the reporter's reading of saves
 EXPORTER_MODULES = {
-    "adapter": ("__init__.py", "export.py", "package.py", "pull.py", "safetensors_file.py", "stores.py", "torchfile.py"),
+    "adapter": ("__init__.py", "egress.py", "export.py", "package.py", "pull.py", "safetensors_file.py", "stores.py", "torchfile.py"),
     "reporter": ("__init__.py", "attempts.py", "checkpoints.py", "launcher.py"),
 }
 

@@ -8,7 +8,7 @@ import base64
 import json
 from typing import Any
 
-from ..adapter import export, plan
+from ..adapter import egress, export, plan
 from ..api.types import LoraRLJob
 from . import artifact, paths, render
 from .settings import DEFAULT as DEFAULT_SETTINGS
@@ -51,8 +51,8 @@ def configmap(job: LoraRLJob, rollout: int | None = None) -> dict[str, Any]:
     }
 
 
-def _env(job: LoraRLJob) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+def _env(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}, *render.egress_env(settings.egress)]
     assert job.spec.export is not None
     for i, dest in enumerate(job.spec.export.destinations):
         if dest.s3 is not None and dest.s3.credentials_secret_name:
@@ -130,7 +130,7 @@ def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS, roll
         "image": export_spec.image or settings.tools_image,
         "imagePullPolicy": job.spec.run_policy.image_pull_policy,
         "command": command,
-        "env": _env(job),
+        "env": _env(job, settings),
         "volumeMounts": mounts,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": _security_context(job),
@@ -156,8 +156,21 @@ def job_object(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS, roll
     }
 
 
+def targets(job: LoraRLJob) -> list[tuple[str, int]]:
+    """The (host, port) the export pod connects to: its destinations' (egress.destination_hosts)."""
+    assert job.spec.export is not None
+    return [hp for d in job.spec.export.destinations for hp in egress.destination_hosts(d.model_dump(by_alias=True, exclude_none=True))]
+
+
+def egress_policy(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> dict[str, Any]:
+    """One for every export Job of the job (after Succeeded and at each save): their pods share the component label."""
+    return render.egress_policy(job, COMPONENT, targets(job), settings.egress)
+
+
 def children(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS, rollout: int | None = None) -> list[dict[str, Any]]:
-    """The export's objects (of the save of ``rollout``, or after Succeeded), or none without spec.export."""
+    """The export's objects (of the save of ``rollout``, or after Succeeded), or none without
+    spec.export: its egress policy first (in place before the pod starts), unless turned off."""
     if job.spec.export is None:
         return []
-    return [configmap(job, rollout), job_object(job, settings, rollout)]
+    policy = [egress_policy(job, settings)] if settings.network_policy.enabled and settings.network_policy.egress else []
+    return [*policy, configmap(job, rollout), job_object(job, settings, rollout)]

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from ..adapter import egress
 from ..api.types import API_VERSION, KIND, LoraRLJob
 from ..reporter.spool import SPOOL_ENV
 from . import command, paths, profiles
 from .settings import DEFAULT as DEFAULT_SETTINGS
-from .settings import NetworkPolicySettings, RenderSettings
+from .settings import EgressSettings, NetworkPolicySettings, RenderSettings
 
 RAYJOB_API_VERSION = "ray.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -176,6 +178,69 @@ def network_policy(job: LoraRLJob, settings: NetworkPolicySettings) -> dict[str,
             ],
         },
     }
+
+
+def egress_policy_name(job: LoraRLJob, component: str) -> str:
+    return f"{job.metadata.name}-{component}-egress"
+
+
+DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+
+
+def _literal_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def outside_peers(settings: EgressSettings) -> list[dict[str, Any]]:
+    """Every address but link-local and the cluster's own ranges (security.clusterCIDRs; loopback
+    never leaves a pod), plus the ranges the install allows: where a host NAME may resolve to."""
+    refused = [ipaddress.ip_network(c) for c, what in egress.ALWAYS_REFUSED if what == "link-local"]
+    refused += list(egress.parse_cidrs(settings.refused_cidrs))
+    peers = []
+    for everything in (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")):
+        excepted = sorted({str(n) for n in refused if n.version == everything.version and n != everything})
+        peers.append({"ipBlock": {"cidr": str(everything), **({"except": excepted} if excepted else {})}})
+    peers += [{"ipBlock": {"cidr": str(n)}} for n in egress.parse_cidrs(settings.allowed_cidrs)]
+    return peers
+
+
+def egress_policy(job: LoraRLJob, component: str, targets: list[tuple[str, int]], settings: EgressSettings) -> dict[str, Any]:
+    """Egress of the job's pods of ``component`` (the export's, the load's): DNS (port 53 to any
+    peer: where the cluster's resolver runs is not portable), and each target (host, port) on
+    its TCP port only: a literal IP as that address alone; a host name, which a NetworkPolicy
+    cannot name, to every address but link-local and the cluster's own ranges
+    (``outside_peers``). No target (a claim destination alone): no egress at all.
+    What it cannot say (docs/security.md): which host a name is; a Service's port after the
+    Service's translation (policies see the pod's port and address)."""
+    rules: list[dict[str, Any]] = []
+    if targets:
+        rules.append({"ports": [dict(p) for p in DNS_PORTS]})
+    pods = egress.Policy(egress.parse_cidrs(settings.refused_cidrs), egress.parse_cidrs(settings.allowed_cidrs))
+    for host, port in sorted(set(targets)):
+        ip = _literal_ip(host)
+        if ip is not None and pods.why_refused(str(ip)):
+            continue  # an address the pod refuses too (the cluster's own, not allowed): no way there
+        to = [{"ipBlock": {"cidr": str(ipaddress.ip_network(ip))}}] if ip is not None else outside_peers(settings)
+        rules.append({"to": to, "ports": [{"protocol": "TCP", "port": port}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(job, egress_policy_name(job, component), "network-policy"),
+        "spec": {
+            "podSelector": job_pods_selector(job, (component,)),
+            "policyTypes": ["Egress"],
+            "egress": rules,
+        },
+    }
+
+
+def egress_env(settings: EgressSettings) -> list[dict[str, Any]]:
+    """The pod's copy of the ranges it refuses (lorarl.adapter.egress reads them; none: no variable)."""
+    pairs = ((egress.REFUSED_ENV, settings.refused_cidrs), (egress.ALLOWED_ENV, settings.allowed_cidrs))
+    return [{"name": name, "value": ",".join(cidrs)} for name, cidrs in pairs if cidrs]
 
 
 # ------------------------------------------------------------------------------------ assets

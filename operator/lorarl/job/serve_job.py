@@ -9,6 +9,7 @@ import functools
 import importlib.resources
 from typing import Any
 
+from ..adapter import egress
 from ..api.types import LoraRLJob
 from ..serving import loader
 from . import render
@@ -17,6 +18,7 @@ from .settings import RenderSettings
 
 LOADER_DIR = "/opt/lorarl-serve"
 LOADER_FILE = "loader.py"
+EGRESS_FILE = "egress.py"  # the loader's neighbour in the ConfigMap (loader.py imports it)
 CONTAINER = "load"
 COMPONENT = "serve"  # the app.kubernetes.io/component label of the load's objects and pod
 
@@ -28,6 +30,11 @@ def name(job: LoraRLJob) -> str:
 @functools.cache
 def loader_source() -> str:
     return importlib.resources.files("lorarl").joinpath("serving", LOADER_FILE).read_text(encoding="utf-8")
+
+
+@functools.cache
+def egress_source() -> str:
+    return importlib.resources.files("lorarl").joinpath("adapter", EGRESS_FILE).read_text(encoding="utf-8")
 
 
 def adapter_name(job: LoraRLJob) -> str:
@@ -66,14 +73,14 @@ def configmap(job: LoraRLJob) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": render.metadata(job, name(job), COMPONENT),
-        "data": {LOADER_FILE: loader_source()},
+        "data": {LOADER_FILE: loader_source(), EGRESS_FILE: egress_source()},
     }
 
 
 def job_object(job: LoraRLJob, path: str, settings: RenderSettings = DEFAULT_SETTINGS) -> dict[str, Any]:
     serve = job.spec.serve
     assert serve is not None
-    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}, *render.egress_env(settings.egress)]
     if serve.api_key_secret_ref is not None:
         ref = serve.api_key_secret_ref
         env.append({"name": loader.KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -113,11 +120,20 @@ def job_object(job: LoraRLJob, path: str, settings: RenderSettings = DEFAULT_SET
     }
 
 
+def egress_policy(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> dict[str, Any]:
+    """The load pod reaches spec.serve.url's host and port (and DNS), nothing else."""
+    assert job.spec.serve is not None
+    target = egress.url_host_port(job.spec.serve.url)
+    return render.egress_policy(job, COMPONENT, [target] if target else [], settings.egress)
+
+
 def children(job: LoraRLJob, settings: RenderSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
-    """The load's objects, or none without spec.serve or before the adapter's path is known."""
+    """The load's objects, or none without spec.serve or before the adapter's path is known:
+    its egress policy first (in place before the pod starts), unless turned off."""
     if job.spec.serve is None:
         return []
     path = adapter_path(job)
     if path is None:
         return []
-    return [configmap(job), job_object(job, path, settings)]
+    policy = [egress_policy(job, settings)] if settings.network_policy.enabled and settings.network_policy.egress else []
+    return [*policy, configmap(job), job_object(job, path, settings)]

@@ -42,14 +42,27 @@ class NetworkPolicySettings:
     namespace) and its pods' labels (() = every pod of those namespaces)."""
 
     enabled: bool = True
+    egress: bool = True  # also the export and load Jobs' egress policies (render.egress_policy)
     kuberay_namespace_labels: tuple[tuple[str, str], ...] = ()
     kuberay_pod_labels: tuple[tuple[str, str], ...] = DEFAULT_KUBERAY_POD_LABELS
+
+
+@dataclass(frozen=True)
+class EgressSettings:
+    """The cluster's own address ranges (its Service and pod CIDRs, which no pod can find out:
+    the chart's security.clusterCIDRs), refused by the export and load pods and excepted from
+    their egress policies, less the allowed ones (security.allowedInternalCIDRs); both as CIDR
+    strings, checked where the operator starts (lorarl.adapter.egress.parse_cidrs)."""
+
+    refused_cidrs: tuple[str, ...] = ()
+    allowed_cidrs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class RenderSettings:
     network_policy: NetworkPolicySettings = field(default_factory=NetworkPolicySettings)
     tools_image: str = DEFAULT_TOOLS_IMAGE
+    egress: EgressSettings = field(default_factory=EgressSettings)
 
 
 DEFAULT = RenderSettings()

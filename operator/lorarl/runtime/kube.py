@@ -109,15 +109,30 @@ class ApiError(Exception):
         super().__init__(f"{status} {reason}: {message}")
 
     @property
+    def too_large(self) -> bool:
+        """The object is too large to store: 413 (the API server's request body limit, 3 MiB) or a
+        500 whose message is etcd's refusal (``etcdserver: request is too large``, above its
+        --max-request-bytes, 1.5 MiB by default) or its gRPC client's (``trying to send message
+        larger than max``). The same object is refused again: a retry cannot help (issue 35)."""
+        text = str(self).lower()
+        return self.status == 413 or (self.status == 500 and any(w in text for w in TOO_LARGE_WORDS))
+
+    @property
     def transient(self) -> bool:
-        return self.status in (0, 429, 500, 502, 503, 504)
+        return self.status in (0, 429, 500, 502, 503, 504) and not self.too_large
 
     @property
     def needs_fix(self) -> bool:
         """The server refused the request itself (invalid field 422, RBAC 403, a missing CRD 404,
-        an admission webhook or policy 400/403/422): retrying the same request cannot help until
-        someone changes the cluster or the spec. 409 (conflict) and 429 are worth a quick retry."""
-        return 400 <= self.status < 500 and self.status not in (409, 429)
+        an admission webhook or policy 400/403/422, an object too large to store): retrying the
+        same request cannot help until someone changes the cluster or the spec. 409 (conflict) and
+        429 are worth a quick retry."""
+        return (400 <= self.status < 500 and self.status not in (409, 429)) or self.too_large
+
+
+# etcd's words (server/etcdserver/api/v3rpc/rpctypes/error.go ErrRequestTooLarge) and grpc-go's
+# (rpc_util.go: "trying to send message larger than max"; "received message larger than max")
+TOO_LARGE_WORDS = ("request is too large", "message larger than max", "request entity too large")
 
 
 def collection_path(api_version: str, plural: str, namespace: str | None) -> str:

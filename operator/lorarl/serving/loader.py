@@ -13,38 +13,52 @@ python3). SGLang's API as its source defines it (0.5.23, python/sglang/srt/):
 
 Exit codes: 0 served; 1 retry (the server cannot be reached, or answered 5xx); 2 refused for
 good (the Job's podFailurePolicy fails the Job at once). The key is sent, never written: every
-text that leaves this process has it masked, and server texts are quoted bounded."""
+text that leaves this process has it masked. No text of the server's leaves it either (issue 35:
+spec.serve.url is the job author's choice, and the report becomes the job's status): a refusal is
+an HTTP status and a sentence of ours. Redirects are not followed, and an address in a range the
+pod refuses (egress.py: loopback, link-local, the cluster's own) is not connected to."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import http.client
 import json
 import os
 import sys
 import urllib.error
 import urllib.request
 
-QUOTE_LIMIT = 300  # of a server's own words in a message
+try:  # in the package (lorarl.serving.loader); in the load pod, egress.py is this file's neighbour
+    from ..adapter import egress
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python3 -I leaves it out
+    import egress  # type: ignore[no-redef]
+
 TERMINATION_LIMIT = 4096  # the kubelet keeps at most 4096 bytes of a termination message
 RETRY, REFUSED = 1, 2
 KEY_ENV = "SGLANG_API_KEY"  # noqa: S105 - the variable's name, not a key
 
 
 class Refused(Exception):
-    def __init__(self, reason: str, message: str, code: int = REFUSED):
+    def __init__(self, reason: str, message: str, code: int = REFUSED, said: object = None):
         super().__init__(message)
         self.reason, self.message, self.code = reason, message, code
+        self.said = said  # the server's own answer: read here (already_loaded), never written out
 
 
 def _mask(text: str, key: str | None) -> str:
     return text.replace(key, "***") if key else text
 
 
-def quote(text: object, key: str | None) -> str:
-    """A server's words, masked and bounded, in quotes."""
-    s = _mask(" ".join(str(text).split()), key)
-    return json.dumps(s if len(s) <= QUOTE_LIMIT else s[: QUOTE_LIMIT - 3] + "...")
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx is an answer, not a place to go (the request and its key stay with spec.serve.url)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def _call(url: str, path: str, body: dict | None, key: str | None, timeout: float = 30) -> tuple[int, object]:
@@ -53,20 +67,28 @@ def _call(url: str, path: str, body: dict | None, key: str | None, timeout: floa
     if key:
         req.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http(s) only (spec.serve.url's pattern)
+        with _OPENER.open(req, timeout=timeout) as resp:  # http(s) only (spec.serve.url's pattern)
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as err:
         status, raw = err.code, err.read()
-    except (urllib.error.URLError, OSError) as err:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:  # HTTPException: not HTTP at all
         reason = getattr(err, "reason", err)
-        raise Refused("ServerUnreachable", f"{path}: the server at {url} cannot be reached ({type(reason).__name__}: {quote(reason, key)})", RETRY) from None
+        if isinstance(reason, egress.EgressRefused):
+            raise Refused(
+                "AddressRefused",
+                f"{path}: {reason}; set spec.serve.url to a server outside the cluster's own ranges, or ask the operator's admin to allow it (security.allowedInternalCIDRs)",
+            ) from None
+        # the exception's kind only: its text may quote the peer (a non-HTTP service's first line)
+        raise Refused("ServerUnreachable", f"{path}: the server at {url} cannot be reached ({type(reason).__name__})", RETRY) from None
     try:
         return status, json.loads(raw or b"null")
     except ValueError:
         return status, raw.decode("utf-8", "replace")
 
 
-def _refusal(path: str, status: int, body: object, key: str | None) -> Refused:
+def _refusal(path: str, status: int, body: object) -> Refused:
+    if 300 <= status < 400:
+        return Refused("Redirected", f"POST {path} answered HTTP {status}, a redirect: the loader follows none; set spec.serve.url to the server itself")
     if status in (401, 403):
         return Refused("Unauthorized", f"POST {path}: the server refused the API key (HTTP {status}); check spec.serve.apiKeySecretRef")
     if status == 404:
@@ -74,19 +96,19 @@ def _refusal(path: str, status: int, body: object, key: str | None) -> Refused:
     if status >= 500:
         return Refused("ServerError", f"POST {path} answered HTTP {status}", RETRY)
     said = body.get("error_message") if isinstance(body, dict) and body.get("error_message") else body
-    return Refused("LoadRefused", f"POST {path} answered HTTP {status}; the server said {quote(said, key)}")
+    return Refused("LoadRefused", f"POST {path} answered HTTP {status}: the server refused the adapter (its reason is in the server's log)", said=said)
 
 
 def _post(url: str, path: str, body: dict, key: str | None) -> dict:
     status, answer = _call(url, path, body, key)
     if status == 200 and isinstance(answer, dict) and answer.get("success") is True:
         return answer
-    raise _refusal(path, status, answer, key)
+    raise _refusal(path, status, answer)
 
 
 def already_loaded(err: Refused, name: str) -> bool:
     """lora_manager.py:354-358: the one refusal that means the name is taken."""
-    return err.reason == "LoadRefused" and f"{name} because it is already loaded" in err.message
+    return err.reason == "LoadRefused" and f"{name} because it is already loaded" in str(err.said)
 
 
 def serve(url: str, name: str, path: str, key: str | None, replace: bool, now: datetime.datetime) -> dict:
@@ -126,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replace", action="store_true")
     parser.add_argument("--termination-log", default="/dev/termination-log")
     args = parser.parse_args(argv)
-    report, code = run(args.url, args.name, args.path, os.environ.get(KEY_ENV) or None, args.replace, datetime.datetime.now(datetime.UTC))
+    try:
+        egress.install(egress.Policy.from_env())
+    except ValueError as err:  # the operator's --egress-*-cidrs are checked where it starts: not expected
+        report, code = {"ok": False, "reason": "BadEgressPolicy", "message": f"the pod's egress ranges: {err}"}, REFUSED
+    else:
+        report, code = run(args.url, args.name, args.path, os.environ.get(KEY_ENV) or None, args.replace, datetime.datetime.now(datetime.UTC))
     line = json.dumps(report, separators=(",", ":"))[:TERMINATION_LIMIT]
     try:
         with open(args.termination_log, "w", encoding="utf-8") as f:
