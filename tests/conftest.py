@@ -34,6 +34,23 @@ def kube(control_plane) -> Api:
         yield api
 
 
+@pytest.fixture(scope="session")
+def service_netns():
+    """A network namespace with an address off loopback, for the servers the export and load
+    pods must reach (tests.helpers.ServiceNetns)."""
+    import shutil
+
+    if os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("nsenter")):
+        pytest.skip("the servers the load and export pods reach run in a network namespace of the harness: needs root, ip and nsenter")
+    from tests.helpers import ServiceNetns
+
+    ns = ServiceNetns("services")
+    try:
+        yield ns
+    finally:
+        ns.close()
+
+
 TIERS = ("unit", "api", "e2e")
 
 
@@ -75,6 +92,7 @@ NOT_IN_UNIT = {
     "moto_server",
     "redis-server",
     "venv",
+    "nsenter",
     "lorarl_dev.hubstub",
     "lorarl_dev.sglangstub",
     "lorarl_dev.registry",

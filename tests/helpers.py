@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
@@ -563,30 +563,52 @@ def end_export_pod(kube, namespace: str, pod, message: str, ok: bool, container_
     k8s.CoreV1Api(kube.client).patch_namespaced_pod_status(pod.metadata.name, namespace, body)
 
 
-def outward_address() -> str:
-    """This machine's address on its default route (no packet is sent): a server there is not on
-    loopback, which the export and load pods refuse (lorarl.adapter.egress); skips without one."""
-    import ipaddress
-    import socket
+class ServiceNetns:
+    """A network namespace of the harness with an address off loopback (``ADDRESS`` on its own
+    loopback): where the tests run the servers that the export and load pods must reach, since
+    those pods refuse loopback (lorarl.adapter.egress), and nothing may listen on the machine's
+    own interfaces. Programs run in it with ``prefix``; the test's own sockets with ``call``."""
 
-    import pytest
+    ADDRESS = "10.213.0.2"
 
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))
-        except OSError:
-            pytest.skip("no address off loopback here (the load pod refuses loopback)")
-        address = s.getsockname()[0]
-    if ipaddress.ip_address(address).is_loopback:
-        pytest.skip("no address off loopback here (the load pod refuses loopback)")
-    return address
+    def __init__(self, tag: str) -> None:
+        from lorarl_dev.node import netns
+
+        self.name = netns.create_owned(tag, self.ADDRESS)
+        self.prefix = netns.nsenter_prefix(self.name)
+        self._thread = netns.NetnsThread(self.name)
+
+    def call(self, fn, *args, **kwargs):
+        """``fn`` run in the namespace: the sockets it opens (a client's, a server's) are there."""
+        return self._thread.call(fn, *args, **kwargs)
+
+    def close(self) -> None:
+        from lorarl_dev.node import netns
+
+        self._thread.close()
+        netns.delete(self.name)
 
 
-def start_sglang_standin(directory: pathlib.Path, *args: str, host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:
-    """The SGLang stand-in (lorarl_dev/sglangstub.py) as a process on ``host``, on a free port:
-    (process, base URL). The caller terminates it."""
+def start_sglang_standin(directory: pathlib.Path, *args: str, host: str = "127.0.0.1", prefix: Sequence[str] = ()) -> tuple[subprocess.Popen, str]:
+    """The SGLang stand-in (lorarl_dev/sglangstub.py) as a process on ``host``, on a free port,
+    started with ``prefix`` (e.g. a :class:`ServiceNetns`'s): (process, base URL). The caller
+    terminates it."""
     port_file = directory / f"sglang-port-{time.monotonic_ns()}"
-    argv = [sys.executable, "-m", "lorarl_dev.sglangstub", "--model-path", "Qwen/Qwen3-4B", "--host", host, "--port", "0", "--port-file", str(port_file), *args]
+    argv = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "lorarl_dev.sglangstub",
+        "--model-path",
+        "Qwen/Qwen3-4B",
+        "--host",
+        host,
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        *args,
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

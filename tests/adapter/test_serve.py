@@ -17,7 +17,7 @@ from lorarl.control import serve_status
 from lorarl.job import serve_job
 
 from tests.adapter import saves
-from tests.helpers import outward_address, start_sglang_standin
+from tests.helpers import start_sglang_standin
 
 # starts the SGLang stand-in: the api tier (tests/conftest.py)
 pytestmark = pytest.mark.servers
@@ -38,11 +38,12 @@ def adapter(tmp_path_factory):
 
 
 @pytest.fixture
-def sglang(tmp_path):
+def sglang(tmp_path, service_netns):
     procs = []
 
     def start(*args):
-        proc, url = start_sglang_standin(tmp_path, "--enable-lora", *args, host=outward_address())  # the load pod refuses loopback
+        # off loopback, which the load pod refuses: in a network namespace of the harness
+        proc, url = start_sglang_standin(tmp_path, "--enable-lora", *args, host=service_netns.ADDRESS, prefix=service_netns.prefix)
         procs.append(proc)
         return url
 
@@ -52,62 +53,66 @@ def sglang(tmp_path):
         proc.communicate(timeout=10)
 
 
-def load(tmp_path, url, name, path, key=KEY, replace=False):
-    """The loader as the pod runs it: its ConfigMap text, python3 -I (no lorarl, no site-packages)."""
+def load(tmp_path, netns, url, name, path, key=KEY, replace=False):
+    """The loader as the pod runs it: its ConfigMap text, python3 -I (no lorarl, no site-packages),
+    in the namespace ``netns`` where the server is."""
     script = tmp_path / "loader.py"
     script.write_text(serve_job.loader_source())
     (tmp_path / serve_job.EGRESS_FILE).write_text(serve_job.egress_source())
     log = tmp_path / "termination-log"
-    argv = [sys.executable, "-I", str(script), "--url", url, "--name", name, "--path", str(path), "--termination-log", str(log)]
+    argv = [*netns.prefix, sys.executable, "-I", str(script), "--url", url, "--name", name, "--path", str(path), "--termination-log", str(log)]
     env = {"SGLANG_API_KEY": key} if key else {}
     done = subprocess.run(argv + (["--replace"] if replace else []), env=env, capture_output=True, text=True, timeout=60, check=False)
     assert KEY not in done.stdout + done.stderr + log.read_text()
     return done.returncode, json.loads(log.read_text())
 
 
-def models(url):
+def models(netns, url):
     import urllib.request
 
-    req = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
-    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - loopback
-        return {c["id"]: c for c in json.loads(resp.read())["data"]}
+    def ask():
+        req = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - the harness's namespace
+            return {c["id"]: c for c in json.loads(resp.read())["data"]}
+
+    return netns.call(ask)
 
 
-def test_the_exported_adapter_is_loaded_and_listed(sglang, adapter, tmp_path):
+def test_the_exported_adapter_is_loaded_and_listed(sglang, adapter, tmp_path, service_netns):
     url = sglang("--max-lora-rank", "8", "--lora-target-modules", *MODULES, "--api-key", KEY)
-    code, report = load(tmp_path, url, "tiny-lora", adapter[0])
+    code, report = load(tmp_path, service_netns, url, "tiny-lora", adapter[0])
     assert code == 0 and report["ok"], report
     assert {k: v for k, v in report["serving"].items() if k != "loadTime"} == {"server": url, "name": "tiny-lora", "path": str(adapter[0])}
     assert datetime.datetime.fromisoformat(report["serving"]["loadTime"]).tzinfo is not None
-    assert models(url)["tiny-lora"]["root"] == str(adapter[0])
+    assert models(service_netns, url)["tiny-lora"]["root"] == str(adapter[0])
     state = serve_status.serve_state({"metadata": {"name": "j-serve"}}, [pod("p1", json.dumps(report), 0)])
     assert (state.status, state.reason, state.serving["name"]) == ("True", "Served", "tiny-lora")
 
 
-def test_a_name_clash_is_refused_unless_replace(sglang, adapter, tmp_path):
+def test_a_name_clash_is_refused_unless_replace(sglang, adapter, tmp_path, service_netns):
     url = sglang("--max-lora-rank", "8", "--lora-target-modules", "all", "--api-key", KEY)
-    assert load(tmp_path, url, "tiny-lora", adapter[0])[0] == 0
-    code, report = load(tmp_path, url, "tiny-lora", adapter[0])
+    assert load(tmp_path, service_netns, url, "tiny-lora", adapter[0])[0] == 0
+    code, report = load(tmp_path, service_netns, url, "tiny-lora", adapter[0])
     assert code == 2 and report["reason"] == "AdapterNameTaken" and "spec.serve.replace" in report["message"]
-    code, report = load(tmp_path, url, "tiny-lora", adapter[0], replace=True)
+    code, report = load(tmp_path, service_netns, url, "tiny-lora", adapter[0], replace=True)
     assert code == 0 and report["ok"]
-    assert list(models(url)) == ["Qwen/Qwen3-4B", "tiny-lora"]
+    assert list(models(service_netns, url)) == ["Qwen/Qwen3-4B", "tiny-lora"]
 
 
-def test_refusals_are_named_and_bounded_and_never_hold_the_key(sglang, adapter, tmp_path):
+def test_refusals_are_named_and_bounded_and_never_hold_the_key(sglang, adapter, tmp_path, service_netns):
     url = sglang("--max-lora-rank", "4", "--lora-target-modules", "all", "--api-key", KEY)
-    code, report = load(tmp_path, url, "tiny-lora", adapter[0])
+    code, report = load(tmp_path, service_netns, url, "tiny-lora", adapter[0])
     assert code == 2 and report["reason"] == "LoadRefused"
     assert "HTTP 400" in report["message"] and "incompatible" not in report["message"]  # no text of the server's (issue 35)
-    code, report = load(tmp_path, url, "tiny-lora", adapter[0], key="wrong-key")
+    code, report = load(tmp_path, service_netns, url, "tiny-lora", adapter[0], key="wrong-key")
     assert code == 2 and report["reason"] == "Unauthorized" and "apiKeySecretRef" in report["message"]
     (tmp_path / "empty").mkdir()
-    code, report = load(tmp_path, url, "tiny-lora", tmp_path / "empty")
+    code, report = load(tmp_path, service_netns, url, "tiny-lora", tmp_path / "empty")
     assert code == 2 and report["reason"] == "LoadRefused" and "adapter_config.json" not in report["message"]
 
 
-def test_an_unreachable_server_is_retried(tmp_path, adapter):
-    code, report = load(tmp_path, f"http://{outward_address()}:9", "tiny-lora", adapter[0])
+def test_an_unreachable_server_is_retried(tmp_path, adapter, service_netns):
+    code, report = load(tmp_path, service_netns, f"http://{service_netns.ADDRESS}:9", "tiny-lora", adapter[0])
     assert code == 1 and report["reason"] == "ServerUnreachable"
 
 

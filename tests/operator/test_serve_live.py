@@ -28,7 +28,6 @@ from tests.helpers import (
     export_pod,
     exporter_report,
     job,
-    outward_address,
     phase_is,
     rayjob,
     seed_doc,
@@ -43,12 +42,13 @@ SENTINEL = "sk-sentinel-21-serve-api-key"  # noqa: S105 - a test value, searched
 
 
 @pytest.fixture
-def sglang(tmp_path):
+def sglang(tmp_path, service_netns):
     procs = []
 
     def start(*args):
-        # off loopback: the load pod refuses it (and spec.serve.url may not name it)
-        proc, url = start_sglang_standin(tmp_path, "--enable-lora", "--api-key", SENTINEL, *args, host=outward_address())
+        # off loopback, which the load pod refuses (and spec.serve.url may not name): in a network
+        # namespace of the harness, where the load pod's program runs too
+        proc, url = start_sglang_standin(tmp_path, "--enable-lora", "--api-key", SENTINEL, *args, host=service_netns.ADDRESS, prefix=service_netns.prefix)
         procs.append(proc)
         return url
 
@@ -83,8 +83,9 @@ def _condition(kube, namespace, value: str):
     return check
 
 
-def _run_load_pod(kube, namespace, tmp_path) -> tuple[int, str]:
-    """The load pod's run: its Job's command and env, the loader from its ConfigMap, the Secret's key."""
+def _run_load_pod(kube, namespace, tmp_path, netns) -> tuple[int, str]:
+    """The load pod's run: its Job's command and env, the loader from its ConfigMap, the Secret's
+    key; in the namespace ``netns`` where the server is."""
     made = wait_for(lambda: kube.get("batch/v1", "Job", namespace, LOAD_JOB), what="the load Job")
     container = made["spec"]["template"]["spec"]["containers"][0]
     loader = tmp_path / "loader.py"
@@ -100,12 +101,12 @@ def _run_load_pod(kube, namespace, tmp_path) -> tuple[int, str]:
         else:
             env[e["name"]] = e.get("value", "")
     log = tmp_path / "termination-log"
-    argv = [sys.executable, "-I", str(loader), *container["command"][2:], "--termination-log", str(log)]
+    argv = [*netns.prefix, sys.executable, "-I", str(loader), *container["command"][2:], "--termination-log", str(log)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     return done.returncode, log.read_text()
 
 
-def test_the_exported_adapter_is_loaded_into_the_server_and_status_says_where(control_plane, kube, namespace, operator, tmp_path, sglang):
+def test_the_exported_adapter_is_loaded_into_the_server_and_status_says_where(control_plane, kube, namespace, operator, tmp_path, sglang, service_netns):
     url = sglang("--max-lora-rank", "8", "--lora-target-modules", "all")
     _succeed_and_export(control_plane, kube, namespace, tmp_path, {"url": url})
     st = wait_for(_condition(kube, namespace, "Unknown"), timeout=60, what="AdapterServed Unknown")
@@ -117,7 +118,7 @@ def test_the_exported_adapter_is_loaded_into_the_server_and_status_says_where(co
     path = str(tmp_path / "mnt" / "0" / "ml" / "tiny-lora" / "rollout-0000099")  # the claim's directory as status.adapter names it
     assert command[command.index("--name") + 1] == NAME and command[command.index("--path") + 1] == path
 
-    code, message = _run_load_pod(kube, namespace, tmp_path)
+    code, message = _run_load_pod(kube, namespace, tmp_path, service_netns)
     assert code == 0, message
     end_export_pod(kube, namespace, export_pod(kube, namespace, child="serve"), message, ok=True, container_name=serve_job.CONTAINER)
     st = wait_for(_condition(kube, namespace, "True"), timeout=60, what="AdapterServed True")
@@ -125,9 +126,13 @@ def test_the_exported_adapter_is_loaded_into_the_server_and_status_says_where(co
     assert c["AdapterServed"] == ("True", "Served") and c["Reconciling"][0] == "False" and c["Stalled"][0] == "False" and c["Ready"][0] == "True"
     assert {k: st["serving"][k] for k in ("server", "name", "path")} == {"server": url, "name": NAME, "path": path}
     wait_for(lambda: ("Normal", "AdapterServed") in events(kube, namespace), what="the AdapterServed event")
-    req = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {SENTINEL}"})
-    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - loopback
-        assert NAME in {c["id"] for c in json.loads(resp.read())["data"]}
+
+    def served() -> set[str]:
+        req = urllib.request.Request(url + "/v1/models", headers={"Authorization": f"Bearer {SENTINEL}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - the harness's namespace
+            return {c["id"] for c in json.loads(resp.read())["data"]}
+
+    assert NAME in service_netns.call(served)
 
     # the sentinel: the key is in no object the operator wrote, no event, no log line
     written = [job(kube, namespace), kube.get("batch/v1", "Job", namespace, LOAD_JOB), kube.get("v1", "ConfigMap", namespace, LOAD_JOB)]
@@ -138,11 +143,11 @@ def test_the_exported_adapter_is_loaded_into_the_server_and_status_says_where(co
     assert not [t for t in texts if SENTINEL in t]
 
 
-def test_a_refused_load_fails_the_job_at_once_and_the_job_is_stalled(control_plane, kube, namespace, operator, tmp_path, sglang):
+def test_a_refused_load_fails_the_job_at_once_and_the_job_is_stalled(control_plane, kube, namespace, operator, tmp_path, sglang, service_netns):
     url = sglang("--max-lora-rank", "4", "--lora-target-modules", "all")  # the adapter's rank is 8
     _succeed_and_export(control_plane, kube, namespace, tmp_path, {"url": url, "backoffLimit": 3})
     wait_for(_condition(kube, namespace, "Unknown"), timeout=60, what="AdapterServed Unknown")
-    code, message = _run_load_pod(kube, namespace, tmp_path)
+    code, message = _run_load_pod(kube, namespace, tmp_path, service_netns)
     assert code == 2, message
     end_export_pod(kube, namespace, export_pod(kube, namespace, child="serve"), message, ok=False, container_name=serve_job.CONTAINER, exit_code=code)
     st = wait_for(_condition(kube, namespace, "False"), timeout=60, what="AdapterServed False")

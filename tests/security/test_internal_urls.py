@@ -33,7 +33,7 @@ from lorarl.job.settings import EgressSettings, NetworkPolicySettings, RenderSet
 
 from tests.adapter import saves
 from tests.api.apiserver import dry_run_apply, dry_run_create
-from tests.helpers import outward_address, with_spec
+from tests.helpers import ServiceNetns, with_spec
 
 NOW = datetime.datetime(2026, 12, 6, 12, 0, tzinfo=datetime.UTC)
 SENTINEL = "internal-sentinel-35-2"  # what an internal endpoint would answer: never in a report
@@ -145,8 +145,9 @@ def test_every_connection_of_the_process_is_checked_once_resolved():
     listener.close()
 
 
-def run_loader(tmp_path, url: str, env: dict | None = None) -> tuple[int, dict]:
-    """The load pod's program as the pod runs it: the ConfigMap's files, python3 -I."""
+def run_loader(tmp_path, url: str, env: dict | None = None, netns: ServiceNetns | None = None) -> tuple[int, dict]:
+    """The load pod's program as the pod runs it: the ConfigMap's files, python3 -I; in the
+    namespace ``netns`` if given (where the test's servers are)."""
     job = api.LoraRLJob.model_validate(
         saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "c"}}]}, serve={"url": "http://x", "adapterPath": "/a"})
     )
@@ -154,7 +155,20 @@ def run_loader(tmp_path, url: str, env: dict | None = None) -> tuple[int, dict]:
         (tmp_path / name).write_text(text)
     log = tmp_path / "termination-log"
     log.unlink(missing_ok=True)
-    argv = [sys.executable, "-I", str(tmp_path / "loader.py"), "--url", url, "--name", "x", "--path", "/a", "--termination-log", str(log)]
+    argv = [
+        *(netns.prefix if netns else ()),
+        sys.executable,
+        "-I",
+        str(tmp_path / "loader.py"),
+        "--url",
+        url,
+        "--name",
+        "x",
+        "--path",
+        "/a",
+        "--termination-log",
+        str(log),
+    ]
     done = subprocess.run(argv, env=env or {}, capture_output=True, text=True, timeout=60, check=False)
     return done.returncode, json.loads(log.read_text())
 
@@ -171,11 +185,12 @@ def test_the_loader_refuses_a_loopback_server_for_good_without_connecting(tmp_pa
     listener.close()
 
 
-def test_the_loader_refuses_the_clusters_own_ranges_given_to_the_pod(tmp_path):
-    outward = outward_address()
-    code, report = run_loader(tmp_path, f"http://{outward}:9", {egress.REFUSED_ENV: f"{outward}/32"})
+@pytest.mark.servers
+def test_the_loader_refuses_the_clusters_own_ranges_given_to_the_pod(tmp_path, service_netns):
+    address, ns = service_netns.ADDRESS, service_netns
+    code, report = run_loader(tmp_path, f"http://{address}:9", {egress.REFUSED_ENV: f"{address}/32"}, ns)
     assert (code, report["reason"]) == (2, "AddressRefused"), report
-    code, report = run_loader(tmp_path, f"http://{outward}:9", {egress.REFUSED_ENV: f"{outward}/32", egress.ALLOWED_ENV: f"{outward}/32"})
+    code, report = run_loader(tmp_path, f"http://{address}:9", {egress.REFUSED_ENV: f"{address}/32", egress.ALLOWED_ENV: f"{address}/32"}, ns)
     assert report["reason"] == "ServerUnreachable", report  # allowed: it connects (nothing listens on 9)
 
 
@@ -249,8 +264,9 @@ def test_store_messages_name_no_text_of_the_servers():
 
 
 @contextlib.contextmanager
-def http_server(answer):
-    """A server on the outward address whose every request gets ``answer(handler)``; yields (url, hits)."""
+def http_server(netns: ServiceNetns, answer):
+    """A server in the harness's namespace ``netns``, off loopback, whose every request gets
+    ``answer(handler)``; yields (url, hits)."""
     hits: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -265,7 +281,7 @@ def http_server(answer):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer((outward_address(), 0), Handler)
+    server = netns.call(http.server.ThreadingHTTPServer, (netns.ADDRESS, 0), Handler)  # its socket in there
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -288,40 +304,42 @@ def reply(status: int, body: bytes = b"", headers: dict | None = None):
 
 
 @pytest.mark.servers
-def test_the_loader_copies_no_server_text_and_follows_no_redirect(tmp_path):
+def test_the_loader_copies_no_server_text_and_follows_no_redirect(tmp_path, service_netns):
+    ns = service_netns
     refusal = json.dumps({"success": False, "error_message": f"{SENTINEL} " * 50}).encode()
-    with http_server(reply(400, refusal)) as (url, _):
-        code, report = run_loader(tmp_path, url)
+    with http_server(ns, reply(400, refusal)) as (url, _):
+        code, report = run_loader(tmp_path, url, netns=ns)
     assert (code, report["reason"]) == (2, "LoadRefused") and "HTTP 400" in report["message"], report
     assert SENTINEL not in json.dumps(report)
     with (
-        http_server(reply(200, SENTINEL.encode())) as (elsewhere, elsewhere_hits),
-        http_server(reply(302, SENTINEL.encode(), {"Location": elsewhere + "/x"})) as (url, _),
+        http_server(ns, reply(200, SENTINEL.encode())) as (elsewhere, elsewhere_hits),
+        http_server(ns, reply(302, SENTINEL.encode(), {"Location": elsewhere + "/x"})) as (url, _),
     ):
-        code, report = run_loader(tmp_path, url)
+        code, report = run_loader(tmp_path, url, netns=ns)
     assert (code, report["reason"]) == (2, "Redirected"), report
     assert elsewhere_hits == [] and SENTINEL not in json.dumps(report)
-    with http_server(lambda h: h.wfile.write(f"-ERR {SENTINEL}\r\n".encode())) as (url, _):  # not HTTP at all
-        code, report = run_loader(tmp_path, url)
+    with http_server(ns, lambda h: h.wfile.write(f"-ERR {SENTINEL}\r\n".encode())) as (url, _):  # not HTTP at all
+        code, report = run_loader(tmp_path, url, netns=ns)
     assert report["reason"] == "ServerUnreachable" and SENTINEL not in json.dumps(report), report
 
 
 @pytest.mark.servers
-def test_the_export_hub_client_follows_no_redirect_to_another_host():
+def test_the_export_hub_client_follows_no_redirect_to_another_host(service_netns):
+    ns = service_netns
     huggingface_hub = pytest.importorskip("huggingface_hub")
     from huggingface_hub.utils import _http
 
     stores._hub_same_host_redirects(huggingface_hub)
     try:
         with (
-            http_server(reply(200, b"{}")) as (elsewhere, elsewhere_hits),
-            http_server(reply(307, b"", {"Location": elsewhere.replace(outward_address(), "localhost") + "/x"})) as (url, _),
+            http_server(ns, reply(200, b"{}")) as (elsewhere, elsewhere_hits),
+            http_server(ns, reply(307, b"", {"Location": elsewhere.replace(ns.ADDRESS, "localhost") + "/x"})) as (url, _),
         ):
             with pytest.raises(stores.RedirectRefused):
-                huggingface_hub.get_session().get(url + "/api/models/team/x")
+                ns.call(lambda: huggingface_hub.get_session().get(url + "/api/models/team/x"))
             moved = reply(307, b"", {"Location": "/moved"})
-            with http_server(lambda h: (moved if h.path != "/moved" else reply(200, b"{}"))(h)) as (same, same_hits):
-                huggingface_hub.get_session().get(same + "/api/models/team/x")  # the same host: followed
+            with http_server(ns, lambda h: (moved if h.path != "/moved" else reply(200, b"{}"))(h)) as (same, same_hits):
+                ns.call(lambda: huggingface_hub.get_session().get(same + "/api/models/team/x"))  # the same host: followed
         assert elsewhere_hits == [] and same_hits == ["/api/models/team/x", "/moved"]
     finally:
         huggingface_hub.set_client_factory(_http.default_client_factory)

@@ -84,17 +84,17 @@ def owner_running(name: str) -> bool | None:
     return None if pid is None else pathlib.Path(f"/proc/{pid}").exists()
 
 
-def create_owned(tag: str) -> str:
+def create_owned(tag: str, address: str | None = None) -> str:
     """A namespace with only a loopback that belongs to this process, named
-    ``lorarl-owned-<pid>-<tag>``; those whose process is gone (a run that was killed) are
-    deleted first."""
+    ``lorarl-owned-<pid>-<tag>``, with ``address``/32 on that loopback if given; those whose
+    process is gone (a run that was killed) are deleted first."""
     if NETNS_DIR.is_dir():
         for path in NETNS_DIR.glob(f"{OWNED_PREFIX}-*"):
             if owner_running(path.name) is False:
                 delete(path.name)
     name = f"{OWNED_PREFIX}-{os.getpid()}-{tag}"
     delete(name)
-    create(name)
+    create(name, address)
     return name
 
 
