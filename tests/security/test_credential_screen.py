@@ -200,7 +200,7 @@ def test_the_screen_is_made_of_the_scanners_patterns():
     from lorarl.api import secret_scanners as scanners
 
     assert len(scanners.GITLEAKS_RULES) >= 100 and scanners.gitleaks_tokens() in api.ACCESS_KEY_SHAPED_VALUE
-    assert scanners.DETECT_SECRETS_AWS_SECRET_ACCESS_KEY in api.ACCESS_KEY_SHAPED_VALUE
+    assert scanners.DETECT_SECRETS_AWS_ACCESS_KEY_SHAPE in api.ACCESS_KEY_SHAPED_VALUE
     for rule_id, regex in scanners.GITLEAKS_RULES:  # each token, RE2 syntax that Python reads alike
         core = scanners.token_core(regex)
         assert "(?i)" not in core and "[[:" not in core and "\\z" not in core, rule_id

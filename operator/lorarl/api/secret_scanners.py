@@ -24,7 +24,7 @@ commit 5e141933554a0b74e7341841f318be21e895339c (v1.5.0-50-g5e14193, 2026-04-02)
 * ``DETECT_SECRETS_KEYWORD_DENYLIST``: ``DENYLIST`` of ``detect_secrets/plugins/keyword.py`` (which
   that file credits in part to PyCQA/bandit, Copyright (c) 2014 Hewlett-Packard Development
   Company, L.P., MIT);
-* ``DETECT_SECRETS_AWS_SECRET_KEYWORD`` and ``DETECT_SECRETS_AWS_SECRET_ACCESS_KEY``: from
+* ``DETECT_SECRETS_AWS_KEYWORDS`` and ``DETECT_SECRETS_AWS_ACCESS_KEY_SHAPE``: from
   ``detect_secrets/plugins/aws.py`` (``AWSKeyDetector.secret_keyword``, and the 40-character group
   of its second ``denylist`` pattern: an AWS secret access key).
 
@@ -204,8 +204,8 @@ DETECT_SECRETS_KEYWORD_DENYLIST = (
 )
 
 # detect_secrets/plugins/aws.py AWSKeyDetector
-DETECT_SECRETS_AWS_SECRET_KEYWORD = r'(?:key|pwd|pw|password|pass|token)'
-DETECT_SECRETS_AWS_SECRET_ACCESS_KEY = r'[0-9a-zA-Z/+]{40}'
+DETECT_SECRETS_AWS_KEYWORDS = r'(?:key|pwd|pw|password|pass|token)'
+DETECT_SECRETS_AWS_ACCESS_KEY_SHAPE = r'[0-9a-zA-Z/+]{40}'
 # fmt: on
 
 # ------------------------------------------------------------------ ours: one word, whole value
