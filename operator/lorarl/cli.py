@@ -277,6 +277,7 @@ def run(
     import kubernetes
 
     from . import controller
+    from .reporter import text
     from .runtime import leader, probes, runner
     from .runtime.kube import Api
 
@@ -311,6 +312,7 @@ def run(
     # the "[namespace/name]" prefix of kopf's object formatter on text lines; JSON lines carry
     # the same reference as an "object" key instead
     kopf.configure(verbose=verbose, log_format=fmt, log_prefix=fmt is not kopf.LogFormat.JSON, log_refkey="object")
+    text.install_log_filter()  # a job's text in a log line: printable, one line (lorarl.reporter.text)
     try:
         kube = Api.from_environment(connections=controller.api_connections(workers))
     except kubernetes.config.ConfigException as err:

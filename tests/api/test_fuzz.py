@@ -239,7 +239,8 @@ def test_known_metacharacters_are_rejected_with_field_names():
     doc = seed_doc()
     doc["spec"]["extraArgs"] = ["--foo", "$(reboot)"]
     _, problems = validate(doc)
-    assert [p.field for p in problems] == ["spec.extraArgs[1]"]
+    # the list is named: a rule on the item would quote the item in the API server's answer
+    assert [p.field for p in problems] == ["spec.extraArgs"]
 
 
 @FUZZ

@@ -71,3 +71,22 @@ def test_an_eval_name_the_job_made_up_is_not_judged(control_plane, namespace, ku
         what="EvalScoreTooLow",
     )
     assert unhealthy["reason"] == "EvalScoreTooLow" and "eval/aime24" in unhealthy["message"] and "planted" not in unhealthy["message"]
+
+
+# issue 35, finding 4: terminal escapes, BEL, a right-to-left override and a zero-width space in
+# the driver's text (what KubeRay copies into RayJob.status.message), and a tab
+HOSTILE_TAIL = "RuntimeError: \x1b[31mboom\x1b[0m\x07 \u202ereversed\u200b\tend\nsecond line\n"
+
+
+def test_a_failure_message_reaches_the_status_and_the_events_printable(control_plane, namespace, kube, operator):
+    apply_job(control_plane, namespace, seed_doc())
+    ray = running(kube, namespace)
+    ray.app_failed(message=HOSTILE_TAIL)
+    st = wait_for(phase_is(kube, namespace, "Failed"), what="Failed")  # as the API server stored it
+    events = wait_for(lambda: failed_event_messages(kube, namespace), what="the Failed Event")
+    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert failed["message"].startswith("RuntimeError: boom reversed end ... (the full text"), failed["message"]
+    texts = [st["rayJob"]["message"], st["rayJob"]["reason"], *(c["message"] for c in st["conditions"]), *events, operator.output()]
+    assert any("RuntimeError: boom reversed end" in t for t in events), events
+    for text in texts:
+        assert not any(ch in text for ch in "\x1b\x07\u202e\u200b\t"), repr(text)

@@ -38,13 +38,14 @@ INT64 = (-(2**63), 2**63 - 1)
 
 def go_regex(pattern: str) -> re.Pattern[str]:
     """A CRD pattern (Go RE2) as a Python regex with RE2's meaning of ``$``: the end of the text
-    (Python's ``$`` also matches before a final newline)."""
+    (Python's ``$`` also matches before a final newline); and of ``\\d``, ``\\w``, ``\\s``, ``\\b``:
+    ASCII only, as RE2's (Python's match any Unicode digit, letter, space)."""
     return _go_regex(pattern)
 
 
 @functools.cache
 def _go_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern), re.ASCII)
 
 
 def _strict(schema: dict[str, Any]) -> dict[str, Any]:

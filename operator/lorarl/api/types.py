@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from . import secret_scanners as scanners
+
 GROUP = "lorarl.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -104,6 +106,28 @@ def REVISION_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like th
 
 
 CommandWord = Annotated[str, StringConstraints(pattern=SHELL_SAFE, min_length=1, max_length=256)]
+# An extraArgs item: its characters are checked by a CEL rule on the list (EXTRA_ARGS_RULES), not
+# by a `pattern` on the item, since the API server quotes a string that fails a pattern (or a CEL
+# rule on the string) in its answer ('spec.extraArgs[0]: Invalid value: "--wandb-key=SENTvalue#1":
+# should match ...') and a list that fails a rule by its type only ('Invalid value: "array"'): an
+# item may hold a secret.
+ExtraArg = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+def cel_regex(pattern: str) -> str:
+    """A regular expression as a CEL string literal's body (inside '...'): backslashes doubled."""
+    assert "'" not in pattern, pattern
+    return pattern.replace("\\", "\\\\")
+
+
+def syntax_rules(pattern: str, help_: str, *fields: str) -> list[dict]:
+    """The syntax of string fields that may hold a pasted secret, as rules on the object that holds
+    them (fieldPath names the field), not as a `pattern`: the API server quotes a refused string
+    ('Invalid value: "<the value>"'), a refused object by its type only ("object")."""
+    return [cel(f"!has(self.{f}) || self.{f}.matches('{cel_regex(pattern)}')", help_, field_path=f".{f}") for f in fields]
+
+
+IDENTIFIER_HELP = "must start with a letter or digit, then letters, digits, '_', '.' or '-'"
 
 
 # A token pasted as a value (a whole item or word, or after "="). The documented shapes: Hugging
@@ -113,12 +137,37 @@ CommandWord = Annotated[str, StringConstraints(pattern=SHELL_SAFE, min_length=1,
 # keys W&B issues since SDK 0.22.3, wandb/wandb#10688: any opaque word of 60 or more letters,
 # digits, '_' or '-'). A heuristic: it also refuses a git commit id (40 hex) given as a value,
 # which belongs in the revision fields.
-ACCESS_KEY_SHAPED_VALUE = (
-    r"(^|=)(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}"
-    r"|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{4,}[.]eyJ[A-Za-z0-9_-]{4,}[.][A-Za-z0-9_-]*|([A-Za-z0-9]+-)?[0-9A-Fa-f]{40}|[A-Za-z0-9_-]{60,})$"
+#
+# To these (ours) the token shapes of two maintained scanners are added (lorarl/api/secret_scanners.py,
+# vendored with their licences): every gitleaks rule that knows a token by its own shape (AWS
+# AKIA/ASIA..., Google AIza..., Stripe sk_live_..., GitLab glpat-..., npm_..., PyPI, Slack, ...),
+# and detect-secrets' AWS secret access key (40 letters, digits, '/' or '+'). Each must be the whole
+# value (an item, or what follows '='). Go RE2 syntax that Python's re reads alike (admission.validation.go_regex).
+OWN_SHAPES = (
+    r"hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abpors]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{4,}[.]eyJ[A-Za-z0-9_-]{4,}[.][A-Za-z0-9_-]*|([A-Za-z0-9]+-)?[0-9A-Fa-f]{40}|[A-Za-z0-9_-]{60,}"
 )
+ACCESS_KEY_SHAPED_VALUE = f"(^|=)({OWN_SHAPES}|{scanners.gitleaks_tokens()}|{scanners.DETECT_SECRETS_AWS_ACCESS_KEY_SHAPE})$"
+
+
+def _token_shape_parts(limit: int = 1100) -> list[str]:
+    """ACCESS_KEY_SHAPED_VALUE cut into expressions of at most about ``limit`` characters: the API
+    server estimates a ``matches`` as (the string's length) x (the expression's length), and one
+    rule over the extraArgs items (256 items of 256 characters) with the whole expression would cost
+    2.9 times its budget for one rule (10^7). The five rules cost about 30% of the CRD's whole
+    budget (10^8; measured on the API server: the CRD's rules with them use about 56%)."""
+    shapes = [OWN_SHAPES, *(scanners.token_core(rx) for _, rx in scanners.GITLEAKS_RULES), scanners.DETECT_SECRETS_AWS_ACCESS_KEY_SHAPE]
+    parts: list[list[str]] = [[]]
+    for shape in shapes:
+        if parts[-1] and sum(len(x) + 1 for x in parts[-1]) + len(shape) > limit:
+            parts.append([])
+        parts[-1].append(shape)
+    return [f"(^|=)({'|'.join(part)})$" for part in parts]
+
+
+ACCESS_KEY_SHAPED_PARTS = _token_shape_parts()
 ACCESS_KEY_SHAPED_MESSAGE = (
-    "looks like an access token (hf_, a JWT, 40 hex digits, ...): a secret here is stored in etcd and shown in W&B, "
+    "looks like an access token (a shape gitleaks or detect-secrets knows, hf_, a JWT, 40 hex digits, ...): a secret here is stored in etcd and shown in W&B, "
     "Ray and the status; pass credentials through Secret references"
 )
 
@@ -128,7 +177,7 @@ def not_token_shaped(*fields: str) -> list[dict]:
     (fieldPath names the field): the API server quotes a refused string's value in its message
     ('Invalid value: "<the token>"'), a refused object only by its type ("object"), so the token
     stays out of kubectl's output, a GitOps controller's status and audit records."""
-    return [cel(f"!has(self.{f}) || !self.{f}.matches('{ACCESS_KEY_SHAPED_VALUE}')", ACCESS_KEY_SHAPED_MESSAGE, field_path=f".{f}") for f in fields]
+    return [cel(f"!has(self.{f}) || !self.{f}.matches('{cel_regex(ACCESS_KEY_SHAPED_VALUE)}')", ACCESS_KEY_SHAPED_MESSAGE, field_path=f".{f}") for f in fields]
 
 
 def EXTRA_ARG_ITEM_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like the constants beside it)
@@ -553,9 +602,18 @@ class RolloutSpec(ApiModel):
 class EvalDataset(ApiModel):
     """A named evaluation set (from a Hub repo, a path on the job's volume or a URI, as promptData)."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [NO_PARENT_DIR_RULE, *DATASET_SOURCE_RULES, *not_token_shaped("name")]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                NO_PARENT_DIR_RULE,
+                *DATASET_SOURCE_RULES,
+                *syntax_rules(IDENTIFIER, IDENTIFIER_HELP, "name"),
+                *not_token_shaped("name"),
+            ]
+        }
+    )
 
-    name: str = Field(..., max_length=32, pattern=IDENTIFIER, description="Name reported in logs, W&B and status (eval/<name>).")
+    name: str = Field(..., max_length=32, description="Name reported in logs, W&B and status (eval/<name>).")
     repo: str | None = Field(
         None, min_length=3, max_length=96, description="Dataset repository id.", json_schema_extra={"x-kubernetes-validations": [repo_id_rule()]}
     )
@@ -766,20 +824,22 @@ class WandbSpec(ApiModel):
     """Weights & Biases. The API key reaches the trainer as WANDB_API_KEY from the Secret, never as
     a flag."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": not_token_shaped("project", "team", "group")})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [*syntax_rules(IDENTIFIER, IDENTIFIER_HELP, "project", "team", "group"), *not_token_shaped("project", "team", "group")]
+        }
+    )
 
     project: str = Field(
         "miles-run_qwen3_4b_lora",
         max_length=128,
-        pattern=IDENTIFIER,
         description="W&B project.",
         json_schema_extra=flag("--wandb-project"),
     )
-    team: str | None = Field(None, max_length=128, pattern=IDENTIFIER, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
+    team: str | None = Field(None, max_length=128, description="W&B team (entity).", json_schema_extra=flag("--wandb-team"))
     group: str | None = Field(
         None,
         max_length=128,
-        pattern=IDENTIFIER,
         description="W&B group; default: the job name.",
         json_schema_extra=flag("--wandb-group"),
     )
@@ -1242,14 +1302,24 @@ SPEC_RULES = [
 
 
 # Credentials never go on the command line (it is stored in etcd, shown by Ray and in logs). A
-# heuristic, so it errs on the side of refusing: a flag whose name holds a credential word
-# anywhere (key, secret, passw, pwd, credential, auth, bearer, cookie, token; `pass` as the last
-# word) is refused, except the flags of miles' own parser that hold such a word and are not
-# credentials (JSONL keys, token counts and ids, model shapes; the list is checked against the
-# dump of miles' real parser, hack/images/job/miles/miles_standin/train-py-options-*.json, by
-# tests/security/test_credential_screen.py). "tokens" (counts) and "tokeni..." (tokenizer) are
-# not the word "token".
-CREDENTIAL_FLAG = r"(?i)^--?[a-z0-9._-]*(key|secret|passw|passphrase|pwd|credential|auth|bearer|cookie|token([^si]|$)|(^--?|[-_.])pass($|=))"
+# heuristic, so it errs on the side of refusing: a flag whose name holds a credential word is
+# refused, except the flags of miles' own parser that hold such a word and are not credentials
+# (JSONL keys, token counts and ids, model shapes; the list is checked against the dump of miles'
+# real parser, hack/images/job/miles/miles_standin/train-py-options-*.json, by
+# tests/security/test_credential_screen.py). The words are the scanners' (lorarl/api/secret_scanners.py):
+# gitleaks' generic-api-key keywords, anywhere in the name, except "access" and "api", which name
+# no credential by themselves (--sglang-uvicorn-access-log-..., --multi-lora-api-port: gitleaks
+# needs a random-looking value after them); detect-secrets' keyword list, anywhere; and of
+# detect-secrets' AWS secret keywords the short "pw" as a word of its own (between '-', '_', '.')
+# and "pass" as the last word ("forward-pass" is no credential). Ours on top, which neither scanner
+# has: bearer, cookie, passphrase anywhere, "tok" as a word of its own (--hf-tok). "tokens"
+# (counts) and "tokeni..." (tokenizer) are not the word "token".
+_ANYWHERE = [
+    *(k.replace("token", "token([^si]|$)") for k in scanners.GITLEAKS_GENERIC_KEYWORDS if k not in ("access", "(?-i:[Aa]pi|API)")),
+    *(k for k in scanners.DETECT_SECRETS_KEYWORD_DENYLIST if k.isascii()),  # a flag is ASCII (SHELL_SAFE)
+    "passw", "bearer", "cookie", "passphrase",
+]  # fmt: skip
+CREDENTIAL_FLAG = r"(?i)^--?[a-z0-9._-]*(" + "|".join(_ANYWHERE) + r"|(^--?|[-_.])(pw|tok)($|[-_.=])|(^--?|[-_.])pass($|=))"
 NOT_A_CREDENTIAL_FLAGS = (
     # JSONL keys (data, not credentials)
     "input-key", "label-key", "metadata-key", "tool-key", "reward-key", "multimodal-keys",
@@ -1282,32 +1352,44 @@ def _parallel_size(flag_name: str) -> str:
 _MODEL_PARALLEL = "(!has(self.extraArgs) ? 1 : " + " * ".join(_parallel_size(f) for f in MODEL_PARALLEL_FLAGS) + ")"
 
 CREDENTIAL_FLAG_MESSAGE = (
-    "a credential-like flag (key, token, secret, password, auth, bearer... anywhere in its name) would put a secret on the command line; "
+    "a credential-like flag (key, token, secret, password, auth, bearer... anywhere in its name; pw, tok as a word) would put a secret on the command line; "
     "use spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef"
 )
 
 # Rules on each item, so that a refusal names the element (spec.extraArgs[3]), as the API server
 # reports a rule of an `items` schema; lorarl.admission.crdgen adds the spec-owned flags rule.
 EXTRA_ARG_ITEM_RULES = [
-    # an item with '=' may carry the secret itself: the list-level rule below refuses it unechoed
+    # a bare flag (no '='), named by its index; an item with '=' may carry the secret itself, and
+    # an item with a character outside SHELL_SAFE may be one glued on: the list-level rules below
+    # refuse those unechoed
     cel(
-        f"self.contains('=') || !self.matches('{CREDENTIAL_FLAG}') || self.matches('{NOT_A_CREDENTIAL_FLAG}')",
+        f"self.contains('=') || !self.matches('{SHELL_SAFE}') || !self.matches('{CREDENTIAL_FLAG}') || self.matches('{NOT_A_CREDENTIAL_FLAG}')",
         CREDENTIAL_FLAG_MESSAGE,
     ),
 ]
 
+# On the list, not on each item: the API server quotes a refused string in its answer, whether a
+# `pattern` or a CEL rule on the string refused it ('spec.extraArgs[0]: Invalid value:
+# "--wandb-key=SENTvalue#1": ...'), and a refused list by its type only ('Invalid value: "array"'),
+# so that what the item holds stays out of the answer (and of whatever shows it: kubectl, a
+# GitOps controller's status, audit records). tests/security/test_credential_screen.py reads the
+# API server's whole answer for each.
 EXTRA_ARGS_RULES = [
+    # the characters a word may hold, as a rule on the list and not a `pattern` on the items (ExtraArg)
+    # (a messageExpression naming the item's index costs more than the API server's budget for one)
+    cel(f"self.all(a, a.matches('{SHELL_SAFE}'))", f"each item may hold only {SHELL_SAFE_HELP} (it passes through shells); the item is not repeated here"),
     cel(
         f"!self.exists(a, a.contains('=') && a.matches('{CREDENTIAL_FLAG}') && !a.matches('{NOT_A_CREDENTIAL_FLAG}'))",
         CREDENTIAL_FLAG_MESSAGE,
     ),
-    # on the list, not on each item: a refused string item is echoed by the API server ('Invalid
-    # value: "<the token>"'), a refused list is named by its type, so the token stays out of the
-    # error (and out of whatever shows it: kubectl, a GitOps controller's status, audit records)
-    cel(
-        f"!self.exists(a, a.matches('{ACCESS_KEY_SHAPED_VALUE}'))",
-        "an item looks like an access token (hf_, ghp_, sk-, a JWT, 40 hex digits, ...): a secret on the command line is "
-        "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
+    # a token as an item, or after '=', in a few rules (ACCESS_KEY_SHAPED_PARTS: the cost budget of one rule)
+    *(
+        cel(
+            f"!self.exists(a, a.matches('{cel_regex(part)}'))",
+            "an item looks like an access token (a shape gitleaks or detect-secrets knows, hf_, ghp_, sk-, a JWT, 40 hex digits, ...): a secret on the command line is "
+            "stored in etcd and shown by Ray; put it in a Secret (spec.tracking.wandb.apiKeySecretRef / spec.dataPrep.hfTokenSecretRef)",
+        )
+        for part in ACCESS_KEY_SHAPED_PARTS
     ),
     *[
         cel(
@@ -1371,7 +1453,7 @@ class LoraRLJobSpec(ApiModel):
         le=2147483647,
         description="Delete this LoraRLJob (and with it its children) this many seconds after it finished (Succeeded or Failed), as a Job's ttlSecondsAfterFinished; unset: kept until deleted.",
     )
-    extra_args: list[CommandWord] | None = Field(
+    extra_args: list[ExtraArg] | None = Field(
         None,
         max_length=256,
         description="Extra train.py arguments appended after the recipe's, one token per item "

@@ -18,6 +18,7 @@ import pydantic
 from ..api import types as api
 from ..job import export_job
 from ..job.render import COMPONENT_LABEL
+from ..reporter.text import printable
 
 ADAPTER_EXPORTED = "AdapterExported"
 EXPORT_FAILED_STALL = "AdapterExportFailed"
@@ -55,8 +56,8 @@ def pod_reports(pods: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | 
 
 def _why(pod: str, report: dict[str, Any] | None, ended: dict[str, Any]) -> tuple[str, str]:
     if report is not None and report.get("ok") is False:
-        return str(report.get("reason") or "ExportFailed"), str(report.get("message") or "")
-    return "ExportPodFailed", f"pod {pod} exited {ended.get('exitCode')} ({ended.get('reason') or 'no report'}) without a report"
+        return printable(report.get("reason") or "ExportFailed"), printable(report.get("message") or "")
+    return "ExportPodFailed", printable(f"pod {pod} exited {ended.get('exitCode')} ({ended.get('reason') or 'no report'}) without a report")
 
 
 def export_state(export_job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> ExportState:
@@ -70,7 +71,8 @@ def export_state(export_job: dict[str, Any] | None, pods: list[dict[str, Any]]) 
                 adapter = api.AdapterStatus.model_validate(report.get("adapter") or {}).model_dump(by_alias=True, exclude_none=True)
             except pydantic.ValidationError as err:
                 return ExportState("False", "UnreadableReport", f"pod {_pod}'s report does not fit status.adapter ({err.error_count()} errors)", None, True)
-            return ExportState("True", "Exported", f"{adapter.get('uri')} ({adapter.get('digest')}, rollout {adapter.get('rollout')})", adapter, False)
+            said = printable(f"{adapter.get('uri')} ({adapter.get('digest')}, rollout {adapter.get('rollout')})")
+            return ExportState("True", "Exported", said, adapter, False)
     if job_condition(export_job, "Failed"):
         reason, message = _why(*reports[-1]) if reports else ("ExportPodFailed", "the export Job failed before its pod ran")
         return ExportState("False", reason, message, None, True)

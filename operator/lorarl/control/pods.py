@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..job.render import COMPONENT_LABEL, EXPORT_ROLLOUT_LABEL, JOB_LABEL, PREPARE_CONTAINER
+from ..reporter.text import printable
 from .driver import CLUSTER_LABEL, NODE_TYPE_LABEL
 from .gpuhours import GPU_RESOURCES
 
@@ -100,7 +101,8 @@ def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
 
 def _one_line(text: str | None) -> str:
     """The last non-empty line (a FallbackToLogsOnError message is a log's tail)."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    lines = [printable(line).strip() for line in (text or "").splitlines()]
+    lines = [line for line in lines if line]
     return lines[-1] if lines else ""
 
 
@@ -110,6 +112,7 @@ def _restarts(cs: dict[str, Any]) -> str:
 
 
 def _cut(text: str) -> str:
+    text = printable(text)  # the scheduler's message, pod and container names, too
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import types as api
+from ..reporter.text import printable
 from ..runtime.kube import FIELD_MANAGER
 from . import health
 
@@ -163,9 +164,9 @@ def admission(workload: dict[str, Any] | None, cluster_queue: str | None = None)
         cluster_queue=(st.get("admission") or {}).get("clusterQueue") or cluster_queue,
         active=(workload.get("spec") or {}).get("active", True) is not False,
         deactivated_by=((workload.get("metadata") or {}).get("annotations") or {}).get(DEACTIVATED_BY),
-        pending_message=reserved.get("message", "") if reserved.get("status") == "False" else "",
+        pending_message=printable(reserved.get("message", "")) if reserved.get("status") == "False" else "",
         evicted_reason=evicted.get("reason") if evicted else None,
-        evicted_message=evicted.get("message", "") if evicted else "",
+        evicted_message=printable(evicted.get("message", "")) if evicted else "",
         preempted_reason=preempted.get("reason") if preempted else None,
         finished=bool(true("Finished")),
     )

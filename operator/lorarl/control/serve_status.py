@@ -16,6 +16,7 @@ import pydantic
 from ..api import types as api
 from ..job import serve_job
 from ..job.render import COMPONENT_LABEL
+from ..reporter.text import printable
 from . import adapter_status
 
 ADAPTER_SERVED = "AdapterServed"
@@ -34,8 +35,8 @@ class ServeState(NamedTuple):
 
 def _why(pod: str, report: dict[str, Any] | None, ended: dict[str, Any]) -> tuple[str, str]:
     if report is not None and report.get("ok") is False:
-        return str(report.get("reason") or "LoadFailed")[:128], str(report.get("message") or "")[:MESSAGE_LIMIT]
-    return "LoadPodFailed", f"pod {pod} exited {ended.get('exitCode')} ({ended.get('reason') or 'no report'}) without a report"
+        return printable(report.get("reason") or "LoadFailed", 128), printable(report.get("message") or "", MESSAGE_LIMIT)
+    return "LoadPodFailed", printable(f"pod {pod} exited {ended.get('exitCode')} ({ended.get('reason') or 'no report'}) without a report")
 
 
 def serve_state(load_job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> ServeState:
@@ -49,7 +50,8 @@ def serve_state(load_job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> 
                 serving = api.ServingStatus.model_validate(report.get("serving") or {}).model_dump(by_alias=True, exclude_none=True)
             except pydantic.ValidationError as err:
                 return ServeState("False", "UnreadableReport", f"pod {pod}'s report does not fit status.serving ({err.error_count()} errors)", None, True)
-            return ServeState("True", "Served", f"{serving.get('name')} at {serving.get('server')} ({serving.get('path')})", serving, False)
+            said = printable(f"{serving.get('name')} at {serving.get('server')} ({serving.get('path')})")
+            return ServeState("True", "Served", said, serving, False)
     if adapter_status.job_condition(load_job, "Failed"):
         reason, message = _why(*reports[-1]) if reports else ("LoadPodFailed", "the load Job failed before its pod ran")
         return ServeState("False", reason, message, None, True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
 from ..reporter import oom
+from ..reporter.text import printable
 from . import adapter_status, pods, serve_status
 from .driver import DRIVER_LOST
 from .health import NO_PROGRESS, Verdict
@@ -88,6 +89,10 @@ class Event:
     reason: str
     message: str
 
+    def __post_init__(self) -> None:  # text from outside, printable (lorarl.text)
+        object.__setattr__(self, "reason", printable(self.reason))
+        object.__setattr__(self, "message", printable(self.message))
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -153,7 +158,8 @@ def _redacted(words: list[str]) -> list[str]:
 def ray_message(message: str, rayjob_name: str) -> str:
     """KubeRay's message as operator text: its first non-empty line, credential-like words
     redacted, at most MAX_RAY_MESSAGE characters, and where the whole text is."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    lines = [printable(line).strip() for line in message.splitlines()]
+    lines = [line for line in lines if line]
     if not lines:
         return ""
     first = " ".join(_redacted(lines[0].split()))
@@ -286,14 +292,22 @@ def rayjob_mirror(rayjob: dict[str, Any] | None) -> dict[str, Any] | None:
         "succeeded": st.get("succeeded"),
         "failed": st.get("failed"),
     }
-    return {k: v for k, v in mirror.items() if v not in (None, "")}
+    # every string KubeRay wrote (its reason, its statuses, the names) printable too
+    return {k: printable(v) if isinstance(v, str) else v for k, v in mirror.items() if v not in (None, "")}
 
 
 def setcondition(previous: list[dict[str, Any]], type_: str, status: str, reason: str, message: str, now: str, generation: int) -> dict[str, Any]:
     """A condition whose lastTransitionTime changes only when its status flips."""
     old = next((c for c in previous if c.get("type") == type_), None)
     since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") else now
-    return {"type": type_, "status": status, "reason": reason, "message": message[:32768], "lastTransitionTime": since, "observedGeneration": generation}
+    return {
+        "type": type_,
+        "status": status,
+        "reason": printable(reason, 1024),
+        "message": printable(message, 32768),
+        "lastTransitionTime": since,
+        "observedGeneration": generation,
+    }
 
 
 def _bool(value: bool) -> str:
@@ -487,7 +501,10 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     stalled_now = summary.stalled and condition(previous, STALLED, "status") != "True"
     if summary.reason == APPLY_FAILED:
         # once per distinct refusal (new, or another child/field): the retries post nothing
-        if stalled_now or (condition(previous, STALLED, "reason"), condition(previous, STALLED, "message")) != (APPLY_FAILED, summary.message[:32768]):
+        if stalled_now or (condition(previous, STALLED, "reason"), condition(previous, STALLED, "message")) != (
+            APPLY_FAILED,
+            printable(summary.message, 32768),
+        ):
             events.append(Event("Warning", APPLY_FAILED, summary.message[:1024]))
     elif stalled_now and phase != FAILED and not summary.from_health:
         events.append(Event("Warning", summary.reason, summary.message[:1024]))

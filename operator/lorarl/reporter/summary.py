@@ -40,6 +40,7 @@ from . import statuskeys as K
 from .history import Curve
 from .logparse import Event, eval_scores
 from .rounding import significant
+from .text import printable
 
 # status key -> source metric key ('latest value' metrics)
 METRIC_SOURCES = (
@@ -169,8 +170,11 @@ class Summary:
                 f"the {self.offset} rollouts counted as done are not in this attempt's adapter"
             )
         elif kind == "wandb":
-            if event.path.startswith("https://") and len(event.path) <= MAX_URL:  # the CRD's bound: any other would refuse the whole patch
-                self.wandb_url = event.path
+            # the CRD's bound (any other would refuse the whole patch); a URL with a control,
+            # format or space character is not shown at all (text.printable would change it)
+            url = event.path
+            if url.startswith("https://") and len(url) <= MAX_URL and printable(url) == url and " " not in url:
+                self.wandb_url = url
         elif kind == "eval":
             if event.id > 0:  # eval N (N > 0) runs after rollout N and its save (train.py:121-137)
                 self._log_done_local = max(self._log_done_local, event.id)

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from ..reporter.text import printable
 from .kube import FIELD_MANAGER, Api, ApiError
 
 MAX_KEYS = 4096  # client-go's maxLruCacheEntries
@@ -44,6 +45,7 @@ class EventRecorder:
     def record(self, involved: dict[str, Any], type_: str, reason: str, message: str, now: str, now_micro: str) -> dict[str, Any]:
         """Post the Event, or count one more of an Event this process posted before. Returns
         the Event as the API server stored it."""
+        reason, message = printable(reason), printable(message, 1024)  # text from outside (lorarl.reporter.text)
         key = self.key(involved, type_, reason, message)
         with self._lock:
             seen = self._seen.get(key)
