@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The suite's tiers (tests/conftest.py says which test is in which; docs/development.md their cost):
 #   unit  no server, no cluster: both cores (pytest -n 2), at the newest and at the lowest versions
-#   api   one real control plane per fixture (tests/conftest.py), local servers and venvs
+#   api   one real control plane per fixture (tests/conftest.py), local servers and venvs; two workers
 #   e2e   the real node and the images
 #   all   the three, fastest first; it stops at the first tier that fails
 #
