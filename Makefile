@@ -37,7 +37,7 @@ controlplane: setup
 API_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay-operator kstatus kueue \
 	helm source-controller kustomize-controller crane argocd-application-controller argocd-repo-server
 E2E_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy fakegpu coredns \
-	kuberay-operator helm source-controller kustomize-controller crane
+	kuberay-operator kueue helm source-controller kustomize-controller crane
 
 binaries-api: setup
 	bash hack/controlplane/build.sh $(API_BINARIES)
