@@ -17,17 +17,21 @@ def main() -> None:
     """Development tooling for lorarl (source checkout only)."""
 
 
+def _emit(text: str, output: pathlib.Path | None) -> None:
+    """A generated file's text: written to ``output``, or printed."""
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
 @main.command("docs")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=pathlib.Path), default=None, help="Write here instead of stdout.")
 def docs_cmd(output: pathlib.Path | None) -> None:
     """Print the API reference (docs/api.md) generated from the model."""
     from .docsgen import api_markdown
 
-    text = api_markdown()
-    if output:
-        output.write_text(text, encoding="utf-8")
-    else:
-        click.echo(text, nl=False)
+    _emit(api_markdown(), output)
 
 
 @main.command("known-fields")
@@ -36,11 +40,7 @@ def known_fields_cmd(output: pathlib.Path | None) -> None:
     """Print the spec's declared fields (operator/lorarl/control/known_fields.json) from the CRD."""
     from lorarl.admission.crdgen import known_fields_json
 
-    text = known_fields_json()
-    if output:
-        output.write_text(text, encoding="utf-8")
-    else:
-        click.echo(text, nl=False)
+    _emit(known_fields_json(), output)
 
 
 @main.command("job-references")
@@ -49,11 +49,7 @@ def job_references_cmd(output: pathlib.Path | None) -> None:
     """Print the job-authority policy's reference checks (charts/lorarl-operator/files/job-references.yaml)."""
     from lorarl.admission.policy import rules_yaml
 
-    text = rules_yaml()
-    if output:
-        output.write_text(text, encoding="utf-8")
-    else:
-        click.echo(text, nl=False)
+    _emit(rules_yaml(), output)
 
 
 @main.group()
