@@ -105,7 +105,12 @@ def test_each_complete_save_is_exported_one_at_a_time_and_the_final_export_stays
     # the run succeeds: the final export starts; the exports at saves do not stand in for it
     ray.succeeded()
     wait_for(lambda: kube.get("batch/v1", "Job", namespace, f"{NAME}-export"), timeout=60, what="the final export Job")
-    st = job(kube, namespace)["status"]
+    # the operator creates the Job before it writes the status of that pass: wait for the status too
+    st = wait_for(
+        lambda: (lambda s: s if "AdapterExported" in conditions(s) else None)(job(kube, namespace)["status"]),
+        timeout=60,
+        what="the AdapterExported condition",
+    )
     assert conditions(st)["AdapterExported"] == ("Unknown", "Exporting") and st["adapter"]["rollout"] == 49
     end_export_pod(kube, namespace, export_pod(kube, namespace), exporter_report(tmp_path / "final", rollout=99), ok=True)
     st = wait_for(
