@@ -7,6 +7,7 @@ separate ``lorarl-dev`` tool (hack/devtools), which the runtime package does not
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,8 @@ from .api import types as api
 from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 from .job.settings import DEFAULT_KUBERAY_POD_LABELS, DEFAULT_TOOLS_IMAGE, EgressSettings, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
 from .serving import cli as serve_cli
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's name
 
 
 def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
@@ -209,6 +212,13 @@ def crd() -> None:
     help="The labels of KubeRay's operator's namespace, for the NetworkPolicy ('': any namespace).",
 )
 @click.option(
+    "--kuberay-operator-namespace",
+    default="",
+    show_default=True,
+    metavar="NAME",
+    help="The namespace of KubeRay's operator, for the NetworkPolicy: only its pods there reach a job's dashboard port ('': any namespace the labels match).",
+)
+@click.option(
     "--kuberay-operator-pod-labels",
     default=format_labels(DEFAULT_KUBERAY_POD_LABELS),
     show_default=True,
@@ -254,6 +264,7 @@ def run(
     finished_metrics_seconds: float,
     network_policy: bool,
     kuberay_operator_namespace_labels: str,
+    kuberay_operator_namespace: str,
     kuberay_operator_pod_labels: str,
     egress_network_policy: bool,
     cluster_cidrs: str,
@@ -295,10 +306,16 @@ def run(
     settings = RenderSettings(tools_image=_tools_image(tools_image), egress=egress_settings)
     try:
         policy = NetworkPolicySettings(
-            network_policy, egress_network_policy, parse_labels(kuberay_operator_namespace_labels), parse_labels(kuberay_operator_pod_labels)
+            network_policy,
+            egress_network_policy,
+            parse_labels(kuberay_operator_namespace_labels),
+            parse_labels(kuberay_operator_pod_labels),
+            kuberay_namespace=kuberay_operator_namespace,
         )
     except ValueError as err:
         raise click.UsageError(f"--kuberay-operator-*-labels: {err}") from None
+    if kuberay_operator_namespace and not DNS_LABEL.fullmatch(kuberay_operator_namespace):
+        raise click.UsageError(f"--kuberay-operator-namespace: {kuberay_operator_namespace!r} is not a namespace name (a DNS label)")
     election = None
     if leader_elect:
         timings = leader.Timings(lease_duration, renew_deadline, retry_period)

@@ -134,6 +134,8 @@ def test_default_render(helm):
         "ghcr.io/lorarl/lorarl-operator:0.1.0",  # the operator's own image: the jobs' tools image
         "--kuberay-operator-namespace-labels",
         "",
+        "--kuberay-operator-namespace",
+        "kuberay-system",  # KubeRay's namespace only (docs/gitops.md installs it there), not any
         "--kuberay-operator-pod-labels",
         "app.kubernetes.io/name=kuberay-operator",
         "--leader-elect",
@@ -239,6 +241,13 @@ def test_network_policy_value(helm):
     assert "--no-network-policy" not in args
     assert args[args.index("--kuberay-operator-namespace-labels") + 1] == "kubernetes.io/metadata.name=ray-system,team=ml"
     assert args[args.index("--kuberay-operator-pod-labels") + 1] == ""
+    assert args[args.index("--kuberay-operator-namespace") + 1] == "kuberay-system"  # the default stays
+    args, _ = args_and_rules("--set", "networkPolicy.kuberayOperator.namespace=ray-system")
+    assert args[args.index("--kuberay-operator-namespace") + 1] == "ray-system"
+    args, _ = args_and_rules("--set", "networkPolicy.kuberayOperator.namespace=")
+    assert args[args.index("--kuberay-operator-namespace") + 1] == ""  # any namespace the labels match
+    with pytest.raises(Exception, match="namespace"):
+        helm.render("--set", "networkPolicy.kuberayOperator.namespace=Not_A_Name")
     assert rules == [("networking.k8s.io", "networkpolicies", v) for v in ("create", "patch")]
 
 
