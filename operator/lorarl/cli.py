@@ -178,6 +178,14 @@ def crd() -> None:
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
 @click.option("--metrics-address", default="0.0.0.0", show_default=True, help="Address the metrics endpoint listens on (127.0.0.1: this host only).")
 @click.option(
+    "--metrics-auth",
+    type=click.Choice(["kubernetes", "none"]),
+    default="kubernetes",
+    show_default=True,
+    help="kubernetes: /metrics answers only a bearer token that a TokenReview authenticates and a SubjectAccessReview allows to `get /metrics` "
+    "(401 without one, 403 when not allowed; docs/security.md). none: plain metrics, for anyone who reaches the port.",
+)
+@click.option(
     "--resync-seconds",
     default=DEFAULT_RESYNC_SECONDS,
     show_default=True,
@@ -259,6 +267,7 @@ def run(
     liveness: str,
     metrics_port: int,
     metrics_address: str,
+    metrics_auth: str,
     resync_seconds: float,
     repair_seconds: float,
     finished_metrics_seconds: float,
@@ -349,6 +358,7 @@ def run(
         liveness=liveness or None,
         metrics_port=metrics_port or None,
         metrics_address=metrics_address,
+        metrics_authenticated=metrics_auth == "kubernetes",
         kube=kube,
         election=election,
     )
