@@ -7,6 +7,7 @@ separate ``lorarl-dev`` tool (hack/devtools), which the runtime package does not
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,8 @@ from .api import types as api
 from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
 from .job.settings import DEFAULT_KUBERAY_POD_LABELS, DEFAULT_TOOLS_IMAGE, EgressSettings, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
 from .serving import cli as serve_cli
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's name
 
 
 def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
@@ -175,6 +178,14 @@ def crd() -> None:
 @click.option("--metrics-port", default=9090, show_default=True, type=int, help="Prometheus metrics port (0 to disable).")
 @click.option("--metrics-address", default="0.0.0.0", show_default=True, help="Address the metrics endpoint listens on (127.0.0.1: this host only).")
 @click.option(
+    "--metrics-auth",
+    type=click.Choice(["kubernetes", "none"]),
+    default="kubernetes",
+    show_default=True,
+    help="kubernetes: /metrics answers only a bearer token that a TokenReview authenticates and a SubjectAccessReview allows to `get /metrics` "
+    "(401 without one, 403 when not allowed; docs/security.md). none: plain metrics, for anyone who reaches the port.",
+)
+@click.option(
     "--resync-seconds",
     default=DEFAULT_RESYNC_SECONDS,
     show_default=True,
@@ -207,6 +218,13 @@ def crd() -> None:
     show_default=True,
     metavar="K=V,...",
     help="The labels of KubeRay's operator's namespace, for the NetworkPolicy ('': any namespace).",
+)
+@click.option(
+    "--kuberay-operator-namespace",
+    default="",
+    show_default=True,
+    metavar="NAME",
+    help="The namespace of KubeRay's operator, for the NetworkPolicy: only its pods there reach a job's dashboard port ('': any namespace the labels match).",
 )
 @click.option(
     "--kuberay-operator-pod-labels",
@@ -249,11 +267,13 @@ def run(
     liveness: str,
     metrics_port: int,
     metrics_address: str,
+    metrics_auth: str,
     resync_seconds: float,
     repair_seconds: float,
     finished_metrics_seconds: float,
     network_policy: bool,
     kuberay_operator_namespace_labels: str,
+    kuberay_operator_namespace: str,
     kuberay_operator_pod_labels: str,
     egress_network_policy: bool,
     cluster_cidrs: str,
@@ -295,10 +315,16 @@ def run(
     settings = RenderSettings(tools_image=_tools_image(tools_image), egress=egress_settings)
     try:
         policy = NetworkPolicySettings(
-            network_policy, egress_network_policy, parse_labels(kuberay_operator_namespace_labels), parse_labels(kuberay_operator_pod_labels)
+            network_policy,
+            egress_network_policy,
+            parse_labels(kuberay_operator_namespace_labels),
+            parse_labels(kuberay_operator_pod_labels),
+            kuberay_namespace=kuberay_operator_namespace,
         )
     except ValueError as err:
         raise click.UsageError(f"--kuberay-operator-*-labels: {err}") from None
+    if kuberay_operator_namespace and not DNS_LABEL.fullmatch(kuberay_operator_namespace):
+        raise click.UsageError(f"--kuberay-operator-namespace: {kuberay_operator_namespace!r} is not a namespace name (a DNS label)")
     election = None
     if leader_elect:
         timings = leader.Timings(lease_duration, renew_deadline, retry_period)
@@ -332,6 +358,7 @@ def run(
         liveness=liveness or None,
         metrics_port=metrics_port or None,
         metrics_address=metrics_address,
+        metrics_authenticated=metrics_auth == "kubernetes",
         kube=kube,
         election=election,
     )

@@ -63,7 +63,9 @@ def operator_rbac(helm: Helm, namespace: str, release: str, watch_namespaces: li
     """The chart's ServiceAccount and RBAC objects for a release in ``namespace``: cluster-wide,
     or for ``watch_namespaces``. Use a unique ``release``: it names the ClusterRole/Binding."""
     values = {"watch": {"allNamespaces": False, "namespaces": watch_namespaces}} if watch_namespaces else {}
-    return [d for d in helm.render(namespace=namespace, release=release, values=values) if d["kind"] in RBAC_KINDS]
+    # the operator's own: not the tenants' roles or the metrics reader (cluster-scoped, fixed names)
+    docs = helm.render(namespace=namespace, release=release, values=values)
+    return [d for d in docs if d["kind"] in RBAC_KINDS and d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"]
 
 
 @pytest.fixture(scope="session")

@@ -93,10 +93,11 @@ def test_lint_strict(helm):
 def test_default_render(helm):
     docs = helm.render()
     assert kinds(docs) == [
-        "ClusterRole",
+        *["ClusterRole"] * 4,  # the operator's, lorarl-metrics-reader, lorarl-view, lorarl-edit
         "ClusterRoleBinding",
         "ConfigMap",
         "Deployment",
+        "NetworkPolicy",  # the metrics port: Prometheus only
         "Pod",
         "Role",
         "RoleBinding",
@@ -112,7 +113,7 @@ def test_default_render(helm):
         assert labels["app.kubernetes.io/version"] == "0.1.0"
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["helm.sh/chart"] == "lorarl-operator-0.1.0"
-        assert labels["app.kubernetes.io/component"] in ("operator", "test")
+        assert labels["app.kubernetes.io/component"] in ("operator", "test", "tenant-roles", "metrics-reader")
         if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
             assert d["metadata"]["namespace"] == "lorarl-system"
 
@@ -128,12 +129,16 @@ def test_default_render(helm):
         "http://0.0.0.0:8080/healthz",
         "--metrics-port",
         "9090",
+        "--metrics-auth",
+        "kubernetes",  # authenticated metrics by default (issue 35, point 6)
         "--log-format",
         "json",
         "--tools-image",
         "ghcr.io/lorarl/lorarl-operator:0.1.0",  # the operator's own image: the jobs' tools image
         "--kuberay-operator-namespace-labels",
         "",
+        "--kuberay-operator-namespace",
+        "kuberay-system",  # KubeRay's namespace only (docs/gitops.md installs it there), not any
         "--kuberay-operator-pod-labels",
         "app.kubernetes.io/name=kuberay-operator",
         "--leader-elect",
@@ -162,7 +167,7 @@ def test_default_render(helm):
     assert service["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
 
-    cluster_rules = rules_of(pick(docs, "ClusterRole"))
+    cluster_rules = rules_of(pick(docs, "ClusterRole", FULLNAME))
     assert ("lorarl.dev", "lorarljobs/finalizers", "update") in cluster_rules
     assert [r for r in cluster_rules if r[1] == "networkpolicies"] == [("networking.k8s.io", "networkpolicies", v) for v in ("create", "patch")]
     assert ("apiextensions.k8s.io", "customresourcedefinitions", "watch") in cluster_rules
@@ -177,6 +182,9 @@ def test_default_render(helm):
 def test_no_rule_reaches_secrets_or_wildcards(helm, values):
     for d in helm.render(values=values):
         for rule in d.get("rules", []):
+            if "nonResourceURLs" in rule:  # lorarl-metrics-reader: get /metrics, nothing else
+                assert rule == {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}, rule
+                continue
             assert "secrets" not in rule["resources"] and "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"], rule
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 
@@ -227,7 +235,7 @@ def test_network_policy_value(helm):
     def args_and_rules(*values):
         docs = helm.render(*values)
         [container] = pick(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
-        return container["args"], [r for r in rules_of(pick(docs, "ClusterRole")) if r[1] == "networkpolicies"]
+        return container["args"], [r for r in rules_of(pick(docs, "ClusterRole", FULLNAME)) if r[1] == "networkpolicies"]
 
     args, rules = args_and_rules("--set", "networkPolicy.enabled=false")
     assert "--no-network-policy" in args and not [a for a in args if a.startswith("--kuberay-operator")]
@@ -239,6 +247,13 @@ def test_network_policy_value(helm):
     assert "--no-network-policy" not in args
     assert args[args.index("--kuberay-operator-namespace-labels") + 1] == "kubernetes.io/metadata.name=ray-system,team=ml"
     assert args[args.index("--kuberay-operator-pod-labels") + 1] == ""
+    assert args[args.index("--kuberay-operator-namespace") + 1] == "kuberay-system"  # the default stays
+    args, _ = args_and_rules("--set", "networkPolicy.kuberayOperator.namespace=ray-system")
+    assert args[args.index("--kuberay-operator-namespace") + 1] == "ray-system"
+    args, _ = args_and_rules("--set", "networkPolicy.kuberayOperator.namespace=")
+    assert args[args.index("--kuberay-operator-namespace") + 1] == ""  # any namespace the labels match
+    with pytest.raises(Exception, match="namespace"):
+        helm.render("--set", "networkPolicy.kuberayOperator.namespace=Not_A_Name")
     assert rules == [("networking.k8s.io", "networkpolicies", v) for v in ("create", "patch")]
 
 
@@ -261,12 +276,81 @@ def test_namespaced_ha_render(helm):
         assert ("ray.io", "rayjobs", "create") in rules_of(role)
         binding = pick(docs, "RoleBinding", FULLNAME, ns)
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": "lorarl-system"}]
-    assert rules_of(pick(docs, "ClusterRole")) == [
+    assert rules_of(pick(docs, "ClusterRole", FULLNAME)) == [
         ("", "namespaces", "list"),
         ("", "namespaces", "watch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("authentication.k8s.io", "tokenreviews", "create"),  # authenticated /metrics
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
     ]
+
+
+@needs_helm
+def test_metrics_are_for_prometheus_only(helm):
+    """Issue 35, point 6: the metrics name every tenant's jobs. By default a NetworkPolicy admits
+    only the monitoring namespace's Prometheus to the metrics port, the operator checks each
+    scrape's token (--metrics-auth kubernetes, with the review rules), and the ClusterRole
+    lorarl-metrics-reader is what Prometheus is bound to. metrics.authentication=false is the
+    documented opt-out: plain metrics, no review rules, no reader role."""
+    docs = helm.render()
+    policy = pick(docs, "NetworkPolicy")
+    deploy = pick(docs, "Deployment")
+    assert policy["spec"]["podSelector"] == deploy["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {
+            "from": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": 9090}],
+        }
+    ]
+    [container] = deploy["spec"]["template"]["spec"]["containers"]
+    assert container["args"][container["args"].index("--metrics-auth") + 1] == "kubernetes"
+    reader = pick(docs, "ClusterRole", "lorarl-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    rules = rules_of(pick(docs, "ClusterRole", FULLNAME))
+    assert ("authentication.k8s.io", "tokenreviews", "create") in rules and ("authorization.k8s.io", "subjectaccessreviews", "create") in rules
+
+    docs = helm.render(
+        "--set",
+        "metrics.networkPolicy.namespaceSelector.matchLabels.team=obs",
+        "--set-json",
+        'metrics.networkPolicy.podSelector={"matchLabels": {"app": "prom"}}',
+    )
+    peer = pick(docs, "NetworkPolicy")["spec"]["ingress"][0]["from"][0]
+    assert peer == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring", "team": "obs"}},
+        "podSelector": {"matchLabels": {"app": "prom", "app.kubernetes.io/name": "prometheus"}},
+    }
+
+    plain = helm.render("--set", "metrics.authentication=false,metrics.networkPolicy.enabled=false,metrics.serviceMonitor.enabled=true")
+    [container] = pick(plain, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["args"][container["args"].index("--metrics-auth") + 1] == "none"
+    assert "NetworkPolicy" not in kinds(plain)
+    assert "lorarl-metrics-reader" not in [d["metadata"]["name"] for d in plain if d["kind"] == "ClusterRole"]
+    assert not [r for r in rules_of(pick(plain, "ClusterRole", FULLNAME)) if r[1] in ("tokenreviews", "subjectaccessreviews")]
+    assert "bearerTokenFile" not in pick(plain, "ServiceMonitor")["spec"]["endpoints"][0]
+
+
+@needs_helm
+def test_tenant_roles_aggregate_into_view_edit_and_admin(helm):
+    """Issue 35, point 6 (the real API server's aggregation: tests/security/test_tenants.py)."""
+    docs = helm.render()
+    view, edit = pick(docs, "ClusterRole", "lorarl-view"), pick(docs, "ClusterRole", "lorarl-edit")
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {k: v for k, v in view["metadata"]["labels"].items() if k.startswith(aggregate)} == {aggregate + r: "true" for r in ("view", "edit", "admin")}
+    assert {k: v for k, v in edit["metadata"]["labels"].items() if k.startswith(aggregate)} == {aggregate + r: "true" for r in ("edit", "admin")}
+    assert rules_of(view) == sorted(("lorarl.dev", r, v) for r in ("lorarljobs", "lorarljobs/status") for v in ("get", "list", "watch"))
+    assert rules_of(edit) == sorted(
+        ("lorarl.dev", "lorarljobs", v) for v in ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+    )
+    off = helm.render("--set", "tenantRoles.create=false")
+    assert not {"lorarl-view", "lorarl-edit"} & {d["metadata"]["name"] for d in off if d["kind"] == "ClusterRole"}
 
 
 @needs_helm
@@ -279,7 +363,16 @@ def test_servicemonitor_render(helm):
     # it selects the metrics Service by its labels and port name
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["lorarl-system"]}
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "scheme": "http", "honorLabels": True, "interval": "15s"}]
+    assert monitor["spec"]["endpoints"] == [
+        {
+            "port": "metrics",
+            "path": "/metrics",
+            "scheme": "http",
+            "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",  # Prometheus' own token
+            "honorLabels": True,
+            "interval": "15s",
+        }
+    ]
     assert service["spec"]["ports"][0]["name"] == "metrics"
     out = helm("template", "x", CHART, "--set", "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false", check=False)
     assert out.returncode != 0 and "metrics.serviceMonitor.enabled needs metrics.service.enabled" in out.stderr

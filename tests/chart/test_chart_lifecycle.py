@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import warnings
 
@@ -208,7 +209,17 @@ def test_install_run_upgrade_uninstall(fresh_cp, helm, tmp_path):
         for kind in ("serviceaccount", "configmap", "persistentvolumeclaim", "role", "rolebinding"):
             assert cp.kubectl("get", kind, "-n", "jobs-a", "-l", f"lorarl.dev/job={name}", "-o", "name").stdout.strip(), kind
         assert urllib.request.urlopen(f"http://127.0.0.1:{operator.health}/healthz", timeout=5).status == 200
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics}/metrics", timeout=5).read().decode()
+        # authenticated metrics (the chart's default): Prometheus' account bound to the chart's
+        # lorarl-metrics-reader reads them; no token is a 401 (the operator's reviews run with the chart's RBAC)
+        cp.ensure_service_account(SYSTEM, "prometheus")
+        cp.kubectl("create", "clusterrolebinding", "prometheus-lorarl", "--clusterrole=lorarl-metrics-reader", f"--serviceaccount={SYSTEM}:prometheus")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics}/metrics", timeout=5)
+        assert refused.value.code == 401
+        scrape = urllib.request.Request(
+            f"http://127.0.0.1:{operator.metrics}/metrics", headers={"Authorization": f"Bearer {cp.service_account_token(SYSTEM, 'prometheus')}"}
+        )
+        metrics = urllib.request.urlopen(scrape, timeout=5).read().decode()
         assert "lorarl_reconcile_total" in metrics
         if "--leader-elect" in operator.args:
             lease = wait_for(lambda: get_json(cp, "lease", "-n", SYSTEM, FULLNAME, check=False), what="the leader Lease")

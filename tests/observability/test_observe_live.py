@@ -80,12 +80,20 @@ class Recorded(threading.Thread):
 class Prometheus:
     """The real prometheus server on 127.0.0.1, scraping every second."""
 
-    def __init__(self, tmp_path, targets: dict[str, int]) -> None:
+    def __init__(self, tmp_path, targets: dict[str, int], tokens: dict[str, str] | None = None) -> None:
+        """``tokens``: a bearer token per target that needs one (the operator's authenticated /metrics)."""
         self.port = free_port()
+        tokens = tokens or {}
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [
-                {"job_name": name, "honor_labels": True, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]} for name, port in targets.items()
+                {
+                    "job_name": name,
+                    "honor_labels": True,
+                    "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+                    **({"authorization": {"type": "Bearer", "credentials": tokens[name]}} if name in tokens else {}),
+                }
+                for name, port in targets.items()
             ],
         }
         (tmp_path / "prometheus.yml").write_text(json.dumps(config))
@@ -118,6 +126,27 @@ class Prometheus:
         self.proc.terminate()
         self.proc.wait(timeout=30)
         self.log.close()
+
+
+def metrics_reader_token(control_plane, namespace: str) -> str:
+    """A token of ServiceAccount ``prometheus`` in ``namespace``, bound to the ClusterRole
+    lorarl-metrics-reader as the chart renders it (get on the nonResourceURL /metrics)."""
+    reader = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "lorarl-metrics-reader"},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"prometheus-{namespace}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lorarl-metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
+    }
+    control_plane.ensure_service_account(namespace, "prometheus")
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [reader, binding]}))
+    return control_plane.service_account_token(namespace, "prometheus", expiration_seconds=3600)
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -192,7 +221,11 @@ def test_a_run_scraped_by_prometheus_answers_every_dashboard_query(control_plane
     ).start()
     exporters = Recorded(namespace)
     exporters.start()
-    prom = Prometheus(tmp_path, {"lorarl-operator": op_port, "recorded-exporters": exporters.port})
+    # the operator's /metrics is authenticated (its default): Prometheus scrapes with the token of
+    # an account bound to the chart's ClusterRole lorarl-metrics-reader, as in a cluster
+    prom = Prometheus(
+        tmp_path, {"lorarl-operator": op_port, "recorded-exporters": exporters.port}, {"lorarl-operator": metrics_reader_token(control_plane, namespace)}
+    )
     began = time.time()
     try:
         # present from the first listing (the resync is an hour away): the job and lorarl_jobs

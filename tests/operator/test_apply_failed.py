@@ -40,7 +40,9 @@ def test_refused_rayjob_stalls_warns_once_and_recovers(control_plane, namespace,
     apply_job(control_plane, namespace, seed_doc())
     cond = wait_for(stalled(kube, namespace, "ApplyFailed"), timeout=60, what="Stalled=True ApplyFailed")
     assert cond["message"].startswith(f"applying RayJob {namespace}/{NAME}: ")
-    assert DENIAL in cond["message"] and binding in cond["message"]
+    # the policy's words are the operator's log's, not the job's status (issue 35, point 6)
+    assert DENIAL not in cond["message"] and binding not in cond["message"], cond["message"]
+    wait_for(lambda: DENIAL in operator.output() and binding in operator.output(), what="the server's words in the operator's log")
     st = job(kube, namespace)["status"]
     c = conditions(st)
     assert st["phase"] == "Pending" and c["Ready"] == ("False", "ApplyFailed") and c["Reconciling"][0] == "False"
@@ -58,6 +60,23 @@ def test_refused_rayjob_stalls_warns_once_and_recovers(control_plane, namespace,
     assert c["Ready"][1] != "ApplyFailed" and c["Reconciling"] == ("True", "RayJobCreated")
     assert events(kube, namespace).count(("Warning", "ApplyFailed")) == 1  # retries post no Event
     assert operator.proc.poll() is None  # the same operator process, never restarted
+
+
+def test_a_refusal_names_the_field_never_the_value(kube, namespace):
+    """Issue 35, point 6: the real API server's 422 quotes the refused value in its message; the
+    ApplyFailed message keeps only the object, the field (the Status's causes) and the reason."""
+    from lorarl.control import status
+    from lorarl.runtime.kube import ApiError
+
+    secret = "SECRET value of another team"
+    child = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "victim", "namespace": namespace, "labels": {"k": secret}}}
+    with pytest.raises(ApiError) as caught:
+        kube.apply(child, field_manager="lorarl-test")
+    err = caught.value
+    assert err.status == 422 and secret in str(err) and err.fields == ("metadata.labels",), (str(err), err.fields)
+    text = status.apply_failure("ConfigMap", namespace, "victim", err)
+    assert text.startswith(f"applying ConfigMap {namespace}/victim: 422 ") and "(Invalid); fields: metadata.labels;" in text, text
+    assert "SECRET" not in text and "Invalid value" not in text
 
 
 def test_forbidden_configmap_stalls_and_recovers_when_granted(control_plane, namespace, kube, tmp_path, helm):
@@ -80,7 +99,7 @@ def test_forbidden_configmap_stalls_and_recovers_when_granted(control_plane, nam
         apply_job(control_plane, namespace, seed_doc())
         cond = wait_for(stalled(kube, namespace, "ApplyFailed"), timeout=60, what="Stalled=True ApplyFailed")
         assert cond["message"].startswith(f"applying ConfigMap {namespace}/{NAME}-lorarl: 403 ")
-        assert "forbidden" in cond["message"] and 'cannot create resource "configmaps"' in cond["message"]
+        assert "the operator may not write it" in cond["message"] and "cannot create resource" not in cond["message"], cond["message"]
         assert rayjob(kube, namespace) is None  # nothing after the refused child is applied
         wait_for(lambda: ("Warning", "ApplyFailed") in events(kube, namespace), what="the ApplyFailed Event")
 

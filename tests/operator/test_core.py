@@ -89,7 +89,9 @@ def test_a_finished_job_kept_compact_still_answers_its_events(control_plane, nam
     from tests.operator.conftest import OperatorProcess
 
     port = free_port()
-    operator = OperatorProcess(control_plane, namespace, tmp_path, extra_args=("--metrics-port", str(port))).start()
+    operator = OperatorProcess(
+        control_plane, namespace, tmp_path, extra_args=("--metrics-port", str(port), "--metrics-auth", "none")
+    ).start()  # the content, not the auth (test_metrics_auth.py)
 
     def cached(form):
         try:

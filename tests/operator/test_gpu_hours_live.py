@@ -36,7 +36,9 @@ def scraped(port: int) -> dict[str, float]:
 def test_gpu_hours_count_every_attempts_pods_from_scheduling_to_release(control_plane, namespace, kube, tmp_path):
     node = api_node(kube, f"gpu-{namespace}")
     port = free_port()
-    operator = OperatorProcess(control_plane, namespace, tmp_path, extra_args=("--metrics-port", str(port), "--metrics-address", "127.0.0.1")).start()
+    operator = OperatorProcess(
+        control_plane, namespace, tmp_path, extra_args=("--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--metrics-auth", "none")
+    ).start()  # the content, not the auth (test_metrics_auth.py)
     try:
         operator.wait_for_log(f"lorarljobs.lorarl.dev in {namespace} (unfinished) in")  # listed: a job created now is new to it
         apply_job(control_plane, namespace, seed_doc())

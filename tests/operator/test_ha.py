@@ -217,6 +217,8 @@ class Replica(OperatorProcess):
                 f"http://127.0.0.1:{self.port}/healthz",
                 "--metrics-port",
                 str(self.metrics_port),
+                "--metrics-auth",
+                "none",  # the leader gauge, not the auth (test_metrics_auth.py)
                 "--resync-seconds",
                 "1",
                 "--log-format",

@@ -258,7 +258,10 @@ def test_the_operator_changes_only_objects_a_lorarljob_controls(enforced, helm, 
         outcome = _reconcile_as_the_operator(operator_kube, namespace, "victim")
         # the RayJob (the operator may delete RayJobs, so only the policy stands in the way)
         assert outcome.apply_failed and "RayJob" in outcome.apply_failed, outcome.apply_failed
-        assert "changes only objects a LoraRLJob controls" in outcome.apply_failed, outcome.apply_failed
+        # the policy's words stay in the operator's log: the job's status and Event name the object,
+        # the status and a sentence of ours, never the other object's text (issue 35, point 6)
+        assert ": 403 Forbidden" in outcome.apply_failed and "no LoraRLJob controls" in outcome.apply_failed, outcome.apply_failed
+        assert "changes only objects a LoraRLJob controls" not in outcome.apply_failed and "someone-else" not in outcome.apply_failed
         stored = kube.get("ray.io/v1", "RayJob", namespace, "victim")
         assert stored["metadata"]["labels"] == {"team": "someone-else"} and not stored["metadata"].get("ownerReferences")
         assert stored["spec"]["entrypoint"] == foreign_rayjob["spec"]["entrypoint"]

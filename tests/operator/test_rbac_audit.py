@@ -144,6 +144,11 @@ def operator_elects_leader() -> bool:
 def unreachable(mode: str) -> dict[Grant, str]:
     """Granted verbs the scenario provably cannot reach here, each with its reason."""
     out: dict[Grant, str] = {}
+    # authenticated /metrics reviews a scrape's token: this scenario serves no metrics
+    # (--metrics-port 0); tests/operator/test_metrics_auth.py and tests/chart/test_chart_lifecycle.py
+    # scrape an operator running with the chart's RBAC
+    out[Grant("create", "authentication.k8s.io", "tokenreviews")] = "no metrics endpoint in this scenario (--metrics-port 0)"
+    out[Grant("create", "authorization.k8s.io", "subjectaccessreviews")] = "no metrics endpoint in this scenario (--metrics-port 0)"
     if not operator_elects_leader():
         # the chart grants a Lease for `--leader-elect`; an operator without that flag has no
         # code that calls coordination.k8s.io at all

@@ -184,11 +184,53 @@ def test_which_refusals_need_a_fix(code):
     assert not (err.needs_fix and err.transient)
 
 
-def test_apply_failure_names_the_child_and_keeps_the_server_words():
-    server = 'configmaps "j-lorarl" is forbidden: User "system:serviceaccount:ns:op" cannot create resource "configmaps"'
-    assert status.apply_failure("ConfigMap", "ns", "j-lorarl", server) == f"applying ConfigMap ns/j-lorarl: {server}"
-    long = status.apply_failure("RayJob", "ns", "j", "x" * 5000)
-    assert len(long) == 1024 and long.startswith("applying RayJob ns/j: xxx") and long.endswith("...")
+def test_apply_failure_names_the_child_and_its_fields_never_the_servers_words():
+    """Issue 35, point 6: a LoraRLJob named after someone else's object must not read that
+    object's spec back through its ApplyFailed condition and Event. The message names the child,
+    the HTTP status and reason, the Status's cause fields, and a sentence of ours; the server's
+    text (a 422 quotes the values it refused, an admission policy or webhook may quote anything)
+    goes to the operator's log only."""
+    from lorarl.runtime.kube import ApiError, status_parts
+
+    body = {
+        "kind": "Status",
+        "status": "Failure",
+        "reason": "Invalid",
+        "message": 'RayJob.ray.io "j" is invalid: spec.entrypoint: Invalid value: "python train.py --token=SECRETofANOTHERteam"',
+        "details": {
+            "name": "j",
+            "kind": "RayJob",
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": 'Invalid value: "SECRETofANOTHERteam"', "field": "spec.entrypoint"},
+                {"reason": "FieldValueInvalid", "message": 'Invalid value: "x"', "field": "spec.entrypoint"},
+                {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.rayClusterSpec.headGroupSpec"},
+            ],
+        },
+    }
+    reason, fields = status_parts(body)
+    err = ApiError(422, "Unprocessable Entity", body["message"], status_reason=reason, fields=fields)
+    text = status.apply_failure("RayJob", "ns", "j", err)
+    assert text == (
+        "applying RayJob ns/j: 422 Unprocessable Entity (Invalid); fields: spec.entrypoint, spec.rayClusterSpec.headGroupSpec; "
+        "the API server found it invalid (the API server's answer is in the operator's log)"
+    )
+    assert "SECRET" not in text and "Invalid value" not in text
+    # a 403 (RBAC, or the owned-children policy's words naming the other object) and a webhook's text
+    forbidden = ApiError(403, "Forbidden", 'configmaps "j-lorarl" is forbidden: ValidatingAdmissionPolicy denied: data: {"owner": "someone else"}')
+    text = status.apply_failure("ConfigMap", "ns", "j-lorarl", forbidden)
+    assert text.startswith("applying ConfigMap ns/j-lorarl: 403 Forbidden; the operator may not write it") and "someone else" not in text
+    assert "someone else" in status.refusal_text(forbidden)  # the log line keeps the server's words
+    many = ApiError(422, "Invalid", "m", fields=tuple(f"spec.f{i}" for i in range(20)))
+    text = status.apply_failure("RayJob", "ns", "j", many)
+    assert "spec.f7 and 12 more" in text and "spec.f8" not in text and len(text) <= 1024
+
+
+def test_status_parts_of_odd_bodies():
+    from lorarl.runtime.kube import status_parts
+
+    assert status_parts("not a status") == ("", ())
+    assert status_parts({"reason": 5, "details": {"causes": "x"}}) == ("", ())
+    assert status_parts({"reason": "Invalid", "details": {"causes": [{"field": ""}, "x", {"field": 3}, {"field": "a"}]}}) == ("Invalid", ("a",))
 
 
 def test_apply_backoff_grows_and_is_bounded():

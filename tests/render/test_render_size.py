@@ -123,8 +123,8 @@ def test_the_real_api_servers_refusal_of_an_object_too_large_is_one_to_fix(kube,
 def test_the_apply_failed_message_says_what_to_do_about_a_size():
     from lorarl.control import status
 
-    too_large = status.apply_failure("RayJob", "ns", "j", status.refusal_text(ApiError(500, "InternalError", "etcdserver: request is too large")))
-    assert too_large.startswith("applying RayJob ns/j: 500 InternalError: etcdserver: request is too large; the object is too large to store")
+    too_large = status.apply_failure("RayJob", "ns", "j", ApiError(500, "InternalError", "etcdserver: request is too large"))
+    assert too_large.startswith("applying RayJob ns/j: 500 InternalError; the object is too large to store")
     assert status.refusal_text(ApiError(422, "Invalid", "spec.x: Invalid value")) == "422 Invalid: spec.x: Invalid value"
 
 

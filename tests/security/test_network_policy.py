@@ -185,6 +185,29 @@ def test_kuberays_peer_is_configurable():
     assert admits(anyone, head, Pod("x"), 8265) and not admits(anyone, head, Pod("x"), 6379)
 
 
+def test_kuberays_peer_is_its_namespace_only_when_named():
+    """Issue 35, point 6: the chart names KubeRay's namespace (networkPolicy.kuberayOperator.namespace,
+    the operator's --kuberay-operator-namespace): a pod of another namespace labelled as KubeRay's
+    operator (any tenant can label its own pods so) no longer reaches another job's dashboard."""
+    job = job_in(NS, "mine")
+    head = pods_of(job)["head"]
+    policy = policy_of(job, NetworkPolicySettings(kuberay_namespace=KUBERAY_NS))
+    peer = policy["spec"]["ingress"][1]["from"][0]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": KUBERAY_NS}}, peer
+    assert peer["podSelector"] == {"matchLabels": dict(DEFAULT_KUBERAY_POD_LABELS)}
+    assert admits(policy, head, KUBERAY, 8265)
+    for tenant in ("team-b", NS):  # another tenant's namespace, and the job's own: KubeRay's labels copied
+        assert not admits(policy, head, Pod(tenant, KUBERAY.labels), 8265), tenant
+    # with extra namespace labels: both hold
+    both = policy_of(job, NetworkPolicySettings(kuberay_namespace=KUBERAY_NS, kuberay_namespace_labels=(("team", "ml"),)))
+    assert not admits(both, head, KUBERAY, 8265) and admits(both, head, Pod(KUBERAY_NS, KUBERAY.labels, {"team": "ml"}), 8265)
+
+
+def test_run_refuses_a_kuberay_namespace_that_is_no_name():
+    out = lorarl_cli("run", "-A", "--kuberay-operator-namespace", "Ray_System")
+    assert out.exit_code == 2 and "--kuberay-operator-namespace" in out.stderr, out.stderr
+
+
 def test_turned_off_no_policy_is_rendered():
     job = job_from(seed_doc())
     kinds = [c["kind"] for c in render.render(job, RenderSettings(NetworkPolicySettings(enabled=False)))]

@@ -333,3 +333,95 @@ def test_an_unchanged_reference_needs_no_right(install, control_plane):
     assert patch_as(control_plane, token, namespace, "full", {"export": reordered}) == (200, "")
     # the account, class and toleration rules, too, judge a change only (they are immutable)
     assert patch_as(control_plane, token, namespace, "legacy", {"suspend": True}) == (200, "")
+
+
+# ------------------------------------------------- the data volume (issue 35, point 6)
+
+
+def test_the_data_volume_is_bounded_by_the_charts_values(helm, control_plane, namespace):
+    """spec.checkpoint.storage: the size of the claim a job owns at most admissionPolicy.maxStorageSize
+    (default 1Ti; unset, the job's default 200Gi counts), its class from
+    admissionPolicy.allowedStorageClasses (the cluster default always); an existingClaim makes no
+    claim, so no size counts. The message names the field."""
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac(namespace)))
+    token = control_plane.service_account_token(namespace, TENANT_B)
+    values = ("--set", "admissionPolicy.maxStorageSize=500Gi", "--set", "admissionPolicy.allowedStorageClasses={fast-ssd}")
+    with chart_policies(helm, control_plane, namespace, *values):
+        wait_for(lambda: create_as(control_plane, token, namespace, job_with(checkpoint__storage={"size": "1Ti"}))[0] == 403, timeout=60, what="the policy")
+        code, message = create_as(control_plane, token, namespace, job_with(checkpoint__storage={"size": "501Gi"}))
+        assert code == 403 and message.endswith(
+            "spec.checkpoint.storage.size: 501Gi is more than this install allows (admissionPolicy.maxStorageSize: 500Gi)"
+        ), message
+        for fits in ({"size": "500Gi"}, {"size": "100Gi", "storageClassName": "fast-ssd"}, {}, {"storageClassName": ""}):
+            assert create_as(control_plane, token, namespace, job_with(checkpoint__storage=fits)) == (201, ""), fits
+        code, message = create_as(control_plane, token, namespace, job_with(checkpoint__storage={"storageClassName": "premium-rwx"}))
+        assert code == 403 and "spec.checkpoint.storage.storageClassName: premium-rwx is not in the allow-list of this install" in message, message
+    # the chart's defaults: at most 1Ti, any class
+    with chart_policies(helm, control_plane, namespace):
+        wait_for(lambda: create_as(control_plane, token, namespace, job_with(checkpoint__storage={"size": "2Ti"}))[0] == 403, timeout=60, what="the policy")
+        code, message = create_as(control_plane, token, namespace, job_with(checkpoint__storage={"size": "2Ti"}))
+        assert "spec.checkpoint.storage.size: 2Ti is more than this install allows (admissionPolicy.maxStorageSize: 1Ti)" in message, message
+        assert create_as(control_plane, token, namespace, job_with(checkpoint__storage={"size": "1Ti", "storageClassName": "premium-rwx"})) == (201, "")
+    # below the default size: a job that names no size asks for the default 200Gi
+    with chart_policies(helm, control_plane, namespace, "--set", "admissionPolicy.maxStorageSize=100Gi"):
+        wait_for(lambda: create_as(control_plane, token, namespace, job_with())[0] == 403, timeout=60, what="the policy")
+        code, message = create_as(control_plane, token, namespace, job_with())
+        assert "spec.checkpoint.storage.size: 200Gi (the default) is more than" in message, message
+
+
+def test_an_existing_claim_is_not_sized(helm, control_plane, namespace):
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac(namespace)))
+    token = control_plane.service_account_token(namespace, TENANT_A)  # may get the claim
+    with chart_policies(helm, control_plane, namespace, "--set", "admissionPolicy.maxStorageSize=100Gi"):
+        wait_for(lambda: create_as(control_plane, token, namespace, job_with())[0] == 403, timeout=60, what="the policy")
+        assert create_as(control_plane, token, namespace, job_with(checkpoint__storage={"existingClaim": CLAIM})) == (201, "")
+
+
+# ------------------------------------------------------------- the tenants' roles (point 6)
+
+
+def test_the_built_in_edit_and_view_roles_carry_lorarljobs(helm, control_plane, namespace):
+    """The chart's lorarl-view and lorarl-edit aggregate into the built-in view, edit and admin
+    ClusterRoles (the controller manager's clusterrole-aggregation controller): a user bound to
+    `edit` in a namespace creates a LoraRLJob there, one bound to `view` only reads them, and
+    neither may write a job's status."""
+    roles = [
+        d for d in helm.render(namespace=namespace, release=namespace) if d["kind"] == "ClusterRole" and d["metadata"]["name"] in ("lorarl-view", "lorarl-edit")
+    ]
+    assert len(roles) == 2
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(roles))
+    docs = []
+    for user, role in (("editor", "edit"), ("viewer", "view"), ("admin-user", "admin")):
+        docs.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": user, "namespace": namespace}})
+        docs.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": user, "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": user, "namespace": namespace}],
+            }
+        )
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def can(user, verb, ns=namespace, subresource=""):
+        extra = [f"--subresource={subresource}"] if subresource else []
+        out = control_plane.kubectl(
+            "auth", "can-i", verb, "lorarljobs.lorarl.dev", "-n", ns, *extra, f"--as=system:serviceaccount:{namespace}:{user}", check=False
+        )
+        return out.stdout.strip() == "yes"
+
+    wait_for(lambda: can("editor", "create") and can("viewer", "list"), timeout=60, what="the aggregation into edit and view")
+    tokens = {u: control_plane.service_account_token(namespace, u) for u in ("editor", "viewer", "admin-user")}
+    assert create_as(control_plane, tokens["editor"], namespace, job_with()) == (201, "")
+    assert create_as(control_plane, tokens["admin-user"], namespace, job_with()) == (201, "")
+    code, message = create_as(control_plane, tokens["viewer"], namespace, job_with())
+    assert code == 403 and "cannot create resource" in message, message
+    for verb in ("get", "list", "watch"):
+        assert can("viewer", verb) and can("editor", verb), verb
+    for verb in ("update", "patch", "delete", "deletecollection"):
+        assert can("editor", verb) and can("admin-user", verb) and not can("viewer", verb), verb
+    assert can("viewer", "get", subresource="status")
+    for user in ("editor", "viewer", "admin-user"):
+        assert not can(user, "patch", subresource="status"), user  # the status is the operator's and the job's own
+        assert not can(user, "list", ns="kube-system"), user  # a RoleBinding: this namespace only

@@ -58,6 +58,15 @@ from .stored import parse_stored
 from .times import parse_time, rfc3339, utcnow
 
 log = logging.getLogger("lorarl.reconcile")
+
+
+def log_refusal(child: dict[str, Any], err: ApiError) -> None:
+    """The API server's own words of a refused apply, for whoever reads the operator's log (not
+    the job's status or Events: they may quote another object's fields, status.apply_failure)."""
+    meta = child["metadata"]
+    log.warning("the API server refused %s %s/%s: %s", child["kind"], meta["namespace"], meta["name"], status.refusal_text(err))
+
+
 SAVED_EXPORT_DELETED = "SavedExportDeleted"  # the Event of an export Job at a save a newer export superseded
 
 
@@ -330,7 +339,8 @@ class Reconciler:
                     if not err.needs_fix:
                         raise  # transient: the controller retries soon (backoff)
                     meta = child["metadata"]
-                    apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], status.refusal_text(err))
+                    apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], err)
+                    log_refusal(child, err)
                     break  # later children depend on earlier ones (the RayJob mounts the ConfigMap)
                 applied += 1
                 if is_rayjob:
@@ -508,7 +518,8 @@ class Reconciler:
                 if not err.needs_fix:
                     raise
                 meta = child["metadata"]
-                return None, status.apply_failure(child["kind"], meta["namespace"], meta["name"], status.refusal_text(err))
+                log_refusal(child, err)
+                return None, status.apply_failure(child["kind"], meta["namespace"], meta["name"], err)
             if child["kind"] == "Job":
                 found = answer
         if found is not None and self.caches is not None:

@@ -571,14 +571,44 @@ TOO_LARGE_HINT = "; the object is too large to store: a smaller spec (fewer affi
 
 def refusal_text(err) -> str:
     """The API server's words of a refused apply (a ``kube.ApiError``), with what to do about an
-    object too large to store (issue 35: its 500 or 413 is a refusal, not a retry)."""
+    object too large to store (issue 35: its 500 or 413 is a refusal, not a retry). For the
+    operator's log only: they may quote another object's fields (a 422's values, an admission
+    policy's or webhook's text), so status and Events carry ``apply_failure`` instead."""
     return str(err) + (TOO_LARGE_HINT if getattr(err, "too_large", False) else "")
 
 
-def apply_failure(kind: str, namespace: str, name: str, server_message: str) -> str:
-    """The ApplyFailed message: which child, then the API server's own words (they name the
-    field, the RBAC verb or the admission policy), cut to what an Event can carry."""
-    text = f"applying {kind} {namespace}/{name}: {server_message}"
+# a sentence of ours per refusal (the server's own words go to the operator's log only)
+REFUSAL_SENTENCES = {
+    400: "the API server refused the request",
+    401: "the operator's credentials were refused",
+    403: "the operator may not write it (RBAC, or an admission policy: e.g. an object of that name that no LoraRLJob controls)",
+    404: "its kind or namespace does not exist",
+    413: "the object is too large to store",
+    422: "the API server found it invalid",
+}
+MAX_FIELDS = 8
+
+
+def apply_failure(kind: str, namespace: str, name: str, err) -> str:
+    """The ApplyFailed message of a refused apply (a ``kube.ApiError``): which child, the HTTP
+    status and reason, the fields the API server's Status names (details.causes[].field), and a
+    sentence of ours. No text of the server's: a 422 quotes the values of the object it refused,
+    an admission webhook or policy may quote anything, and a LoraRLJob named after someone else's
+    object would read them back through its status and Events (issue 35, point 6). The
+    server's words are logged by the operator (``refusal_text``)."""
+    status_code = getattr(err, "status", 0)
+    head = f"{status_code} {getattr(err, 'reason', '')}".strip()
+    if getattr(err, "status_reason", "") and err.status_reason != getattr(err, "reason", ""):
+        head += f" ({err.status_reason})"
+    text = f"applying {kind} {namespace}/{name}: {head}"
+    fields = tuple(getattr(err, "fields", ()) or ())
+    if fields:
+        text += "; fields: " + ", ".join(fields[:MAX_FIELDS]) + (f" and {len(fields) - MAX_FIELDS} more" if len(fields) > MAX_FIELDS else "")
+    if getattr(err, "too_large", False):
+        text += TOO_LARGE_HINT
+    else:
+        text += f"; {REFUSAL_SENTENCES.get(status_code, 'the API server refused it')}"
+    text += " (the API server's answer is in the operator's log)"
     return text if len(text) <= MAX_APPLY_MESSAGE else text[: MAX_APPLY_MESSAGE - 3] + "..."
 
 

@@ -27,7 +27,7 @@ from ..api.types import API_VERSION, KIND, LoraRLJob
 from ..reporter.spool import SPOOL_ENV
 from . import command, paths, profiles
 from .settings import DEFAULT as DEFAULT_SETTINGS
-from .settings import EgressSettings, NetworkPolicySettings, RenderSettings
+from .settings import NAMESPACE_NAME_LABEL, EgressSettings, NetworkPolicySettings, RenderSettings
 
 RAYJOB_API_VERSION = "ray.io/v1"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -161,6 +161,8 @@ def network_policy(job: LoraRLJob, settings: NetworkPolicySettings) -> dict[str,
     dashboard port, utils/util.go:846-876). Egress stays open (downloads, W&B). `kubectl
     port-forward` goes through the kubelet, which NetworkPolicy does not filter."""
     namespaces, pods = dict(settings.kuberay_namespace_labels), dict(settings.kuberay_pod_labels)
+    if settings.kuberay_namespace:  # KubeRay's namespace by its name (issue 35, point 6): not any namespace
+        namespaces[NAMESPACE_NAME_LABEL] = settings.kuberay_namespace
     kuberay: dict[str, Any] = {  # {}: every namespace, every pod
         "namespaceSelector": {"matchLabels": namespaces} if namespaces else {},
         "podSelector": {"matchLabels": pods} if pods else {},

@@ -31,6 +31,11 @@ def parse_labels(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs.items()))
 
 
+# The label the API server sets on every namespace, its name (immutable, since Kubernetes 1.22):
+# what a NetworkPolicy's namespaceSelector matches one namespace by.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
 def format_labels(labels: tuple[tuple[str, str], ...]) -> str:
     return ",".join(f"{k}={v}" for k, v in labels)
 
@@ -38,13 +43,16 @@ def format_labels(labels: tuple[tuple[str, str], ...]) -> str:
 @dataclass(frozen=True)
 class NetworkPolicySettings:
     """The per-job NetworkPolicy (render.network_policy): rendered or not, and the peer that is
-    KubeRay's operator (admitted on the dashboard port only): its namespace's labels (() = any
-    namespace) and its pods' labels (() = every pod of those namespaces)."""
+    KubeRay's operator (admitted on the dashboard port only): its namespace by name ('' = not by
+    name) and by labels (() = any namespace, when no name is set either), and its pods' labels
+    (() = every pod of those namespaces). The chart names the namespace (its value
+    networkPolicy.kuberayOperator.namespace, default kuberay-system)."""
 
     enabled: bool = True
     egress: bool = True  # also the export and load Jobs' egress policies (render.egress_policy)
     kuberay_namespace_labels: tuple[tuple[str, str], ...] = ()
     kuberay_pod_labels: tuple[tuple[str, str], ...] = DEFAULT_KUBERAY_POD_LABELS
+    kuberay_namespace: str = ""
 
 
 @dataclass(frozen=True)

@@ -102,10 +102,14 @@ class ApiError(Exception):
     """A Kubernetes API error with its HTTP status and the server's message; ``retry_after``:
     the seconds the server asked to wait, when it did."""
 
-    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None):
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None, *, status_reason: str = "", fields: tuple[str, ...] = ()):
         self.status = status
         self.reason = reason
         self.retry_after = retry_after
+        # from the API server's Status: its reason (Invalid, Forbidden, ...) and the `field` of each
+        # of its details.causes, the parts of a refusal that quote no value (issue 35, point 6)
+        self.status_reason = status_reason
+        self.fields = fields
         super().__init__(f"{status} {reason}: {message}")
 
     @property
@@ -373,9 +377,26 @@ def _api_error(err: ApiException | ErrorAnswer) -> ApiError:
     message = err.body or err.reason or ""
     if isinstance(message, bytes):
         message = message.decode(errors="replace")
+    status_reason, fields = "", ()
     try:
         parsed = json.loads(err.body)
         message = parsed.get("message", message)
-    except (TypeError, ValueError):
+        status_reason, fields = status_parts(parsed)
+    except (TypeError, ValueError, AttributeError):
         pass
-    return ApiError(err.status or 0, err.reason or "", str(message), retry_after(err))
+    return ApiError(err.status or 0, err.reason or "", str(message), retry_after(err), status_reason=status_reason, fields=fields)
+
+
+def status_parts(status: Any) -> tuple[str, tuple[str, ...]]:
+    """A Status object's reason and the distinct ``field`` of its details.causes (metav1.Status,
+    StatusCause.Field: "spec.template.spec.containers[0].image"), each cut to 256 characters."""
+    if not isinstance(status, dict):
+        return "", ()
+    reason = status.get("reason")
+    causes = (status.get("details") or {}).get("causes") if isinstance(status.get("details"), dict) else None
+    fields: list[str] = []
+    for cause in causes if isinstance(causes, list) else []:
+        field = cause.get("field") if isinstance(cause, dict) else None
+        if isinstance(field, str) and field and field[:256] not in fields:
+            fields.append(field[:256])
+    return (reason[:64] if isinstance(reason, str) else ""), tuple(fields)

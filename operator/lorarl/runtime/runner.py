@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from prometheus_client import start_http_server
 
-from . import leader, metrics, probes
+from . import leader, metrics, metrics_auth, probes
 from .kube import Api
 
 log = logging.getLogger("lorarl.runner")
@@ -111,14 +110,19 @@ def run(
     kube: Api,
     election: Election | None,
     metrics_address: str = "0.0.0.0",
+    metrics_authenticated: bool = True,
 ) -> None:
     """``register`` builds the controller and adds its handlers to kopf's registry: called once
-    this process may write (it holds the Lease, or runs without election)."""
+    this process may write (it holds the Lease, or runs without election). /metrics answers only
+    a bearer token allowed to `get /metrics` unless ``metrics_authenticated`` is False
+    (runtime/metrics_auth.py)."""
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # kopf's liveness server: a line per probe
     server = probes.ProbeServer(liveness, state.alive, state.ready).start() if liveness else None
     if metrics_port:  # served by the standby too, so a scrape of either pod succeeds
-        start_http_server(metrics_port, addr=metrics_address)
+        # authenticated by default: a TokenReview and a SubjectAccessReview per new token (cached)
+        gate = metrics_auth.Gate(metrics_auth.KubeReviewer(kube.client)) if metrics_authenticated else None
+        metrics_auth.serve(metrics_port, metrics_address, gate)
     metrics.LEADER.set(0 if election else 1)
     settings = operator_settings()
     registry = kopf.OperatorRegistry()
