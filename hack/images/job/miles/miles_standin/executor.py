@@ -4,10 +4,12 @@ Ray (the default): ``ray.init(address="auto")`` joins the cluster the job was su
 placement group of one ``{"GPU": 1, "CPU": c}`` bundle per GPU, PACK (ray/placement_group.py:
 51-58, colocated size max(actor GPUs, rollout GPUs): :92-104); the RolloutManager actor with
 ``num_gpus=0`` (:187-190); each train rank an actor of class ``MegatronTrainRayActor`` with
-``num_gpus=0.4`` in bundle r (ray/train/actor_factory.py:73-101, placement_group.py:135); each
-engine's share of a batch a task with ``num_gpus=0.2`` in bundle e (ray/rollout/
-server_group.py:87-95). Ray prints their lines with its ``(MegatronTrainRayActor pid=N)``
-prefix. miles asks for 1 CPU per bundle and as much CPU as GPU per actor; the CPU requests are
+``num_gpus=0.4`` in bundle r (ray/train/actor_factory.py:73-101, placement_group.py:135); one
+``SGLangEngine`` actor per engine with ``num_gpus=0.2`` in bundle e, started once and kept for the
+run (ray/rollout/server_group.py:76-130), which generates each of its shares of a batch. Ray
+prints their lines with its ``(MegatronTrainRayActor pid=N)`` prefix. Long-lived engines matter
+beyond fidelity: a task per share needs a fresh Ray worker per engine and rollout once the idle
+ones exceed the node's soft limit (its CPU count), and each start costs a Python with Ray. miles asks for 1 CPU per bundle and as much CPU as GPU per actor; the CPU requests are
 scaled by the ``cpu_scale`` knob (default 0.1: a test node has 2 CPUs; 1.0 is miles' own).
 Without ``ray`` installed this is an error, never a silent fallback.
 
@@ -65,23 +67,35 @@ class Inline:
         pass
 
 
+class SGLangEngine:
+    """One rollout engine: an actor for the whole run, as miles' (its name is Ray's log prefix)."""
+
+    def run(self, fn, kw: dict):
+        return fn(**kw)
+
+
 class RayDispatch:
-    """Engine tasks from inside the RolloutManager actor: one per engine, in its bundle."""
+    """Shares of a batch from inside the RolloutManager actor: each to its engine's actor, which
+    is started in its bundle on first use and then kept."""
 
     def __init__(self, pg, cpu_scale: float):
         self.pg, self.cpu_scale = pg, cpu_scale
+        self.engines: dict = {}
+
+    def _engine(self, index: int):
+        if index not in self.engines:
+            import ray
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=index % self.pg.bundle_count)
+            options = dict(num_gpus=ENGINE_GPU, num_cpus=ENGINE_GPU * self.cpu_scale, scheduling_strategy=strategy)
+            self.engines[index] = ray.remote(SGLangEngine).options(**options).remote()
+        return self.engines[index]
 
     def __call__(self, fn, calls: list) -> list:
         import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        task = ray.remote(fn)
-        refs = []
-        bundles = self.pg.bundle_count
-        for kw in calls:
-            strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=kw["engine"] % bundles)
-            refs.append(task.options(num_gpus=ENGINE_GPU, num_cpus=ENGINE_GPU * self.cpu_scale, scheduling_strategy=strategy).remote(**kw))
-        return ray.get(refs)
+        return ray.get([self._engine(kw["engine"]).run.remote(fn, kw) for kw in calls])
 
 
 class Ray:

@@ -2,8 +2,9 @@
 
 Roles and their log names as in miles 31f1ca9: the driver (``main``), the ``RolloutManager``
 actor (``rollout_manager``; ray/placement_group.py:187-190), one SGLang engine per rollout GPU
-(here a task per sample batch: ``generate``), and one ``MegatronTrainRayActor`` per training
-GPU (``actor_cell0_rank<r>``; ray/train/actor_factory.py:73-101). Which role prints which line,
+(``SGLangEngine``, an actor for the run that runs ``generate`` on its share of each batch), and
+one ``MegatronTrainRayActor`` per training GPU (``actor_cell0_rank<r>``;
+ray/train/actor_factory.py:73-101). Which role prints which line,
 and at which miles file:line, follows ``shared/reference/miles-lora-checkpoints-and-logs.md``.
 
 The numbers are made up but move as a run's do: the chance that a sample is correct rises with
