@@ -25,10 +25,11 @@ import urllib.error
 import urllib.request
 
 import pytest
-from lorarl.adapter import egress, export, plan, stores
+from lorarl.adapter import egress, export, stores
 from lorarl.admission.validation import validate
 from lorarl.api import types as api
 from lorarl.job import export_job, serve_job
+from lorarl.job import export_plan as plan
 from lorarl.job.settings import EgressSettings, NetworkPolicySettings, RenderSettings
 
 from tests.adapter import saves

@@ -57,7 +57,7 @@ def pull(source: str, directory: str, namespace: str | None, digest: str | None,
 
 
 @adapter.command(hidden=True)
-@click.option("--plan", "plan_file", required=True, type=click.File("r"), help="The export plan (JSON, lorarl.adapter.plan).")
+@click.option("--plan", "plan_file", required=True, type=click.File("r"), help="The export plan (JSON, lorarl.job.export_plan).")
 @click.option("--status", "status_file", type=click.File("r"), default=None, help="The job's status (JSON), for the metrics at the exported rollout.")
 @click.option("--save-root", required=True, help="The job's checkpoint directory (read-only mount).")
 @click.option("--termination-log", default="/dev/termination-log", show_default=True)
