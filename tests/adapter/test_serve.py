@@ -14,7 +14,8 @@ import pytest
 from lorarl.adapter import export, package
 from lorarl.api import types as api
 from lorarl.control import serve_status
-from lorarl.job import export_plan, serve_job
+from lorarl.job import export_plan
+from lorarl.serving import serve_job
 
 from tests.adapter import saves
 from tests.helpers import start_sglang_standin

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.types import LoraRLJob, SecretKeyRef
-from ..job import export_plan, serve_job
+from ..job import export_plan
+from . import serve_job
 
 PORT = 30000
 
