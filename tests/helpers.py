@@ -526,14 +526,15 @@ def exporter_report(directory: pathlib.Path, rollout: int = 99, at_save: bool = 
     states=False); ``at_save``: as an export at that save (the plan names the rollout)."""
     import datetime
 
-    from lorarl.adapter import export, plan
+    from lorarl.adapter import export
+    from lorarl.job import export_plan
 
     from tests.adapter import saves
 
     saves.write_save(str(directory / "ckpt"), rollout, **write)
     tiny = api.LoraRLJob.model_validate(saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "served"}}]}))
     now = datetime.datetime(2026, 12, 2, tzinfo=datetime.UTC)
-    the_plan = {**plan.export_plan(tiny), **({"rollout": rollout} if at_save else {})}
+    the_plan = {**export_plan.export_plan(tiny), **({"rollout": rollout} if at_save else {})}
     report = export.termination_message(export.run(the_plan, saves.STATUS, str(directory / "ckpt"), now, claim_root=str(directory / "mnt")))
     return report.replace(str(directory / "ckpt"), "/root/shared_data/checkpoints")  # the save's path as the pod sees it: the same in every run
 

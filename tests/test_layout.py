@@ -13,6 +13,7 @@ from collections.abc import Iterator
 RUN_ENTRY = ("lorarl.cli", "lorarl.controller", "lorarl.runtime.runner", "lorarl.runtime.leader", "lorarl.runtime.probes")
 VALIDATION_LIBRARIES = ("celpy", "jsonschema", "lorarl.admission")
 TESTS = pathlib.Path(__file__).resolve().parent
+PACKAGE = TESTS.parent / "operator" / "lorarl"
 
 
 def test_the_controller_imports_no_validation_library():
@@ -43,4 +44,107 @@ def test_no_test_module_imports_another():
         for line, module in _imported_modules(ast.parse(path.read_text())):
             if module.startswith("tests.") and module.rsplit(".", 1)[-1].startswith("test_"):
                 offenders.append(f"{path.relative_to(TESTS.parent)}:{line} imports {module}")
+    assert not offenders, "\n".join(offenders)
+
+
+def _children() -> set[str]:
+    """lorarl's subpackages and top-level modules (the rooms of the layers)."""
+    return {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()} | {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+
+
+def _package_imports() -> dict[tuple[str, str], str]:
+    """(child, child) -> the first import that makes the one import the other ("file:line"),
+    read with ast from the source (every import, also those inside functions)."""
+    children, edges = _children(), {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        module = list(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        package = module if rel.name == "__init__" else module[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+                mod = ".".join(x for x in (base, node.module) if x)
+                targets = [mod, *(f"{mod}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                if parts[0] == "lorarl" and len(parts) > 1 and parts[1] in children and len(module) > 1 and parts[1] != module[1]:
+                    edges.setdefault((module[1], parts[1]), f"{path.relative_to(TESTS.parent)}:{node.lineno}")
+    return edges
+
+
+def _cycles(edges: dict[tuple[str, str], str]) -> list[tuple[list[str], list[str]]]:
+    """Per strongly connected component of more than one node: its members and one cycle in it
+    (a, b, ..., a), the shortest way back from its first member."""
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    reach = {n: _reachable(graph, n) for n in graph}
+    found, seen = [], set()
+    for node in sorted(graph):
+        if node in seen or node not in reach[node]:
+            continue
+        component = {m for m in reach[node] if node in reach[m]}
+        seen |= component
+        path, here = [node], node
+        while True:  # walk inside the component, the shortest way back to the start
+            here = min((m for m in graph[here] if m in component), key=lambda m: (_distance(graph, m, node, component), m))
+            path.append(here)
+            if here == node:
+                break
+        found.append((sorted(component), path))
+    return found
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    out, todo = set(), list(graph[start])
+    while todo:
+        n = todo.pop()
+        if n not in out:
+            out.add(n)
+            todo += graph[n]
+    return out
+
+
+def _distance(graph: dict[str, set[str]], start: str, goal: str, within: set[str]) -> int:
+    frontier, steps, seen = {start}, 0, {start}
+    while goal not in frontier:
+        frontier = {m for n in frontier for m in graph[n] if m in within} - seen
+        seen |= frontier
+        steps += 1
+    return steps
+
+
+def test_the_cycle_finder_names_a_cycle():
+    edges = {("job", "adapter"): "a:1", ("adapter", "job"): "b:2", ("control", "job"): "c:3", ("serving", "control"): "d:4", ("job", "serving"): "e:5"}
+    assert _cycles(edges) == [(["adapter", "control", "job", "serving"], ["adapter", "job", "adapter"])]
+    assert _cycles({("a", "b"): "x:1", ("b", "c"): "y:2"}) == []
+
+
+def test_no_cycle_between_the_packages_of_lorarl():
+    """Layers only point down (docs/architecture.md, "Layout"; `make lint` checks the layers
+    themselves with import-linter, pyproject.toml [tool.importlinter]): no two of lorarl's
+    subpackages or top-level modules import each other, directly or around a loop."""
+    edges = _package_imports()
+    assert ("cli", "controller") in edges, "the import graph misses cli -> controller: the check proves nothing"
+    cycles = _cycles(edges)
+    named = [
+        f"{' -> '.join(path)} (in the loop of {', '.join(members)})\n"
+        + "\n".join(f"    {a} -> {b}: {edges[a, b]}" for a, b in zip(path, path[1:], strict=False))
+        for members, path in cycles
+    ]
+    assert not cycles, "package cycles in lorarl:\n" + "\n".join(named)
+
+
+def test_lorarl_never_imports_the_development_tool():
+    offenders = [
+        f"{path.relative_to(TESTS.parent)}:{line} imports {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, module in _imported_modules(ast.parse(path.read_text()))
+        if module.split(".")[0] == "lorarl_dev"
+    ]
     assert not offenders, "\n".join(offenders)

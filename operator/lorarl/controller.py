@@ -51,18 +51,19 @@ from .control.options import Options
 from .control.reconcile import Reconciler, timed
 from .control.repair import Repairs
 from .control.workqueue import WorkQueue
-from .job import export_job, render, serve_job
+from .job import export_job, render
 from .runtime import metrics
 from .runtime.events import EventRecorder
 from .runtime.informer import Informer, decode_whole
 from .runtime.kube import Api, ApiError
+from .serving import serve_job
 
 log = logging.getLogger("lorarl.controller")
 RAYJOB_GROUP, RAYJOB_VERSION, RAYJOB_PLURAL = "ray.io", "v1", "rayjobs"
 # the jobs listed before the operator is ready (the CRD's selectableFields; field selectors on a
 # custom resource take =, == and !=, joined by commas as AND: no "notin")
 UNFINISHED_JOBS = ",".join(f"status.phase!={phase}" for phase in status.TERMINAL)
-# the adapters' export Jobs (job/export_job.py) and load Jobs (job/serve_job.py): the operator's own, by their labels
+# the adapters' export Jobs (job/export_job.py) and load Jobs (serving/serve_job.py): the operator's own, by their labels
 EXPORT_JOBS = f"{render.JOB_LABEL},{render.COMPONENT_LABEL} in ({export_job.COMPONENT},{serve_job.COMPONENT})"
 
 

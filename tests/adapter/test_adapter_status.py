@@ -6,9 +6,10 @@ from __future__ import annotations
 import datetime
 import json
 
-from lorarl.adapter import export, plan
+from lorarl.adapter import export
 from lorarl.api import types as api
 from lorarl.control.adapter_status import export_state
+from lorarl.job import export_plan
 
 from tests.adapter import saves
 
@@ -25,7 +26,7 @@ def report(tmp_path, **write):
     saves.write_save(str(tmp_path / "ckpt"), 99, **write)
     j = api.LoraRLJob.model_validate(saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "served"}}]}))
     now = datetime.datetime(2026, 12, 2, tzinfo=datetime.UTC)
-    return export.termination_message(export.run(plan.export_plan(j), saves.STATUS, str(tmp_path / "ckpt"), now, claim_root=str(tmp_path / "mnt")))
+    return export.termination_message(export.run(export_plan.export_plan(j), saves.STATUS, str(tmp_path / "ckpt"), now, claim_root=str(tmp_path / "mnt")))
 
 
 def test_an_exported_adapter_becomes_status_adapter(tmp_path):

@@ -15,8 +15,9 @@ import zipfile
 
 import pytest
 import safetensors
-from lorarl.adapter import export, package, plan, pull, stores
+from lorarl.adapter import export, package, pull, stores
 from lorarl.api import types as api
+from lorarl.job import export_plan
 
 from tests.adapter import saves
 
@@ -39,11 +40,11 @@ def save_root(tmp_path):
 
 
 def run(j, save_root, tmp_path, status=None):
-    return export.run(plan.export_plan(j), status or saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt"))
+    return export.run(export_plan.export_plan(j), status or saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt"))
 
 
 def exported_dir(tmp_path, j, rollout) -> pathlib.Path:
-    return tmp_path / "mnt" / "0" / "team" / package.relative_dir(plan.export_plan(j), rollout)
+    return tmp_path / "mnt" / "0" / "team" / package.relative_dir(export_plan.export_plan(j), rollout)
 
 
 def test_the_newest_complete_save_is_exported_as_peft_safetensors_with_a_manifest_of_digests(save_root, tmp_path):
@@ -106,7 +107,7 @@ def test_an_incomplete_newest_save_is_refused_not_replaced_by_an_older_one(save_
 def test_an_export_at_a_save_takes_that_rollout_while_a_newer_one_is_being_written(save_root, tmp_path):
     saves.write_save(str(save_root), 49)
     saves.write_save(str(save_root), 99, states=False)  # being written as the run goes on
-    at = plan.export_plan(claim_job())
+    at = export_plan.export_plan(claim_job())
     report = export.run({**at, "rollout": 49}, saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt"))
     assert report["ok"] and report["adapter"]["rollout"] == 49 and report["adapter"]["uri"].endswith("/rollout-0000049/"), report
     refused = export.run({**at, "rollout": 99}, saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt2"))
@@ -120,7 +121,7 @@ def test_a_save_proven_only_by_a_newer_one_is_not_exported_at_its_rollout(save_r
     an export of one rollout needs its own files whole: a newer save proves nothing of a torn one."""
     saves.write_save(str(save_root), 49, states=False)
     saves.write_save(str(save_root), 99)
-    report = export.run({**plan.export_plan(claim_job()), "rollout": 49}, saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt"))
+    report = export.run({**export_plan.export_plan(claim_job()), "rollout": 49}, saves.STATUS, str(save_root), NOW, claim_root=str(tmp_path / "mnt"))
     assert report["reason"] == "SaveIncomplete" and "rollout 49" in report["message"]
 
 
@@ -263,4 +264,4 @@ def test_the_exporter_needs_only_the_standard_library():
 
 def test_target_modules_in_megatron_names_plan_the_hf_names_miles_exports():
     j = job(lora={"rank": 8, "alpha": 16, "targetModules": ["linear_qkv", "linear_fc2"]}, export={"destinations": [{"claim": {"claimName": "c"}}]})
-    assert plan.export_plan(j)["model"]["hfTargetModules"] == ["q_proj", "k_proj", "v_proj", "down_proj"]
+    assert export_plan.export_plan(j)["model"]["hfTargetModules"] == ["q_proj", "k_proj", "v_proj", "down_proj"]

@@ -12,8 +12,9 @@ import sys
 
 import pytest
 from lorarl.api import types as api
-from lorarl.job import export_job, serve_job
+from lorarl.job import export_job
 from lorarl.job.settings import RenderSettings
+from lorarl.serving import serve_job
 
 from tests.adapter import saves
 from tests.api.apiserver import dry_run_apply

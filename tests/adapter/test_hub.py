@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 import pytest
-from lorarl.adapter import plan
 from lorarl.api import types as api
+from lorarl.job import export_plan
 from lorarl_dev import hubstub
 
 from tests.adapter import saves
@@ -56,7 +56,7 @@ def _env(**extra):
 def _export(tmp_path, endpoint, token, repo=REPO_ID):
     doc = saves.tiny_job_doc(export={"destinations": [{"hub": {"repo": repo, "endpoint": endpoint, "tokenSecretRef": {"name": "hub-rw", "key": "token"}}}]})
     (tmp_path / "status.json").write_text(json.dumps(saves.STATUS))
-    (tmp_path / "plan.json").write_text(json.dumps(plan.export_plan(api.LoraRLJob.model_validate(doc))))
+    (tmp_path / "plan.json").write_text(json.dumps(export_plan.export_plan(api.LoraRLJob.model_validate(doc))))
     (tmp_path / "checkpoints").mkdir(exist_ok=True)
     saves.write_save(str(tmp_path / "checkpoints"), 99)
     # the export pod's environment for a hub destination (lorarl.job.export_job._env)

@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 import pytest
-from lorarl.adapter import plan
 from lorarl.api import types as api
+from lorarl.job import export_plan
 from lorarl_dev import registry as oci_registry
 
 from tests.adapter import saves
@@ -31,7 +31,7 @@ def _plan(tmp_path, address, **oci):
     doc = saves.tiny_job_doc(export={"destinations": [{"oci": {"repository": f"{address}/adapters/tiny", "plainHttp": True, **oci}}]})
     (tmp_path / "status.json").write_text(json.dumps(saves.STATUS))
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan.export_plan(api.LoraRLJob.model_validate(doc))))
+    path.write_text(json.dumps(export_plan.export_plan(api.LoraRLJob.model_validate(doc))))
     return path
 
 

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from lorarl.adapter import plan
 from lorarl.api import types as api
+from lorarl.job import export_plan
 
 from tests.adapter import saves
 
@@ -29,7 +29,7 @@ def _job_file(tmp_path, endpoint, bucket="adapters"):
     )
     (tmp_path / "status.json").write_text(json.dumps(saves.STATUS))
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan.export_plan(api.LoraRLJob.model_validate(doc))))
+    path.write_text(json.dumps(export_plan.export_plan(api.LoraRLJob.model_validate(doc))))
     return path
 
 

@@ -11,10 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from lorarl.adapter import export, package, plan
+from lorarl.adapter import export, package
 from lorarl.api import types as api
 from lorarl.control import serve_status
-from lorarl.job import serve_job
+from lorarl.job import export_plan
+from lorarl.serving import serve_job
 
 from tests.adapter import saves
 from tests.helpers import start_sglang_standin
@@ -32,9 +33,9 @@ def adapter(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     saves.write_save(str(root / "ckpt"), 99)
     j = api.LoraRLJob.model_validate(saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "served", "path": "team/"}}]}))
-    report = export.run(plan.export_plan(j), saves.STATUS, str(root / "ckpt"), NOW, claim_root=str(root / "mnt"))
+    report = export.run(export_plan.export_plan(j), saves.STATUS, str(root / "ckpt"), NOW, claim_root=str(root / "mnt"))
     assert report["ok"], report
-    return root / "mnt" / "0" / "team" / package.relative_dir(plan.export_plan(j), 99), report["adapter"]
+    return root / "mnt" / "0" / "team" / package.relative_dir(export_plan.export_plan(j), 99), report["adapter"]
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ import urllib.request
 import pytest
 import yaml
 from kubernetes import client as k8s
-from lorarl.adapter import export, plan
+from lorarl.adapter import export
 from lorarl.api import types as api
+from lorarl.job import export_plan
 
 from tests.adapter import saves
 from tests.helpers import lorarl_cli, start_sglang_standin
@@ -31,7 +32,7 @@ def exported_job(tmp_path):
     doc = saves.tiny_job_doc(lora={"rank": 8, "alpha": 16}, export={"destinations": [{"claim": {"claimName": "served", "path": "team/"}}]})
     job = api.LoraRLJob.model_validate(doc)
     saves.write_save(str(tmp_path / "ckpt"), 99)
-    report = export.run(plan.export_plan(job), saves.STATUS, str(tmp_path / "ckpt"), NOW, claim_root=str(tmp_path / "mnt"))
+    report = export.run(export_plan.export_plan(job), saves.STATUS, str(tmp_path / "ckpt"), NOW, claim_root=str(tmp_path / "mnt"))
     assert report["ok"], report
     doc["status"] = {"adapter": report["adapter"]}
     path = tmp_path / "job.yaml"

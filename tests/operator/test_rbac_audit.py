@@ -138,7 +138,7 @@ def grants(roles: list[dict]) -> set[Grant]:
 
 def operator_elects_leader() -> bool:
     """Whether this tree's `lorarl run` has leader election (then the scenario runs with it)."""
-    return "--leader-elect" in (REPO / "operator" / "lorarl" / "cli.py").read_text()
+    return "--leader-elect" in (REPO / "operator" / "lorarl" / "cli" / "__init__.py").read_text()
 
 
 def unreachable(mode: str) -> dict[Grant, str]:

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 from kubernetes import client as k8s
-from lorarl.job import serve_job
+from lorarl.serving import serve_job
 from lorarl_dev.kuberay_sim import FakeKubeRay
 
 from tests.helpers import (

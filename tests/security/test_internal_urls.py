@@ -25,11 +25,13 @@ import urllib.error
 import urllib.request
 
 import pytest
-from lorarl.adapter import egress, export, plan, stores
+from lorarl.adapter import egress, export, stores
 from lorarl.admission.validation import validate
 from lorarl.api import types as api
-from lorarl.job import export_job, serve_job
+from lorarl.job import export_job
+from lorarl.job import export_plan as plan
 from lorarl.job.settings import EgressSettings, NetworkPolicySettings, RenderSettings
+from lorarl.serving import serve_job
 
 from tests.adapter import saves
 from tests.api.apiserver import dry_run_apply, dry_run_create

@@ -18,8 +18,9 @@ import urllib.request
 
 import pytest
 import safetensors
-from lorarl.adapter import export, package, plan
+from lorarl.adapter import export, package
 from lorarl.api import types as api
+from lorarl.job import export_plan
 
 from tests.adapter import saves
 
@@ -37,9 +38,9 @@ def adapter(tmp_path_factory) -> pathlib.Path:
     root = tmp_path_factory.mktemp("export")
     saves.write_save(str(root / "checkpoints"), 99)
     job = api.LoraRLJob.model_validate(saves.tiny_job_doc(export={"destinations": [{"claim": {"claimName": "served", "path": ""}}]}))
-    report = export.run(plan.export_plan(job), saves.STATUS, str(root / "checkpoints"), NOW, claim_root=str(root / "mnt"))
+    report = export.run(export_plan.export_plan(job), saves.STATUS, str(root / "checkpoints"), NOW, claim_root=str(root / "mnt"))
     assert report["ok"], report
-    out = root / "mnt" / "0" / package.relative_dir(plan.export_plan(job), 99)
+    out = root / "mnt" / "0" / package.relative_dir(export_plan.export_plan(job), 99)
     with safetensors.safe_open(str(out / "adapter_model.safetensors"), "np") as f:  # the real reader agrees it is whole
         assert len(list(f.keys())) == 2 * 2 * 7
     return out

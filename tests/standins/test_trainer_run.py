@@ -262,8 +262,8 @@ def test_adapter_data_knob_writes_a_peft_export_the_real_exporter_converts(tmp_p
     the real safetensors library reads every tensor back with the spec's shapes."""
     import datetime
 
-    from lorarl.adapter import export, plan
-    from lorarl.job import command
+    from lorarl.adapter import export
+    from lorarl.job import command, export_plan
     from lorarl_dev import hubstub
     from safetensors import safe_open
 
@@ -293,7 +293,7 @@ def test_adapter_data_knob_writes_a_peft_export_the_real_exporter_converts(tmp_p
     ]
     result = run_trainer(short(argv, rollouts=2, save_interval=2) + overrides)
     assert result.returncode == 0, result.stderr[-3000:]
-    report = export.run(plan.export_plan(job), {}, flag(argv, "--save"), datetime.datetime.now(datetime.UTC), claim_root=str(tmp_path / "mnt"))
+    report = export.run(export_plan.export_plan(job), {}, flag(argv, "--save"), datetime.datetime.now(datetime.UTC), claim_root=str(tmp_path / "mnt"))
     assert report["ok"], report
     (exported,) = pathlib.Path(tmp_path / "mnt").rglob("adapter_model.safetensors")
     with safe_open(str(exported), "np") as f:

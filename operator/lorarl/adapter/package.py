@@ -1,7 +1,7 @@
 """One export: choose the newest save, refuse it unless it is complete and matches the spec, and
 lay out what is exported (docs/adapters.md). Pure apart from reading the save and writing the
 staging directory; the stores (stores.py) only copy what this wrote. It reads the export plan
-(plan.py: plain JSON the operator renders from the spec), so that the export pod needs the
+(lorarl.job.export_plan: plain JSON the operator renders from the spec), so that the export pod needs the
 standard library only, not the API's types."""
 
 from __future__ import annotations

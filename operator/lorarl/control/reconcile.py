@@ -36,11 +36,12 @@ from typing import Any
 
 from ..api import types as api
 from ..api.problems import InvalidJob
-from ..job import export_job, render, serve_job
+from ..job import export_job, render
 from ..job.settings import RenderSettings
 from ..reporter import statuskeys as K
 from ..runtime.kube import FIELD_MANAGER as kube_field_manager
 from ..runtime.kube import Api, ApiError
+from ..serving import serve_job
 from . import adapter_status, driver, gpuhours, health, pods, queueing, serve_status, status
 from .cache import (
     CHILDREN_DIGEST,

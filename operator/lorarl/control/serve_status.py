@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import pydantic
 
 from ..api import types as api
-from ..job import serve_job
 from ..job.render import COMPONENT_LABEL
 from ..reporter.text import printable
+from ..serving import serve_job
 from . import adapter_status
 
 ADAPTER_SERVED = "AdapterServed"

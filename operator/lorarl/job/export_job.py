@@ -8,9 +8,9 @@ import base64
 import json
 from typing import Any
 
-from ..adapter import egress, export, plan
+from ..adapter import egress, export
 from ..api.types import LoraRLJob
-from . import artifact, paths, render
+from . import artifact, export_plan, paths, render
 from .settings import DEFAULT as DEFAULT_SETTINGS
 from .settings import RenderSettings
 
@@ -39,14 +39,14 @@ def _status_for_export(status: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def configmap(job: LoraRLJob, rollout: int | None = None) -> dict[str, Any]:
-    export_plan = plan.export_plan(job)
+    plan = export_plan.export_plan(job)
     if rollout is not None:
-        export_plan["rollout"] = rollout  # that save, not the newest (a newer one may be being written)
+        plan["rollout"] = rollout  # that save, not the newest (a newer one may be being written)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(job, rollout),
-        "data": {"plan.json": json.dumps(export_plan, sort_keys=True), "status.json": json.dumps(_status_for_export(job.status), sort_keys=True)},
+        "data": {"plan.json": json.dumps(plan, sort_keys=True), "status.json": json.dumps(_status_for_export(job.status), sort_keys=True)},
         "binaryData": {EXPORTER_FILE: base64.b64encode(artifact.exporter_zipapp()).decode("ascii")},
     }
 

@@ -5,16 +5,16 @@ Pure: the LoraRLJob (with its status.adapter on a claim destination) in, objects
 The flags are SGLang's (0.5.23, python/sglang/srt/arg_groups/fields/lora.py:34-69):
 ``--enable-lora --lora-paths NAME=PATH`` (parsed as arg_groups/lora_hook.py:75-112),
 ``--max-lora-rank`` = spec.lora.rank, ``--lora-target-modules`` = the HF projections the export
-carries (lorarl.adapter.plan), ``--api-key $(SGLANG_API_KEY)`` expanded by the kubelet from the
+carries (lorarl.job.export_plan), ``--api-key $(SGLANG_API_KEY)`` expanded by the kubelet from the
 Secret, so the manifest holds only the reference."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..adapter import plan
 from ..api.types import LoraRLJob, SecretKeyRef
-from ..job import serve_job
+from ..job import export_plan
+from . import serve_job
 
 PORT = 30000
 
@@ -26,7 +26,7 @@ class NotExported(ValueError):
 def args(job: LoraRLJob, name: str, path: str, api_key: bool, max_loras_per_batch: int) -> list[str]:
     out = ["--model-path", job.spec.model.name or "", "--host", "0.0.0.0", "--port", str(PORT)]  # noqa: S104 - the pod's address, behind the Service
     out += ["--enable-lora", "--lora-paths", f"{name}={path}", "--max-lora-rank", str(job.spec.lora.rank)]
-    out += ["--lora-target-modules", *plan.hf_target_modules(list(job.spec.lora.target_modules))]
+    out += ["--lora-target-modules", *export_plan.hf_target_modules(list(job.spec.lora.target_modules))]
     out += ["--max-loras-per-batch", str(max_loras_per_batch)]
     if api_key:
         out += ["--api-key", "$(SGLANG_API_KEY)"]

@@ -27,7 +27,7 @@ def manifest(job_name, filename, namespace, image, adapter_name, mount_path, api
     start (--enable-lora --lora-paths NAME=PATH --max-lora-rank R), mounting the export's claim."""
     import yaml
 
-    from . import workload
+    from ..serving import workload
 
     if filename is not None:
         body = yaml.safe_load(filename)

@@ -11,10 +11,10 @@ from typing import Any
 
 from ..adapter import egress
 from ..api.types import LoraRLJob
-from ..serving import loader
-from . import render
-from .settings import DEFAULT as DEFAULT_SETTINGS
-from .settings import RenderSettings
+from ..job import render
+from ..job.settings import DEFAULT as DEFAULT_SETTINGS
+from ..job.settings import RenderSettings
+from . import loader
 
 LOADER_DIR = "/opt/lorarl-serve"
 LOADER_FILE = "loader.py"

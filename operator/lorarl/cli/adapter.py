@@ -32,8 +32,8 @@ def pull(source: str, directory: str, namespace: str | None, digest: str | None,
     hf://org/name@commit or a directory). Credentials for s3 come from the environment
     (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) as for the AWS CLI, for oci from the docker config
     (~/.docker/config.json) as oras reads it, for hf from HF_TOKEN as huggingface_hub reads it."""
-    from . import pull as puller
-    from . import stores
+    from ..adapter import pull as puller
+    from ..adapter import stores
 
     uri = source
     if "://" not in source and "/" not in source:
@@ -57,13 +57,13 @@ def pull(source: str, directory: str, namespace: str | None, digest: str | None,
 
 
 @adapter.command(hidden=True)
-@click.option("--plan", "plan_file", required=True, type=click.File("r"), help="The export plan (JSON, lorarl.adapter.plan).")
+@click.option("--plan", "plan_file", required=True, type=click.File("r"), help="The export plan (JSON, lorarl.job.export_plan).")
 @click.option("--status", "status_file", type=click.File("r"), default=None, help="The job's status (JSON), for the metrics at the exported rollout.")
 @click.option("--save-root", required=True, help="The job's checkpoint directory (read-only mount).")
 @click.option("--termination-log", default="/dev/termination-log", show_default=True)
 def export(plan_file, status_file, save_root: str, termination_log: str) -> None:
     """Export the newest complete save (the export pod's command)."""
-    from . import export as exporter
+    from ..adapter import export as exporter
 
     plan = json.load(plan_file)
     status = json.load(status_file) if status_file else {}

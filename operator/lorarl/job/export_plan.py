@@ -4,7 +4,7 @@ as plain JSON (the pod reads it with the standard library; docs/adapters.md)."""
 from __future__ import annotations
 
 from ..api.types import LoraRLJob
-from ..job import profiles
+from . import profiles
 
 # miles' Megatron modules and the HF projections its PEFT export names for them
 # (megatron_utils/lora_utils.py:240-290 at 31f1ca9, as hack/images/job/miles/miles_standin/lora_files.py reads them)

@@ -14,13 +14,13 @@ from typing import Any
 
 import click
 
-from . import __version__, curves, follow
-from .adapter import cli as adapter_cli
-from .adapter import egress
-from .api import types as api
-from .control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
-from .job.settings import DEFAULT_KUBERAY_POD_LABELS, DEFAULT_TOOLS_IMAGE, EgressSettings, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
-from .serving import cli as serve_cli
+from .. import __version__, curves, follow
+from ..adapter import egress
+from ..api import types as api
+from ..control.options import DEFAULT_FINISHED_METRICS_SECONDS, DEFAULT_REPAIR_SECONDS, DEFAULT_RESYNC_SECONDS, DEFAULT_WORKERS, Options
+from ..job.settings import DEFAULT_KUBERAY_POD_LABELS, DEFAULT_TOOLS_IMAGE, EgressSettings, NetworkPolicySettings, RenderSettings, format_labels, parse_labels
+from . import adapter as adapter_cli
+from . import serve as serve_cli
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's name
 
@@ -29,7 +29,7 @@ def _jobs(paths: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, Any]]:
     """LoraRLJob documents of the files -f/-R name, read as kubectl reads them (other kinds,
     e.g. a Secret beside a job, are skipped); a repeated key is a warning, as kubectl keeps the
     last value."""
-    from .admission import manifests
+    from ..admission import manifests
 
     found = False
     try:
@@ -93,9 +93,9 @@ def main() -> None:
 @TOOLS_IMAGE
 def render(paths: tuple[str, ...], recursive: bool, namespace: str | None, output: str, only: str | None, train_command: bool, tools_image: str) -> None:
     """Print the child objects of a LoraRLJob (offline)."""
-    from .admission.validation import validate
-    from .job import view
-    from .job.render import render as render_children
+    from ..admission.validation import validate
+    from ..job import view
+    from ..job.render import render as render_children
 
     settings = RenderSettings(tools_image=_tools_image(tools_image))
     objects: list[dict] = []
@@ -129,7 +129,7 @@ def render(paths: tuple[str, ...], recursive: bool, namespace: str | None, outpu
 @RECURSIVE
 def validate(paths: tuple[str, ...], recursive: bool) -> None:
     """Check LoraRLJobs as the API server would: schema, the CRD's CEL rules and semantic checks."""
-    from .admission.validation import validate as validate_doc
+    from ..admission.validation import validate as validate_doc
 
     failed = False
     for where, doc in _jobs(paths, recursive):
@@ -161,7 +161,7 @@ def deprecations(doc: Any) -> list[str]:
 @main.command()
 def crd() -> None:
     """Print the LoraRLJob CustomResourceDefinition."""
-    from .admission.crdgen import crd_yaml
+    from ..admission.crdgen import crd_yaml
 
     click.echo(crd_yaml(), nl=False)
 
@@ -296,10 +296,10 @@ def run(
     import kopf
     import kubernetes
 
-    from . import controller
-    from .reporter import text
-    from .runtime import leader, probes, runner
-    from .runtime.kube import Api
+    from .. import controller
+    from ..reporter import text
+    from ..runtime import leader, probes, runner
+    from ..runtime.kube import Api
 
     if not namespaces and not all_namespaces:
         raise click.UsageError("give --namespace NS (repeatable) or --all-namespaces")
@@ -369,8 +369,5 @@ for _command in (follow.logs, follow.status, follow.wait):
     main.add_command(_command)
 
 main.add_command(curves.plot), main.add_command(curves.watch)  # lorarl plot / watch (curves.py)
-main.add_command(adapter_cli.adapter)  # lorarl adapter pull (adapter/cli.py)
-main.add_command(serve_cli.serve)  # lorarl serve manifest (serving/cli.py)
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+main.add_command(adapter_cli.adapter)  # lorarl adapter pull (cli/adapter.py)
+main.add_command(serve_cli.serve)  # lorarl serve manifest (cli/serve.py)

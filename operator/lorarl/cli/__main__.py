@@ -1,0 +1,5 @@
+"""``python -m lorarl.cli``: the ``lorarl`` command line."""
+
+from . import main
+
+main()
