@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import pathlib
 import re
@@ -687,3 +688,24 @@ def operator_api(cluster):
     api = Api(client)
     yield api
     api.close()
+
+
+def metrics_reader_token(control_plane, namespace: str) -> str:
+    """A token of ServiceAccount ``prometheus`` in ``namespace``, bound to the ClusterRole
+    lorarl-metrics-reader as the chart renders it (get on the nonResourceURL /metrics)."""
+    reader = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "lorarl-metrics-reader"},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"prometheus-{namespace}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lorarl-metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
+    }
+    control_plane.ensure_service_account(namespace, "prometheus")
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [reader, binding]}))
+    return control_plane.service_account_token(namespace, "prometheus", expiration_seconds=3600)

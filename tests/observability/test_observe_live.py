@@ -27,7 +27,7 @@ import pytest
 from lorarl_dev.controlplane import free_port
 from lorarl_dev.operatorproc import OperatorProcess
 
-from tests.helpers import NAME, REPO, api_node, apply_job, gpu_pod, job, phase_is, running, seed_doc, shipped_reporter, wait_for
+from tests.helpers import NAME, REPO, api_node, apply_job, gpu_pod, job, metrics_reader_token, phase_is, running, seed_doc, shipped_reporter, wait_for
 from tests.reporter.reporter_testlib import generate_miles_log, r4
 
 pytestmark = pytest.mark.controlplane
@@ -126,27 +126,6 @@ class Prometheus:
         self.proc.terminate()
         self.proc.wait(timeout=30)
         self.log.close()
-
-
-def metrics_reader_token(control_plane, namespace: str) -> str:
-    """A token of ServiceAccount ``prometheus`` in ``namespace``, bound to the ClusterRole
-    lorarl-metrics-reader as the chart renders it (get on the nonResourceURL /metrics)."""
-    reader = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "lorarl-metrics-reader"},
-        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": f"prometheus-{namespace}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lorarl-metrics-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
-    }
-    control_plane.ensure_service_account(namespace, "prometheus")
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [reader, binding]}))
-    return control_plane.service_account_token(namespace, "prometheus", expiration_seconds=3600)
 
 
 def dashboard_queries() -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ import yaml
 from lorarl_dev.controlplane import free_port
 
 from tests.chart.helm import operator_rbac
-from tests.helpers import apply_job, conditions, events, job, phase_is, rayjob, seed_doc, wait_for
+from tests.helpers import apply_job, conditions, events, job, metrics_reader_token, phase_is, rayjob, seed_doc, wait_for
 
 pytestmark = pytest.mark.controlplane
 
@@ -61,13 +61,20 @@ def test_operator_runs_with_least_privilege(control_plane, namespace, kube, tmp_
         assert rayjob(kube, namespace) is not None
         wait_for(lambda: ("Normal", "Pending") in events(kube, namespace), what="event")
         assert urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=5).status == 200
-        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode()
+        # authenticated metrics (the default): the chart's RBAC lets the operator review a token
+        token = metrics_reader_token(control_plane, namespace)
+
+        def scrape() -> str:
+            request = urllib.request.Request(f"http://127.0.0.1:{metrics}/metrics", headers={"Authorization": f"Bearer {token}"})
+            return urllib.request.urlopen(request, timeout=5).read().decode()
+
+        text = scrape()
         assert 'lorarl_reconcile_total{result="ok",trigger="change"}' in text
         assert "lorarl_reconcile_duration_seconds_bucket" in text
         assert 'lorarl_cached_objects{form="whole",kind="LoraRLJob"} 1.0' in text  # the running job, kept whole
         assert 'lorarl_cached_objects{form="whole",kind="RayJob"} 1.0' in text
         wait_for(
-            lambda: 'lorarl_jobs{phase="Pending"} 1.0' in urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode(),
+            lambda: 'lorarl_jobs{phase="Pending"} 1.0' in scrape(),
             what="jobs gauge",
         )
     finally:
