@@ -52,6 +52,16 @@ def _scheduled(pod: dict) -> dict | None:
     return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == "PodScheduled"), None)
 
 
+def _scheduled_head(cp, ns, rayjob: str) -> tuple[str, dict] | None:
+    """(RayCluster name, head pod) once the RayJob's current cluster has a scheduled head. The
+    name is read again on every probe: a RayJob created suspended for Kueue gets a cluster name
+    before admission and a new one after it (KubeRay starts a new cluster), so a name read once
+    may never get a head."""
+    cluster = _cluster(cp, ns, rayjob)
+    head = _head(cp, ns, cluster) if cluster else None
+    return (cluster, head) if head and (_scheduled(head) or {}).get("status") == "True" else None
+
+
 def _workload(cp, ns, rayjob: str) -> dict | None:
     """Kueue's Workload of a RayJob (owned by it)."""
     out = cp.kubectl("get", "workloads.kueue.x-k8s.io", "-n", ns, "-o", "json", check=False)
@@ -115,13 +125,7 @@ def _two_jobs_on_every_gpu(cp, ns, hub, node_images, extra: dict, second_waits, 
     # 100 rollouts: ~10 s of training; Ray's 16 one-GPU bundles at 0.05 CPU each fit the head's one Ray CPU
     revision = hub.revision({"seconds_per_rollout": 0.1, "cpu_scale": 0.05})
     explain = seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=first, namespace=ns, model_revision=revision, spec=spec)
-    cluster_a = seedrun.wait_for("the first's RayCluster", lambda: _cluster(cp, ns, first), RUN_TIMEOUT, explain=explain)
-    head_a = seedrun.wait_for(
-        "the first's head scheduled",
-        lambda: (h := _head(cp, ns, cluster_a)) and (_scheduled(h) or {}).get("status") == "True" and h,
-        RUN_TIMEOUT,
-        explain=explain,
-    )
+    cluster_a, head_a = seedrun.wait_for("the first's head scheduled", lambda: _scheduled_head(cp, ns, first), RUN_TIMEOUT, explain=explain)
     scheduled_a = _t(_scheduled(head_a)["lastTransitionTime"])
 
     # the second, while the first holds every GPU: it waits
@@ -141,14 +145,8 @@ def _two_jobs_on_every_gpu(cp, ns, hub, node_images, extra: dict, second_waits, 
     seedrun.wait_for("the first's head pod gone", lambda: _head(cp, ns, cluster_a) is None, RELEASE_BOUND, explain=explain)
     pod_gone_a = time.time()
 
-    cluster_b = seedrun.wait_for("the second's RayCluster", lambda: _cluster(cp, ns, second), RELEASE_BOUND, explain=explain)
-
-    def b_scheduled():
-        head = _head(cp, ns, cluster_b)
-        cond = _scheduled(head) if head else None
-        return cond if cond and cond["status"] == "True" else None
-
-    scheduled_b = _t(seedrun.wait_for("the second's head scheduled", b_scheduled, RELEASE_BOUND, explain=explain)["lastTransitionTime"])
+    _, head_b = seedrun.wait_for("the second's head scheduled", lambda: _scheduled_head(cp, ns, second), RELEASE_BOUND, explain=explain)
+    scheduled_b = _t(_scheduled(head_b)["lastTransitionTime"])
     admitted = f", the second admitted by Kueue {seedrun.wait_for('the second admitted', admitted_at, 60) - ended_a:.0f} s" if admitted_at else ""
     seedrun.wait_for("the second Running", lambda: seedrun.job_status(cp, ns, second).get("phase") in ("Running", "Succeeded"), RUN_TIMEOUT, explain=explain)
     running_b = time.time()
