@@ -88,7 +88,13 @@ def test_the_only_operator_pod_killed_mid_run_then_suspend_and_resume_from_the_n
         (head,) = seedrun.pods(cp, ns, "ray.io/node-type=head")
         _merge_patch(cp, ns, name, '{"spec": {"suspend": true}}')
         seedrun.wait_for("phase Suspended", lambda: seedrun.job_status(cp, ns, name).get("phase") == "Suspended", 300, explain=explain)
-        assert seedrun.get(cp, "rayjob", name, ns)["status"]["jobDeploymentStatus"] == "Suspended"
+        # the job is Suspended (reason Suspending) while KubeRay still deletes the cluster: wait for KubeRay's end of it
+        seedrun.wait_for(
+            "the RayJob Suspended",
+            lambda: seedrun.get(cp, "rayjob", name, ns)["status"]["jobDeploymentStatus"] == "Suspended",
+            300,
+            explain=explain,
+        )
         seedrun.wait_for("every pod gone", lambda: not seedrun.pods(cp, ns), 300, explain=explain)
         assert not cp.kubectl("get", "rayclusters,jobs", "-n", ns, "-o", "name").stdout.split()
         suspended = seedrun.job_status(cp, ns, name)

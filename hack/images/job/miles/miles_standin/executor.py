@@ -9,7 +9,8 @@ placement group of one ``{"GPU": 1, "CPU": c}`` bundle per GPU, PACK (ray/placem
 run (ray/rollout/server_group.py:76-130), which generates each of its shares of a batch. Ray
 prints their lines with its ``(MegatronTrainRayActor pid=N)`` prefix. Long-lived engines matter
 beyond fidelity: a task per share needs a fresh Ray worker per engine and rollout once the idle
-ones exceed the node's soft limit (its CPU count), and each start costs a Python with Ray. miles asks for 1 CPU per bundle and as much CPU as GPU per actor; the CPU requests are
+ones exceed the node's soft limit (its CPU count), and each start costs a Python with Ray.
+miles asks for 1 CPU per bundle and as much CPU as GPU per actor; the CPU requests are
 scaled by the ``cpu_scale`` knob (default 0.1: a test node has 2 CPUs; 1.0 is miles' own).
 Without ``ray`` installed this is an error, never a silent fallback.
 
