@@ -690,10 +690,11 @@ def operator_api(cluster):
     api.close()
 
 
-def metrics_reader_token(control_plane, namespace: str) -> str:
-    """A token of ServiceAccount ``prometheus`` in ``namespace``, bound to the ClusterRole
-    lorarl-metrics-reader as the chart renders it (get on the nonResourceURL /metrics)."""
-    reader = {
+def metrics_reader_token(control_plane, namespace: str, reader: dict | None = None) -> str:
+    """A token of ServiceAccount ``prometheus`` in ``namespace``, bound (ClusterRoleBinding
+    ``prometheus-<namespace>``) to the ClusterRole lorarl-metrics-reader: ``reader`` (the chart's,
+    where the test renders it) or one of the same shape (get on the nonResourceURL /metrics)."""
+    reader = reader or {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": "lorarl-metrics-reader"},

@@ -11,11 +11,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-import yaml
 from lorarl.runtime import metrics_auth
 from lorarl_dev.controlplane import free_port
 
-from tests.helpers import wait_for
+from tests.helpers import metrics_reader_token, wait_for
 
 
 class Reviewer:
@@ -146,19 +145,10 @@ def test_the_operator_serves_metrics_only_to_a_token_allowed_to_get_them(control
     from tests.chart.helm import pick
 
     reader = pick(helm.render(namespace=namespace, release=namespace), "ClusterRole", "lorarl-metrics-reader")
-    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(reader))
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": f"metrics-{namespace}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lorarl-metrics-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
-    }
-    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
     try:
-        for account in ("prometheus", "tenant"):
-            control_plane.ensure_service_account(namespace, account)
-        prometheus, tenant = (control_plane.service_account_token(namespace, a) for a in ("prometheus", "tenant"))
+        prometheus = metrics_reader_token(control_plane, namespace, reader)
+        control_plane.ensure_service_account(namespace, "tenant")
+        tenant = control_plane.service_account_token(namespace, "tenant")
         port = free_port()
         operator = OperatorProcess(control_plane, namespace, tmp_path, extra_args=("--metrics-port", str(port), "--metrics-address", "127.0.0.1")).start()
         try:
@@ -172,7 +162,7 @@ def test_the_operator_serves_metrics_only_to_a_token_allowed_to_get_them(control
         finally:
             operator.stop()
     finally:
-        control_plane.kubectl("delete", "clusterrolebinding", f"metrics-{namespace}", "--ignore-not-found", check=False)
+        control_plane.kubectl("delete", "clusterrolebinding", f"prometheus-{namespace}", "--ignore-not-found", check=False)
 
 
 def _answers(port):
