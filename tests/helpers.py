@@ -692,19 +692,19 @@ def operator_api(cluster):
 
 def metrics_reader_token(control_plane, namespace: str, reader: dict | None = None) -> str:
     """A token of ServiceAccount ``prometheus`` in ``namespace``, bound (ClusterRoleBinding
-    ``prometheus-<namespace>``) to the ClusterRole lorarl-metrics-reader: ``reader`` (the chart's,
-    where the test renders it) or one of the same shape (get on the nonResourceURL /metrics)."""
+    ``prometheus-<namespace>``) to a metrics reader ClusterRole: ``reader`` (the chart's, where the
+    test renders it) or one of the same shape (get on the nonResourceURL /metrics)."""
     reader = reader or {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
-        "metadata": {"name": "lorarl-metrics-reader"},
+        "metadata": {"name": f"metrics-reader-{namespace}"},
         "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
     }
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
         "metadata": {"name": f"prometheus-{namespace}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lorarl-metrics-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader["metadata"]["name"]},
         "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
     }
     control_plane.ensure_service_account(namespace, "prometheus")

@@ -84,6 +84,14 @@ def pick(docs: list[dict[str, Any]], kind: str, name: str | None = None, namespa
     return found[0]
 
 
+def cluster_role(docs: list[dict[str, Any]], suffix: str) -> dict[str, Any]:
+    """The chart's ClusterRole ``<fullname>-<suffix>`` (view, edit, metrics-reader): named after
+    the release, and the suffix survives the name's truncation."""
+    found = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith(f"-{suffix}")]
+    assert len(found) == 1, f"expected one ClusterRole *-{suffix}, found {len(found)}"
+    return found[0]
+
+
 def kinds(docs: list[dict[str, Any]]) -> list[str]:
     return sorted(d["kind"] for d in docs)
 

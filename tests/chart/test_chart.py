@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from tests.chart.helm import CHART, NAMESPACED_HA, kinds, pick
+from tests.chart.helm import CHART, NAMESPACED_HA, cluster_role, kinds, pick
 from tests.helpers import REPO, seed_doc
 
 FULLNAME = "lorarl-lorarl-operator"
@@ -93,7 +93,7 @@ def test_lint_strict(helm):
 def test_default_render(helm):
     docs = helm.render()
     assert kinds(docs) == [
-        *["ClusterRole"] * 4,  # the operator's, lorarl-metrics-reader, lorarl-view, lorarl-edit
+        *["ClusterRole"] * 4,  # the operator's, its -metrics-reader, -view and -edit
         "ClusterRoleBinding",
         "ConfigMap",
         "Deployment",
@@ -182,7 +182,7 @@ def test_default_render(helm):
 def test_no_rule_reaches_secrets_or_wildcards(helm, values):
     for d in helm.render(values=values):
         for rule in d.get("rules", []):
-            if "nonResourceURLs" in rule:  # lorarl-metrics-reader: get /metrics, nothing else
+            if "nonResourceURLs" in rule:  # the metrics reader: get /metrics, nothing else
                 assert rule == {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}, rule
                 continue
             assert "secrets" not in rule["resources"] and "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"], rule
@@ -291,7 +291,7 @@ def test_metrics_are_for_prometheus_only(helm):
     """Issue 35, point 6: the metrics name every tenant's jobs. By default a NetworkPolicy admits
     only the monitoring namespace's Prometheus to the metrics port, the operator checks each
     scrape's token (--metrics-auth kubernetes, with the review rules), and the ClusterRole
-    lorarl-metrics-reader is what Prometheus is bound to. metrics.authentication=false is the
+    <release>-lorarl-operator-metrics-reader is what Prometheus is bound to. metrics.authentication=false is the
     documented opt-out: plain metrics, no review rules, no reader role."""
     docs = helm.render()
     policy = pick(docs, "NetworkPolicy")
@@ -311,7 +311,8 @@ def test_metrics_are_for_prometheus_only(helm):
     ]
     [container] = deploy["spec"]["template"]["spec"]["containers"]
     assert container["args"][container["args"].index("--metrics-auth") + 1] == "kubernetes"
-    reader = pick(docs, "ClusterRole", "lorarl-metrics-reader")
+    reader = cluster_role(docs, "metrics-reader")
+    assert reader["metadata"]["name"] == f"{FULLNAME}-metrics-reader"
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     rules = rules_of(pick(docs, "ClusterRole", FULLNAME))
     assert ("authentication.k8s.io", "tokenreviews", "create") in rules and ("authorization.k8s.io", "subjectaccessreviews", "create") in rules
@@ -332,7 +333,7 @@ def test_metrics_are_for_prometheus_only(helm):
     [container] = pick(plain, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["args"][container["args"].index("--metrics-auth") + 1] == "none"
     assert "NetworkPolicy" not in kinds(plain)
-    assert "lorarl-metrics-reader" not in [d["metadata"]["name"] for d in plain if d["kind"] == "ClusterRole"]
+    assert f"{FULLNAME}-metrics-reader" not in [d["metadata"]["name"] for d in plain if d["kind"] == "ClusterRole"]
     assert not [r for r in rules_of(pick(plain, "ClusterRole", FULLNAME)) if r[1] in ("tokenreviews", "subjectaccessreviews")]
     assert "bearerTokenFile" not in pick(plain, "ServiceMonitor")["spec"]["endpoints"][0]
 
@@ -341,7 +342,8 @@ def test_metrics_are_for_prometheus_only(helm):
 def test_tenant_roles_aggregate_into_view_edit_and_admin(helm):
     """Issue 35, point 6 (the real API server's aggregation: tests/security/test_tenants.py)."""
     docs = helm.render()
-    view, edit = pick(docs, "ClusterRole", "lorarl-view"), pick(docs, "ClusterRole", "lorarl-edit")
+    view, edit = cluster_role(docs, "view"), cluster_role(docs, "edit")
+    assert (view["metadata"]["name"], edit["metadata"]["name"]) == (f"{FULLNAME}-view", f"{FULLNAME}-edit")  # releases side by side
     aggregate = "rbac.authorization.k8s.io/aggregate-to-"
     assert {k: v for k, v in view["metadata"]["labels"].items() if k.startswith(aggregate)} == {aggregate + r: "true" for r in ("view", "edit", "admin")}
     assert {k: v for k, v in edit["metadata"]["labels"].items() if k.startswith(aggregate)} == {aggregate + r: "true" for r in ("edit", "admin")}
@@ -350,7 +352,7 @@ def test_tenant_roles_aggregate_into_view_edit_and_admin(helm):
         ("lorarl.dev", "lorarljobs", v) for v in ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
     )
     off = helm.render("--set", "tenantRoles.create=false")
-    assert not {"lorarl-view", "lorarl-edit"} & {d["metadata"]["name"] for d in off if d["kind"] == "ClusterRole"}
+    assert not {f"{FULLNAME}-view", f"{FULLNAME}-edit"} & {d["metadata"]["name"] for d in off if d["kind"] == "ClusterRole"}
 
 
 @needs_helm

@@ -28,7 +28,7 @@ def test_install_manifests_contents():
     docs = [d for f in ("namespace.yaml", "crds.yaml", "operator.yaml") for d in yaml.safe_load_all((INSTALL / f).read_text()) if d]
     assert yaml.safe_load((INSTALL / "crds.yaml").read_text()) == yaml.safe_load((REPO / "crds" / "lorarl.dev_lorarljobs.yaml").read_text())
     assert sorted(d["kind"] for d in docs) == [
-        *["ClusterRole"] * 4,  # the operator's, lorarl-metrics-reader, lorarl-view, lorarl-edit
+        *["ClusterRole"] * 4,  # the operator's, its -metrics-reader, -view and -edit
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",

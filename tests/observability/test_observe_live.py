@@ -201,7 +201,7 @@ def test_a_run_scraped_by_prometheus_answers_every_dashboard_query(control_plane
     exporters = Recorded(namespace)
     exporters.start()
     # the operator's /metrics is authenticated (its default): Prometheus scrapes with the token of
-    # an account bound to the chart's ClusterRole lorarl-metrics-reader, as in a cluster
+    # an account bound to a ClusterRole like the chart's metrics reader, as in a cluster
     prom = Prometheus(
         tmp_path, {"lorarl-operator": op_port, "recorded-exporters": exporters.port}, {"lorarl-operator": metrics_reader_token(control_plane, namespace)}
     )

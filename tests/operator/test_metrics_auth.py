@@ -138,13 +138,13 @@ def test_run_takes_the_metrics_auth_flag():
 @pytest.mark.controlplane
 def test_the_operator_serves_metrics_only_to_a_token_allowed_to_get_them(control_plane, namespace, tmp_path, helm):
     """`lorarl run` as a process with the default --metrics-auth: the real TokenReview and
-    SubjectAccessReview. A ServiceAccount bound to the chart's lorarl-metrics-reader reads them; one
+    SubjectAccessReview. A ServiceAccount bound to the chart's metrics-reader ClusterRole reads them; one
     without that binding gets 403, a made-up token and no token 401."""
     from lorarl_dev.operatorproc import OperatorProcess
 
-    from tests.chart.helm import pick
+    from tests.chart.helm import cluster_role
 
-    reader = pick(helm.render(namespace=namespace, release=namespace), "ClusterRole", "lorarl-metrics-reader")
+    reader = cluster_role(helm.render(namespace=namespace, release=namespace), "metrics-reader")
     try:
         prometheus = metrics_reader_token(control_plane, namespace, reader)
         control_plane.ensure_service_account(namespace, "tenant")

@@ -157,6 +157,17 @@ def unreachable(mode: str) -> dict[Grant, str]:
     return out
 
 
+# Granted verbs the scenario reaches or not by timing alone: not required used, not refused used.
+TIMING_DEPENDENT = {
+    # a reconcile that runs while the RayJobs are still being listed after start-up reads an
+    # uncached RayJob with a GET (controller.Controller.start); whether the seed job's first
+    # reconcile falls in that window depends on the machine's load.
+    # tests/operator/test_restart_split.py::test_before_the_rayjobs_are_listed_an_unfinished_jobs_rayjob_is_read_not_recreated
+    # makes that GET on purpose
+    Grant("get", "ray.io", "rayjobs"): "only while RayJobs are listed after start-up",
+}
+
+
 # ---------------------------------------------------------------------------- the operator
 
 
@@ -484,7 +495,8 @@ def test_rbac_is_exactly_what_the_operator_uses(control_plane, helm, namespace, 
     used = {u.grant for u in uses}
     skip = unreachable(mode)
     print(f"{mode}: used (verb, group, resource):\n" + table(used) + "\nnon-resource paths:\n" + table(paths))
-    assert not granted - used - set(skip), "granted, but nothing used it:\n" + table(granted - used - set(skip))
+    unused = granted - used - set(skip) - set(TIMING_DEPENDENT)
+    assert not unused, "granted, but nothing used it:\n" + table(unused)
     assert not set(skip) & used, "an allow-listed verb was used: drop it from unreachable()"
     # and nothing the operator needs comes from a default role rather than from its own rules
     assert used <= granted, "used, allowed only by another binding:\n" + table(used - granted)

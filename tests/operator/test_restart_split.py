@@ -25,12 +25,24 @@ from tests.helpers import seed_doc, wait_for
 FINISHED = {"phase": "Succeeded", "observedGeneration": 1}
 
 
-def create(kube, namespace, name, st=None):
+def create(kube, namespace, name, st=None) -> str:
+    """The job (and its status): the resourceVersion of the last write."""
     doc = seed_doc()
     doc["metadata"] = {"name": name, "namespace": namespace}
-    kube.apply(doc, force=True)
+    written = kube.apply(doc, force=True)
     if st:
-        kube.patch_status(api.API_VERSION, api.KIND, namespace, name, st)
+        written = kube.patch_status(api.API_VERSION, api.KIND, namespace, name, st)
+    return written["metadata"]["resourceVersion"]
+
+
+def cache_has_seen(kube, namespace, resource_version: str) -> None:
+    """Wait until the API server's watch cache has seen ``resource_version``: the informer's
+    selected listing reads that cache (resourceVersion "0", which may lag the last write, as
+    client-go's Reflector accepts); a list with resourceVersionMatch=NotOlderThan is answered only
+    once the cache has caught up (Kubernetes API concepts, "Semantics for get and list")."""
+    kubernetes.client.CustomObjectsApi(kube.client).list_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, resource_version=resource_version, resource_version_match="NotOlderThan"
+    )
 
 
 def test_unfinished_jobs_are_listed_first_the_rest_after_and_a_deletion_meanwhile_stays_deleted(control_plane, namespace, kube):
@@ -38,7 +50,7 @@ def test_unfinished_jobs_are_listed_first_the_rest_after_and_a_deletion_meanwhil
     create(kube, namespace, "b-failed", {"phase": "Failed", "observedGeneration": 1})
     create(kube, namespace, "c-running", {"phase": "Running", "observedGeneration": 1})
     create(kube, namespace, "d-new")  # no status yet: the absent field selects as "", so unfinished
-    create(kube, namespace, "zz-late", FINISHED)
+    cache_has_seen(kube, namespace, create(kube, namespace, "zz-late", FINISHED))
     seen: list[tuple[str, str, bool]] = []
     backfilling = threading.Event()
     deleted_meanwhile = threading.Event()

@@ -1,8 +1,8 @@
 """Authenticated /metrics (issue 35, point 6): every scrape's bearer token is checked with a
 TokenReview, and the user it names is then authorized with a SubjectAccessReview for the
 nonResourceURL ``/metrics``, verb ``get``. The per-job series name every tenant's jobs, phases and
-GPU-hours: only who may `get /metrics` (the chart's ClusterRole ``lorarl-metrics-reader``, bound
-to Prometheus) reads them.
+GPU-hours: only who may `get /metrics` (the chart's ClusterRole
+``<release>-lorarl-operator-metrics-reader``, bound to Prometheus) reads them.
 
 This is what controller-runtime's metrics filter does (sigs.k8s.io/controller-runtime@v0.23.3
 pkg/metrics/filters/filters.go ``WithAuthenticationAndAuthorization``: a delegating authenticator
