@@ -212,7 +212,13 @@ def test_install_run_upgrade_uninstall(fresh_cp, helm, tmp_path):
         # authenticated metrics (the chart's default): Prometheus' account bound to the chart's
         # <release>-lorarl-operator-metrics-reader reads them; no token is a 401 (the operator's reviews run with the chart's RBAC)
         cp.ensure_service_account(SYSTEM, "prometheus")
-        cp.kubectl("create", "clusterrolebinding", "prometheus-lorarl", f"--clusterrole={RELEASE}-lorarl-operator-metrics-reader", f"--serviceaccount={SYSTEM}:prometheus")
+        cp.kubectl(
+            "create",
+            "clusterrolebinding",
+            "prometheus-lorarl",
+            f"--clusterrole={RELEASE}-lorarl-operator-metrics-reader",
+            f"--serviceaccount={SYSTEM}:prometheus",
+        )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics}/metrics", timeout=5)
         assert refused.value.code == 401
