@@ -146,6 +146,20 @@ TABLE = {
         )
         for reason in pods.REASONS
     },
+    # a running pod's node stopped being Ready (pods.node_not_ready): in progress, not stuck
+    "running-node-not-ready": (
+        ("Running", "RUNNING", ""),
+        {"node_not_ready": pods.Trouble(pods.NODE_NOT_READY, "pod j-head: its node n1 is not ready", False)},
+        "Running",
+        F,
+        "NodeNotReady",
+        T,
+        F,
+        F,
+        F,
+        F,
+        "InProgress",
+    ),
     "running-eval-too-low": (("Running", "RUNNING", ""), {"verdict": LOW_EVAL}, "Running", F, "EvalScoreTooLow", F, T, F, F, F, "Failed"),
     "running-non-finite": (("Running", "RUNNING", ""), {"verdict": DIVERGED}, "Running", F, "NonFiniteMetric", F, T, F, F, F, "Failed"),
     "queued-preempted": (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from lorarl.control import status
+from lorarl.control import pods, status
 from lorarl.control.health import Verdict
 
 from tests.operator.status_table import BAD, NOW, OK, REFUSED, TABLE, T, computed, facts, rayjob
@@ -114,6 +114,32 @@ def test_unhealthy_training_warns_once_and_is_not_ready():
     assert [(e.type, e.reason) for e in events] == [("Warning", "LogprobDiffTooHigh")]
     _, again = status.compute(out, rayjob("Running", "RUNNING"), facts(verdict=bad))
     assert again == []
+
+
+def test_a_node_not_ready_warns_once_keeps_running_and_clears_with_the_node():
+    lost = pods.Trouble(pods.NODE_NOT_READY, "pod j-head: its node n1 is not ready", False)
+    prev, _ = status.compute({"phase": "Running"}, rayjob("Running", "RUNNING"), facts(verdict=OK))
+    out, events = status.compute(prev, rayjob("Running", "RUNNING"), facts(verdict=OK, node_not_ready=lost))
+    assert out["phase"] == "Running"
+    assert conds(out)["Ready"] == ("False", "NodeNotReady") and conds(out)["Reconciling"] == ("True", "NodeNotReady")
+    assert conds(out)["Stalled"][0] == "False"
+    assert [(e.type, e.reason, e.message) for e in events] == [("Warning", "NodeNotReady", lost.message)]
+    again, more = status.compute(out, rayjob("Running", "RUNNING"), facts(verdict=OK, node_not_ready=lost))
+    assert more == []
+    back, _ = status.compute(again, rayjob("Running", "RUNNING"), facts(verdict=OK))
+    assert conds(back)["Ready"][0] == "True"
+
+
+def test_a_retry_whose_pods_cannot_start_says_both():
+    """The pods' trouble is the reason; the message keeps that an attempt failed, and why."""
+    trouble = pods.Trouble(pods.IMAGE_PULL, "pod j-x-head container ray-head: cannot pull image i (ErrImagePull): refused", True)
+    prev, _ = status.compute({"phase": "Running"}, rayjob("Running", "RUNNING"), facts(verdict=OK))
+    retry = rayjob("Retrying", "FAILED", "AppFailed", "Job entrypoint command failed with exit code 1", failed=1)
+    out, events = status.compute(prev, retry, facts(verdict=OK, pod_trouble=trouble))
+    assert out["phase"] == "Preparing" and conds(out)["Ready"] == ("False", "ImagePullBackOff")
+    expected = f"{trouble.message}; attempt 1 failed (AppFailed); starting a new Ray cluster: Job entrypoint command failed with exit code 1"
+    assert next(c["message"] for c in out["conditions"] if c["type"] == "Ready") == expected
+    assert ("Preparing", f"Running -> Preparing: ImagePullBackOff: {expected}") in [(e.reason, e.message) for e in events]
 
 
 def test_startup_timeout_stalls_without_failing():

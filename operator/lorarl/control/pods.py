@@ -7,6 +7,13 @@ component that saw it: the scheduler's PodScheduled message, the kubelet's waiti
 message, a terminated container's exit code and termination message (prepare.sh writes one
 naming the input it could not fetch). Reasons and remedies: docs/troubleshooting.md.
 
+``node_not_ready`` names a running pod whose node stopped reporting: the node controller then sets
+the pod's Ready condition False and leaves ContainersReady, which only the kubelet writes
+(kubernetes v1.37.2 pkg/controller/nodelifecycle/node_lifecycle_controller.go:766-773, when the
+node's Ready turns from True, 50 s after its last report by default; MarkPodsNotReady in
+pkg/controller/util/node/controller_utils.go:119-150 changes Ready only), so Ready False beside
+ContainersReady True is the node's doing, not a probe's (Ray pods carry no readiness gates).
+
 The kubelet's reasons are those of kubelet/images/types.go (ErrImagePull, ImagePullBackOff,
 InvalidImageName, ErrImageNeverPull), kubelet/kuberuntime/kuberuntime_container.go
 (CreateContainerConfigError, CreateContainerError) and pkg/kubelet/container/sync_result.go
@@ -32,13 +39,18 @@ OOM_KILLED = "OOMKilled"
 CRASH_LOOP = "CrashLoopBackOff"
 UNSCHEDULABLE = "Unschedulable"
 VOLUME_NOT_BOUND = "VolumeNotBound"
-REASONS = (IMAGE_PULL, CONFIG_ERROR, INIT_FAILED, INPUT_DOWNLOAD_FAILED, OOM_KILLED, CRASH_LOOP, UNSCHEDULABLE, VOLUME_NOT_BOUND)
+REASONS = (IMAGE_PULL, CONFIG_ERROR, INIT_FAILED, INPUT_DOWNLOAD_FAILED, OOM_KILLED, CRASH_LOOP, UNSCHEDULABLE, VOLUME_NOT_BOUND)  # diagnose's
+NODE_NOT_READY = "NodeNotReady"  # node_not_ready's (a running job)
 
 _PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 _CONFIG_REASONS = ("CreateContainerConfigError", "CreateContainerError")
 PREPARE_FETCH_EXIT = 4  # prepare.sh's exit code for a download that failed
 CRASH_LOOP_RESTARTS = 3  # a container running again after this many exits is still crash-looping
 MAX_MESSAGE = 1024  # an Event's message limit
+_KEPT_CONDITIONS = ("PodScheduled", "Ready", "ContainersReady")
+# the taints a node that stops being Ready gets; a pod's toleration of them (300 s unless it says
+# otherwise: the DefaultTolerationSeconds admission plugin) is how long it stays bound there
+_NODE_GONE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,8 @@ def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
             },
         },
         "spec": {
+            "nodeName": spec.get("nodeName"),
+            "evictAfterSeconds": _evict_after(spec),
             "images": {c.get("name"): c.get("image") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])},
             "initContainers": [_gpu_resources(c) for c in spec.get("initContainers") or []],
             "containers": [_gpu_resources(c) for c in spec.get("containers") or []],
@@ -91,12 +105,23 @@ def trim_pod(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
             "conditions": [
                 {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
                 for c in st.get("conditions") or []
-                if c.get("type") == "PodScheduled"
+                if c.get("type") in _KEPT_CONDITIONS
             ],
             "initContainerStatuses": [container(c) for c in st.get("initContainerStatuses") or []],
             "containerStatuses": [container(c) for c in st.get("containerStatuses") or []],
         },
     }
+
+
+def _evict_after(spec: dict[str, Any]) -> int | None:
+    """Seconds the pod stays bound to a node that stopped being Ready (the shortest NoExecute
+    toleration of its taints); None: no such toleration (evicted at once, or never)."""
+    seconds = [
+        t["tolerationSeconds"]
+        for t in spec.get("tolerations") or []
+        if t.get("key") in _NODE_GONE_TAINTS and t.get("effect") in (None, "NoExecute") and isinstance(t.get("tolerationSeconds"), int)
+    ]
+    return min(seconds) if seconds else None
 
 
 def _one_line(text: str | None) -> str:
@@ -172,6 +197,43 @@ def _pod_trouble(pod: dict[str, Any]) -> list[tuple[int, Trouble]]:
             else:
                 found.append((3, Trouble(UNSCHEDULABLE, f"pod {name} cannot be scheduled: {said}", False)))
     return found
+
+
+def current(pods: list[dict[str, Any]], cluster: str | None) -> list[dict[str, Any]]:
+    """The pods whose troubles are the run's now: none being deleted, and of the Ray cluster the
+    RayJob names (``status.rayClusterName``) when it names one; a pod of no cluster (the
+    submitter's) counts. A retry's old cluster goes away with its pods' troubles."""
+    return [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp") and (cluster is None or (p["metadata"].get("labels") or {}).get(CLUSTER_LABEL, cluster) == cluster)
+    ]
+
+
+def node_not_ready(pods: list[dict[str, Any]]) -> Trouble | None:
+    """A running pod (the first by name) whose node stopped being Ready: its containers may still
+    run, but nothing reports them, and the pod is evicted once its toleration runs out."""
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("name", "")):
+        st, spec = pod.get("status") or {}, pod.get("spec") or {}
+        if st.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+            continue
+        conditions = {c.get("type"): c for c in st.get("conditions") or []}
+        ready, containers = conditions.get("Ready") or {}, conditions.get("ContainersReady") or {}
+        if ready.get("status") != "False" or containers.get("status") != "True":
+            continue
+        since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+        evict = spec.get("evictAfterSeconds")
+        when = f"{evict} s after the node was marked (its toleration of {_NODE_GONE_TAINTS[0]})" if evict is not None else "soon"
+        return Trouble(
+            NODE_NOT_READY,
+            _cut(
+                f"pod {pod['metadata'].get('name', '?')}: its node {spec.get('nodeName') or '?'} is not ready{since} (the node controller"
+                f" marked the pod not ready; its containers may still run). If the node does not return, Kubernetes evicts the pod {when}"
+                " and the attempt fails: retried from the latest save while spec.runPolicy.backoffLimit allows"
+            ),
+            False,
+        )
+    return None
 
 
 def diagnose(pods: list[dict[str, Any]]) -> Trouble | None:

@@ -354,6 +354,11 @@ class Reconciler:
         admission = None
         if queueing.queued(job) and not finished and not stopped:
             admission = self._follow_kueue(job, rayjob, queueing.suspend_reason(job, verdict))
+        run_pods = (
+            None
+            if finished or stopped or self.caches is None
+            else pods.current(training_pods(self.caches.pods_of(namespace, job.metadata.name)), ((rayjob or {}).get("status") or {}).get("rayClusterName"))
+        )
         facts = status.Facts(
             generation=generation,
             now=rfc3339(now),
@@ -368,7 +373,8 @@ class Reconciler:
             admission=admission,
             no_progress=quiet,
             driver_lost=lost,
-            pod_trouble=None if finished or stopped or self.caches is None else pods.diagnose(training_pods(self.caches.pods_of(namespace, job.metadata.name))),
+            pod_trouble=None if run_pods is None else pods.diagnose(run_pods),
+            node_not_ready=None if run_pods is None else pods.node_not_ready(run_pods),
         )
         new_status, events = status.compute(previous, rayjob, facts)
         if new_status[status.PHASE] == status.RUNNING and job.spec.export is not None and job.spec.export.on_save and not stopped:

@@ -49,6 +49,7 @@ PROGRESS, GPU_HOURS = "progress", "gpuHours"
 OWNED_LEAVES = {PROGRESS: (GPU_HOURS,)}
 # condition types (Succeeded, Failed and Suspended are named as the phases)
 READY, RECONCILING, STALLED, TRAINING_HEALTHY, ADMITTED = "Ready", "Reconciling", "Stalled", "TrainingHealthy", "Admitted"
+RETRYING = "Retrying"  # KubeRay retries the run on a new Ray cluster (runPolicy.backoffLimit)
 CONDITION_TYPES = (
     READY,
     RECONCILING,
@@ -113,6 +114,7 @@ class Facts:
     pod_trouble: pods.Trouble | None = None  # why the Ray cluster's pods do not start (pods.diagnose)
     no_progress: str | None = None  # message when a Running job's reporter has gone quiet (health.no_progress)
     driver_lost: str | None = None  # message when KubeRay says RUNNING but the driver's head is gone (driver.lost)
+    node_not_ready: pods.Trouble | None = None  # a running Ray pod's node stopped being Ready (pods.node_not_ready)
     export: adapter_status.ExportState | None = None  # a Succeeded job's export (spec.export; None: none asked)
     serve: serve_status.ServeState | None = None  # its load into a server once exported (spec.serve; None: none asked or not yet)
     saved_adapter: dict[str, Any] | None = None  # a Running job's newest export at a save (spec.export.onSave)
@@ -211,7 +213,7 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
     if deployment == "Retrying":
         failed = st.get("failed") or 0
         return Observation(
-            PREPARING, "Retrying", f"attempt {failed} failed ({reason or 'unknown reason'}); starting a new Ray cluster" + (f": {message}" if message else "")
+            PREPARING, RETRYING, f"attempt {failed} failed ({reason or 'unknown reason'}); starting a new Ray cluster" + (f": {message}" if message else "")
         )
     if deployment == "Running":
         if job_status == "RUNNING":
@@ -378,6 +380,10 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
         return Summary(False, False, True, DRIVER_LOST, facts.driver_lost)
     if facts.no_progress and phase == RUNNING:
         return Summary(False, False, True, NO_PROGRESS, facts.no_progress)
+    if facts.node_not_ready is not None and phase == RUNNING:
+        # not Ready (nothing vouches for the pods), not Stalled: the node may return, or its pods
+        # are evicted and the attempt ends on its own
+        return Summary(False, True, False, facts.node_not_ready.reason, facts.node_not_ready.message)
     if facts.startup_timed_out and phase in (PENDING, PREPARING) and not obs.queued:
         return Summary(False, False, True, "StartupTimeout", f"not running after the startup timeout: {obs.message}")
     if facts.user_suspended and phase != SUSPENDED:
@@ -401,7 +407,9 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     trouble = facts.pod_trouble
     if trouble is not None and obs.phase in (PENDING, PREPARING) and not obs.queued:
         # the pods say more than KubeRay's Initializing: name the pod, the container, the cause
-        obs = Observation(obs.phase, trouble.reason, trouble.message, stuck=trouble.stuck)
+        # (and, in a retry, that an attempt failed and why: the pods' trouble is the next one's)
+        message = f"{trouble.message}; {obs.message}" if obs.reason == RETRYING else trouble.message
+        obs = Observation(obs.phase, trouble.reason, message, stuck=trouble.stuck)
 
     if facts.stopped_unhealthy:
         obs = Observation(FAILED, "StoppedUnhealthy", f"stopped because training was unhealthy: {facts.verdict.message}")
@@ -510,6 +518,8 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         events.append(Event("Warning", summary.reason, summary.message[:1024]))
     elif obs.reason in pods.REASONS and not summary.stalled and condition(previous, RECONCILING, "reason") != obs.reason:
         events.append(Event("Warning", obs.reason, obs.message[:1024]))  # waiting on a pod (a full cluster, a volume)
+    elif summary.reason == pods.NODE_NOT_READY and condition(previous, RECONCILING, "reason") != summary.reason:
+        events.append(Event("Warning", summary.reason, summary.message[:1024]))  # once, when the node goes
     return out, events
 
 
