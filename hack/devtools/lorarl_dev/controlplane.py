@@ -692,6 +692,14 @@ class ControlPlane:
         self._spawn(name, self._args[name], exe=self._exes.get(name), prefix=self._prefixes.get(name))
         self._write_state()
 
+    def stop_child(self, name: str, sig: int = signal.SIGTERM) -> None:
+        """Stop child ``name`` (a node's kubelet, say); :meth:`start_child` starts it again."""
+        self._halt(name, sig)
+
+    def start_child(self, name: str) -> None:
+        """Start child ``name`` again with the same command line (its readiness is the caller's)."""
+        self._respawn(name)
+
     def stop_apiserver(self, sig: int = signal.SIGKILL) -> None:
         """Stop kube-apiserver (SIGKILL: a crash; SIGTERM: its graceful shutdown, which waits for
         open requests, so SIGKILL follows after 10 s). etcd keeps the data."""

@@ -378,6 +378,15 @@ class RealNode:
     def images(self) -> list[str]:
         return [line for line in self._ctr("images", "list", "-q").stdout.split() if not line.startswith("sha256:")]
 
+    def tag_image(self, source: str, target: str) -> None:
+        """A second name for an imported image (nothing copied: both name the same content)."""
+        self._ctr("images", "tag", "--force", source, target)
+
+    def remove_image(self, ref: str) -> None:
+        """Remove one name of an image, as the kubelet's image GC or a registry that lost the tag
+        would leave a node; the content stays while another name holds it."""
+        self._ctr("images", "rm", ref)
+
     @staticmethod
     def _names_in(archive: pathlib.Path) -> list[str]:
         import tarfile
@@ -403,6 +412,23 @@ class RealNode:
             ],
         )
         self._wait(lambda: self.cp._get(f"/api/v1/nodes/{NODE_NAME}")[0] == 200, "kubelet", 60)
+
+    def stop_kubelet(self) -> None:
+        """The kubelet stopped (SIGTERM), its pods' containers left running under containerd: the
+        node stops reporting, and the node controller marks it, then its pods, not ready."""
+        self.cp.stop_child("kubelet")
+
+    def start_kubelet(self, timeout: float = 120) -> None:
+        """The kubelet back (the same flags): it takes over the running containers, the device
+        plugin registers again, and the node is Ready with every GPU allocatable."""
+        self.cp.start_child("kubelet")
+        self._wait_node_ready(timeout)
+
+        def advertised() -> bool:
+            code, body = self.cp._get(f"/api/v1/nodes/{NODE_NAME}")
+            return code == 200 and json.loads(body)["status"].get("allocatable", {}).get("amd.com/gpu") == str(self.gpus)
+
+        self._wait(advertised, "fakegpu", timeout)
 
     def _start_fakegpu(self) -> None:
         self.cp._spawn("fakegpu", [f"--devices={self.gpus}", f"--plugin-dir={DEVICE_PLUGIN_DIR}/"])
