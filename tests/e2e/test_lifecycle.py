@@ -29,6 +29,9 @@ from lorarl_dev import seedrun
 pytestmark = pytest.mark.node
 
 RUN_TIMEOUT = 900
+#: one GPU, one train rank: what these tests check does not depend on the size, and every
+#: rank is a Ray actor process on the node's two cores
+ONE_GPU = {"gpusPerNode": 1, "cpu": "100m", "memory": "3Gi"}
 #: status fields the operator writes (the reporter writes progress, metrics, checkpoints, eval)
 OPERATOR_FIELDS = ("phase", "conditions", "rayJob", "observedGeneration")
 
@@ -52,7 +55,7 @@ def test_the_only_operator_pod_killed_mid_run_then_suspend_and_resume_from_the_n
             name=name,
             namespace=ns,
             model_revision=revision,
-            spec={"runPolicy": {"submitterBackoffLimit": 6}},
+            spec={"hardware": ONE_GPU, "runPolicy": {"submitterBackoffLimit": 6}},
         )
         seedrun.wait_for("rollout >= 5", lambda: seedrun.rollout_at_least(cp, ns, name, 5), RUN_TIMEOUT, explain=explain)
 
@@ -130,7 +133,7 @@ def test_the_deadline_fails_the_run_once_whatever_the_backoff_limit(real_node_cl
         name=name,
         namespace=ns,
         model_revision=revision,
-        spec={"runPolicy": {"activeDeadlineSeconds": 60, "backoffLimit": 2, "ttlSecondsAfterFinished": 0}},
+        spec={"hardware": ONE_GPU, "runPolicy": {"activeDeadlineSeconds": 60, "backoffLimit": 2, "ttlSecondsAfterFinished": 0}},
     )
     final = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert final["phase"] == "Failed", explain()
