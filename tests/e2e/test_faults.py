@@ -1,9 +1,9 @@
 """Faults during a real run on the real node, each observed mid-run (the status says rollout >= K)
 rather than slept into: a 2-node job (head + worker through the head's Service) whose operator
-leader is killed, whose node's kubelet is stopped and started again, and whose head pod is killed; a 2-node job whose worker pod is killed and whose retry
-cannot pull its image at first. (The submitter pod
-deleted mid-run and the LoraRLJob deleted at the end are in test_seed.py, on the seed's own run;
-the other faults and what the operator does about each: docs/reliability.md.)
+leader is killed, whose node's kubelet is stopped and started again, and whose head pod is
+killed; a 2-node job whose worker pod is killed and whose retry cannot pull its image at first.
+(The submitter pod deleted mid-run and the LoraRLJob deleted at the end are in test_seed.py, on
+the seed's own run; the other faults and what the operator does about each: docs/reliability.md.)
 
 Oracles: pod UIDs and container states from the kubelet, KubeRay's RayJob status, the attempt
 ledger and checkpoints on the volume."""
@@ -25,6 +25,11 @@ pytestmark = pytest.mark.node
 
 RUN_TIMEOUT = 900
 RECORDED_PODS = pathlib.Path(__file__).resolve().parents[1] / "operator" / "recorded_pods"
+
+
+def _ready(st: dict) -> dict:
+    """The job's Ready condition ({} before the operator wrote one)."""
+    return next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
 
 
 def test_two_nodes_survive_the_operator_leaders_death_a_node_not_ready_and_resume_after_the_head_pod_is_killed(
@@ -74,8 +79,7 @@ def test_two_nodes_survive_the_operator_leaders_death_a_node_not_ready_and_resum
 
         def not_ready():
             st = seedrun.job_status(cp, ns, name)
-            ready = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
-            return (st, ready) if ready.get("reason") == "NodeNotReady" else None
+            return (st, _ready(st)) if _ready(st).get("reason") == "NodeNotReady" else None
 
         st, ready = seedrun.wait_for("the job to say its node is not ready", not_ready, 300, explain=explain)
         said = time.monotonic() - stopped
@@ -91,7 +95,7 @@ def test_two_nodes_survive_the_operator_leaders_death_a_node_not_ready_and_resum
     # the run went on meanwhile in the same attempt, and the reason clears with the kubelet back
     seedrun.wait_for(
         "NodeNotReady cleared",
-        lambda: next((c for c in seedrun.job_status(cp, ns, name)["conditions"] if c["type"] == "Ready"), {}).get("reason") != "NodeNotReady",
+        lambda: _ready(seedrun.job_status(cp, ns, name)).get("reason") != "NodeNotReady",
         180,
         explain=explain,
     )
@@ -173,11 +177,9 @@ def test_a_worker_pod_killed_mid_run_fails_the_attempt_truthfully_and_the_retry_
 
     def pull_refused():
         st = seedrun.job_status(cp, ns, name)
-        ready = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
-        return st if (st.get("phase"), ready.get("reason")) == ("Preparing", "ImagePullBackOff") else None
+        return st if (st.get("phase"), _ready(st).get("reason")) == ("Preparing", "ImagePullBackOff") else None
 
-    waiting = seedrun.wait_for("the job to say the retry's image cannot be pulled", pull_refused, RUN_TIMEOUT, explain=explain)
-    ready = next(c for c in waiting["conditions"] if c["type"] == "Ready")
+    ready = _ready(seedrun.wait_for("the job to say the retry's image cannot be pulled", pull_refused, RUN_TIMEOUT, explain=explain))
     assert f"cannot pull image {image}" in ready["message"] and " pod " in f" {ready['message']}", ready
     MEASURED.append(f"the retry's image gone: {ready['reason']}: {ready['message'][:300]}")
     cp.node.tag_image(node_images["job"], image)  # the image is back: the kubelet's next try starts the pods

@@ -423,21 +423,16 @@ class RealNode:
         plugin registers again, and the node is Ready with every GPU allocatable."""
         self.cp.start_child("kubelet")
         self._wait_node_ready(timeout)
-
-        def advertised() -> bool:
-            code, body = self.cp._get(f"/api/v1/nodes/{NODE_NAME}")
-            return code == 200 and json.loads(body)["status"].get("allocatable", {}).get("amd.com/gpu") == str(self.gpus)
-
-        self._wait(advertised, "fakegpu", timeout)
+        self._wait(self._gpus_advertised, "fakegpu", timeout)
 
     def _start_fakegpu(self) -> None:
         self.cp._spawn("fakegpu", [f"--devices={self.gpus}", f"--plugin-dir={DEVICE_PLUGIN_DIR}/"])
+        self._wait(self._gpus_advertised, "fakegpu", 60)
 
-        def advertised() -> bool:
-            code, body = self.cp._get(f"/api/v1/nodes/{NODE_NAME}")
-            return code == 200 and json.loads(body)["status"].get("allocatable", {}).get("amd.com/gpu") == str(self.gpus)
-
-        self._wait(advertised, "fakegpu", 60)
+    def _gpus_advertised(self) -> bool:
+        """The node's allocatable amd.com/gpu is every fake GPU (the device plugin registered)."""
+        code, body = self.cp._get(f"/api/v1/nodes/{NODE_NAME}")
+        return code == 200 and json.loads(body)["status"].get("allocatable", {}).get("amd.com/gpu") == str(self.gpus)
 
     def _start_kube_proxy(self) -> None:
         cfg = _write(self.dir / "kube-proxy.json", json.dumps(kube_proxy_config(self._proxy_kubeconfig), indent=2))
