@@ -280,7 +280,7 @@ def markdown(r: dict[str, Any]) -> str:
         MARK_BEGIN,
         "## The real node: one seed run's timeline (`python -m bench --phases realnode`)",
         "",
-        f"Measured {r['when']} on this machine (2 cores, shared with other sessions; load average before "
+        f"Measured {r['when']} on this machine (2 cores, shared with other work; load average before "
         f"{r['load_before'][0]:.1f}, after each run {', '.join(f'{v:.1f}' for v in loads) or '-'}, at the end "
         f"{r['load'][0]:.1f}): the seed LoraRLJob with the node overrides (`lorarl_dev.seedrun.seed_job`: the "
         "job image, 500m CPU, 3Gi, the Hub stand-in) on the real node with the real KubeRay operator v1.5.0, "

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 from typing import Any
 
 NAMES = {"ours": "lorarl (ours)", "ceiling": "ceiling", "kuberay": "KubeRay operator"}
+SHORT = {"ours": "ours", "ceiling": "ceiling", "kuberay": "KubeRay"}
 
 
 def _get(d: Any, *keys: Any) -> Any:
@@ -237,6 +239,68 @@ def _loads(loads: list[float]) -> str:
     return " / ".join(f"{x:.1f}" for x in loads)
 
 
+def neutral_command(command: str) -> str:
+    """A run's command as the page shows it: whatever directory ``--out`` named is ``OUT_DIR``."""
+    return re.sub(r"(--out)(=|\s+)\S+", r"\1\2OUT_DIR", command)
+
+
+def _option(command: str, name: str) -> list[str] | None:
+    m = re.search(rf"{name}(?:=|\s+)(\S+)", command)
+    return m.group(1).split(",") if m else None
+
+
+def _covers(run: dict[str, Any], plan: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """What a merged run measured: (phase, burst size or "", system or ""); recorded by
+    ``run.merged``, else read back from its command."""
+    if run.get("covers") is not None:
+        return {tuple(c) for c in run["covers"]}  # type: ignore[misc]
+    systems = _option(run["command"], "--systems") or list(plan.get("systems") or NAMES)
+    sizes = _option(run["command"], "--jobs") or [str(n) for n in plan.get("sizes") or []]
+    out: set[tuple[str, str, str]] = set()
+    for phase in run["phases"]:
+        if phase == "burst":
+            out |= {("burst", n, s) for n in sizes for s in systems}
+        elif phase == "restart":
+            out |= {("restart", "", s) for s in systems}
+        else:
+            out.add((phase, "", ""))
+    return out
+
+
+def _describe(keys: set[tuple[str, str, str]]) -> str:
+    parts = []
+    for phase in dict.fromkeys(k[0] for k in sorted(keys)):
+        mine = [k for k in keys if k[0] == phase]
+        sizes = sorted({k[1] for k in mine if k[1]}, key=int)
+        systems = [SHORT[s] for s in SHORT if any(k[2] == s for k in mine)]
+        text = phase + (" N = " + ", ".join(f"{int(n):,}" for n in sizes) if sizes else "")
+        parts.append(text + (f" ({', '.join(systems)})" if systems else ""))
+    return "; ".join(parts)
+
+
+def sources(r: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(what it measured that the page still shows, the run), newest run first; a run whose
+    figures a later one replaced entirely is left out."""
+    plan = r.get("plan") or {}
+    taken: set[tuple[str, str, str]] = set()
+    out = []
+    for run in reversed(r.get("later_runs") or []):
+        mine = _covers(run, plan) - taken
+        taken |= mine
+        if mine:
+            out.append((_describe(mine), run))
+    rest = [p for p in ("burst", "steady", "idle", "history", "restart") if r.get(p) and not (p != "burst" and any(k[0] == p for k in taken))]
+    if "burst" in rest:
+        left = [n for n in sorted(r["burst"], key=int) if any(("burst", n, s) not in taken for s in r["burst"][n])]
+        rest = [p for p in rest if p != "burst"] if not left else rest
+        label = {"burst": "burst N = " + ", ".join(f"{int(n):,}" for n in left)} if left else {}
+    else:
+        label = {}
+    if rest or not out:
+        out.append((", ".join(label.get(p, p) for p in rest) or "all", r))
+    return out
+
+
 def markdown(r: dict[str, Any], png: str | None) -> str:
     m, plan = r["machine"], r["plan"]
     out = [
@@ -280,26 +344,33 @@ def markdown(r: dict[str, Any], png: str | None) -> str:
         "```sh",
         "make bench                          # = .venv/bin/python -m bench --full (~30 min on 2 quiet cores)",
         ".venv/bin/python -m bench --quick   # small N, short windows: a smoke run",
-        ".venv/bin/python -m bench --jobs 100,500 --systems ours,ceiling --phases burst,idle --out /tmp/b",
+        ".venv/bin/python -m bench --jobs 100,500 --systems ours,ceiling --phases burst,idle --out OUT_DIR",
+        ".venv/bin/python -m bench --restart --restart-jobs 10000 --merge   # one phase again, the rest of the page kept",
         ".venv/bin/python -m bench --phases churn --baseline main   # one tenant's edits vs another's new jobs (bench/churn.py)",
         "```",
         "",
-        "It writes `docs/benchmarks.md` (this page), `docs/benchmarks.png` and the raw figures `docs/benchmarks.json`, and",
-        "prints each target as met or not. Exit status 1 when a phase failed (the page says which).",
+        "It writes `docs/benchmarks.md` (this page), `docs/benchmarks.png` and the raw figures `docs/benchmarks.json` (or the",
+        "same three files in `--out OUT_DIR`), and prints each target as met or not. Exit status 1 when a phase failed (the page",
+        "says which).",
         "",
-        "## This run",
+        "## Where the figures come from",
         "",
-        f"- date: {r['started']} UTC; command: `{r['command']}`; {r['minutes']:.1f} min",
-        f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}",
-        f"- load average (1/5/15 min) before: {_loads(r['load_before'])}, after: "
-        f"{_loads(r['load_after'])}" + (" (**a loaded machine: other work shared the cores**)" if max(r["load_before"][:2]) > 1.5 else ""),
-        f"- offline cost per job: `parse_stored` {r['render']['parse_stored_ms']:.2f} ms, `render.render` {r['render']['render_ms']:.2f} ms",
+        "Each row is the run whose figures the page shows for what it names (newest first); a later run with `--merge`",
+        "replaces only what it measured. `--out OUT_DIR` stands for wherever that run wrote before its figures were merged here.",
+        "",
+        "| figures | measured (UTC) | minutes | load average before / after (1/5/15 min) | command |",
+        "|---|---|---|---|---|",
     ]
-    for later in r.get("later_runs") or []:
+    for what, run in sources(r):
         out.append(
-            f"- merged from a later run ({', '.join(later['phases'])}): {later['started']} UTC; command: `{later['command']}`; "
-            f"{later['minutes']:.1f} min; load average before {_loads(later['load_before'])}, after {_loads(later['load_after'])}"
+            f"| {what} | {run['started'][:16].replace('T', ' ')} | {run['minutes']:.1f} | {_loads(run['load_before'])}; "
+            f"{_loads(run['load_after'])} | `{neutral_command(run['command'])}` |"
         )
+    out += [
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}. "
+        f"Offline cost per job: `parse_stored` {r['render']['parse_stored_ms']:.2f} ms, `render.render` {r['render']['render_ms']:.2f} ms.",
+    ]
     out += [
         "",
         "## Targets",

@@ -900,6 +900,7 @@ def merged(base: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -
     out["later_runs"] = list(base.get("later_runs") or []) + [
         {
             "phases": list(phases),
+            "covers": covers(new, phases),
             "command": new["command"],
             "started": new["started"],
             "minutes": new["minutes"],
@@ -907,6 +908,20 @@ def merged(base: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -
             "load_after": new["load_after"],
         }
     ]
+    return out
+
+
+def covers(new: dict[str, Any], phases: tuple[str, ...]) -> list[list[str]]:
+    """What a merged run measured, as the page's "Where the figures come from" names it:
+    [phase, burst size or "", system or ""]."""
+    out = []
+    for phase in phases:
+        if phase == "burst":
+            out += [["burst", n, s] for n, systems in (new.get("burst") or {}).items() for s in systems]
+        elif phase == "restart":
+            out += [["restart", "", s] for s in new.get("restart") or {} if s in ("ours", "ceiling", "kuberay")]
+        elif new.get(phase):
+            out.append([phase, "", ""])
     return out
 
 
