@@ -7,7 +7,7 @@ monitor may kill it: both are OOMKilled), a trainer that exits 1, a trainer that
 The oracles are outside the operator's mapping: the kubelet, the scheduler, containerd's OOM
 report, real Ray's job status as KubeRay copies it, the real submitter's log. Each case asserts
 the phase, the Ready reason and the words of its message, and records the seconds from the
-apply to the first status that showed it (printed, and the table of docs/troubleshooting.md);
+apply to the first status that showed it (printed, and the table of docs/reliability.md; the messages in docs/troubleshooting.md);
 the only time bound is a generous wait.
 
 Several small jobs run at once (one GPU, 100m CPU each: the node has 16 fake GPUs and 2 cores);

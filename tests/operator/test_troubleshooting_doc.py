@@ -39,11 +39,11 @@ def test_every_pod_reason_is_produced():
 
 
 def test_the_real_node_table_names_documented_reasons():
-    """The table of failures caused on the real node (tests/e2e/test_failures.py) names reasons
-    that have a section."""
+    """The table of failures caused on the real node (tests/e2e/test_failures.py; "What common
+    failures look like") names reasons that have a section."""
     text = DOC.read_text()
-    table = text[text.index("## Failures caused on the real node") :]
+    table = text[text.index("## What common failures look like") :]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| failure") and "---" not in line]
     assert len(rows) >= 7, rows
-    reasons = {re.findall(r"`([A-Za-z]+)`", row.split("|")[3])[0] for row in rows}
+    reasons = {re.findall(r"`([A-Za-z]+)`", row.split("|")[2])[0] for row in rows}
     assert reasons <= documented(), reasons - documented()
