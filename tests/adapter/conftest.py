@@ -1,5 +1,5 @@
 """Fixtures of the adapter suite: moto's S3 server (a real S3 implementation in Python; no
-S3-compatible server built from a Go module is cached here, see docs/adapters.md) and an
+S3-compatible server built from a Go module is cached here, see docs/development.md) and an
 interpreter path that gives our CLI botocore (moto's venv holds it: its botocore pins
 python-dateutil<3 in its metadata, while our venv has 4, which botocore works with)."""
 

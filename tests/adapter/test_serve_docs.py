@@ -16,7 +16,7 @@ from tests.helpers import REPO
 
 def serve_blocks() -> list[list[dict]]:
     text = (REPO / "docs/adapters.md").read_text()
-    section = text[text.index("## Serve: `spec.serve`") : text.index("## Built so far")]
+    section = text[text.index("## Serve: `spec.serve`") : text.index("## Limitations")]
     return [[d for d in yaml.safe_load_all(block) if d is not None] for block in re.findall(r"```yaml\n(.*?)```", section, re.S)]
 
 
