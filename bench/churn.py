@@ -37,6 +37,7 @@ from typing import Any
 from lorarl_dev.controlplane import ControlPlane
 from lorarl_dev.kuberay import kuberay_crd_path
 
+from . import report
 from .kclient import Client, path
 from .measure import percentile
 from .run import CHILDREN, Bench, Plan, log, machine
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_all()
     r.update(
-        command="python -m bench --phases churn " + " ".join(argv if argv is not None else sys.argv[1:]),
+        command=report.neutral_command("python -m bench --phases churn " + " ".join(argv if argv is not None else sys.argv[1:])),
         started=started.isoformat(timespec="seconds"),
         baseline=args.baseline,
         plan={"jobs_a": JOBS_A, "edits_per_s": EDITS_PER_S, "seconds": SECONDS, "b_every_s": B_EVERY, "b_quiet_jobs": B_QUIET},

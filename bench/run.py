@@ -834,7 +834,8 @@ def main(argv: list[str] | None = None) -> int:
             setattr(plan, name, getattr(args, name))
     if args.idle_seconds is not None:
         plan.idle_seconds = plan.history_idle_seconds = plan.restart_idle_seconds = args.idle_seconds
-    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    # the page and the JSON show no local path: whatever --out named is OUT_DIR
+    command = report.neutral_command("python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]))
 
     started = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
