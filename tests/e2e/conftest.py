@@ -65,13 +65,23 @@ def lorarl_operator(real_node_cluster, node_images):
 
 @pytest.fixture
 def job_ns(real_node_cluster, lorarl_operator):
-    name = f"e2e-{uuid.uuid4().hex[:6]}"
-    real_node_cluster.kubectl("create", "namespace", name)
+    name = make_namespace(real_node_cluster)
     yield name
-    # the test is over: its pods go at once (`ray start --block` waits out the 30 s grace period
-    # on SIGTERM), so the next test's pods get the node's GPUs and CPU without waiting for them
-    real_node_cluster.kubectl("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=false", check=False)
-    real_node_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    release_namespace(real_node_cluster, name)
+
+
+def make_namespace(cp) -> str:
+    """A fresh namespace for one test's (or one module's) jobs."""
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    cp.kubectl("create", "namespace", name)
+    return name
+
+
+def release_namespace(cp, name: str) -> None:
+    """Its test is over: its pods go at once (`ray start --block` waits out the 30 s grace period
+    on SIGTERM), so the next test's pods get the node's GPUs and CPU without waiting for them."""
+    cp.kubectl("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=false", check=False)
+    cp.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.fixture

@@ -21,10 +21,13 @@ own log, the attempt ledger the reporter keeps on the volume."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from lorarl_dev import seedrun
+
+from tests.e2e.conftest import make_namespace, release_namespace
 
 pytestmark = pytest.mark.node
 
@@ -123,18 +126,61 @@ def test_the_only_operator_pod_killed_mid_run_then_suspend_and_resume_from_the_n
         seedrun.scale_operator(cp, 2, lorarl_operator)
 
 
-def test_the_deadline_fails_the_run_once_whatever_the_backoff_limit(real_node_cluster, hub, node_images, job_ns):
-    cp, ns, name = real_node_cluster, job_ns, "seed-deadline"
-    revision = hub.revision({"seconds_per_rollout": 5})  # 500 s of training: the 60 s deadline comes first
-    explain = seedrun.apply_seed(
-        cp,
-        image=node_images["job"],
-        endpoint=hub.endpoint,
-        name=name,
-        namespace=ns,
-        model_revision=revision,
-        spec={"hardware": ONE_GPU, "runPolicy": {"activeDeadlineSeconds": 60, "backoffLimit": 2, "ttlSecondsAfterFinished": 0}},
-    )
+@pytest.fixture(scope="module")
+def ending_runs(real_node_cluster, hub, node_images, lorarl_operator):
+    """The deadline's run and the retries' run side by side, each in its namespace (they were one
+    after the other, docs/development.md); the second is applied once the first's Ray head is up
+    (`ray start` gives the raylet a fixed 30 s to register, ray/_private/node.py:409-425, Ray
+    2.55.1, which heads starting together on 2 loaded cores can miss)."""
+    cp = real_node_cluster
+    deadline_ns, retry_ns = make_namespace(cp), make_namespace(cp)
+    try:
+        deadline = _apply(
+            cp,
+            hub,
+            node_images,
+            deadline_ns,
+            "seed-deadline",
+            {"seconds_per_rollout": 5},  # 500 s of training: the 60 s deadline comes first
+            {"hardware": ONE_GPU, "runPolicy": {"activeDeadlineSeconds": 60, "backoffLimit": 2, "ttlSecondsAfterFinished": 0}},
+        )
+        seedrun.wait_for("the deadline run's Ray head up", lambda: _ray_up(cp, deadline_ns, "seed-deadline"), RUN_TIMEOUT, explain=deadline)
+        retry = _apply(
+            cp,
+            hub,
+            node_images,
+            retry_ns,
+            "seed-retry",
+            {"exit_at_rollout": 1},  # a RuntimeError, exit 1, in every attempt
+            {"hardware": ONE_GPU, "runPolicy": {"backoffLimit": 1, "submitterBackoffLimit": 6, "ttlSecondsAfterFinished": 0}},
+        )
+        yield {"deadline": (deadline_ns, deadline), "retry": (retry_ns, retry)}
+    finally:
+        release_namespace(cp, deadline_ns)
+        release_namespace(cp, retry_ns)
+
+
+def _apply(cp, hub, node_images, ns: str, name: str, knobs: dict, spec: dict):
+    revision = hub.revision(knobs)
+    return seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision, spec=spec)
+
+
+def _ray_up(cp, ns: str, name: str) -> bool:
+    """KubeRay has submitted the Ray job (its head is up), or the job already ended."""
+    rayjob = seedrun.get(cp, "rayjob", name, ns) or {}
+    return (rayjob.get("status") or {}).get("jobDeploymentStatus") in ("Running", "Complete", "Failed")
+
+
+def _heads_scheduled(cp, ns: str) -> set[str]:
+    """The UIDs of the head pods the scheduler bound in ``ns`` (its Scheduled Events, which stay
+    after the pods are gone): one per attempt, KubeRay's retry being a new RayCluster."""
+    out = cp.kubectl("get", "events", "-n", ns, "--field-selector", "reason=Scheduled,involvedObject.kind=Pod", "-o", "json")
+    return {e["involvedObject"]["uid"] for e in json.loads(out.stdout)["items"] if "-head-" in e["involvedObject"]["name"]}
+
+
+def test_the_deadline_fails_the_run_once_whatever_the_backoff_limit(real_node_cluster, ending_runs):
+    cp, name = real_node_cluster, "seed-deadline"
+    ns, explain = ending_runs["deadline"]
     final = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert final["phase"] == "Failed", explain()
     failed = next(c for c in final["conditions"] if c["type"] == "Failed")
@@ -150,32 +196,17 @@ def test_the_deadline_fails_the_run_once_whatever_the_backoff_limit(real_node_cl
     seedrun.wait_for("the Ray pods gone", lambda: not seedrun.pods(cp, ns, "ray.io/node-type"), 300, explain=explain)
 
 
-def test_a_trainer_that_fails_every_attempt_uses_up_the_retries(real_node_cluster, hub, node_images, job_ns):
-    cp, ns, name = real_node_cluster, job_ns, "seed-retry"
-    revision = hub.revision({"exit_at_rollout": 1})  # a RuntimeError, exit 1, in every attempt
-    explain = seedrun.apply_seed(
-        cp,
-        image=node_images["job"],
-        endpoint=hub.endpoint,
-        name=name,
-        namespace=ns,
-        model_revision=revision,
-        spec={"hardware": {"gpusPerNode": 1}, "runPolicy": {"backoffLimit": 1, "submitterBackoffLimit": 6, "ttlSecondsAfterFinished": 0}},
-    )
-    heads: set[str] = set()  # the head pods' UIDs seen: one per attempt (KubeRay's retry is a new RayCluster)
-
-    def finished():
-        heads.update(p["metadata"]["uid"] for p in seedrun.pods(cp, ns, "ray.io/node-type=head"))
-        st = seedrun.job_status(cp, ns, name)
-        return st if st.get("phase") in ("Succeeded", "Failed") else None
-
-    final = seedrun.wait_for(f"LoraRLJob {ns}/{name} finished", finished, RUN_TIMEOUT, explain=explain)
+def test_a_trainer_that_fails_every_attempt_uses_up_the_retries(real_node_cluster, ending_runs):
+    cp, name = real_node_cluster, "seed-retry"
+    ns, explain = ending_runs["retry"]
+    final = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert final["phase"] == "Failed", explain()
     rayjob = seedrun.get(cp, "rayjob", name, ns)
     st = rayjob["status"]
     # KubeRay's own account (rayjob_retry_test.go:47-60): one try and one retry, both failed
     assert (st["jobDeploymentStatus"], st["jobStatus"], st["reason"], st["failed"], st.get("succeeded", 0)) == ("Failed", "FAILED", "AppFailed", 2, 0), st
-    assert len(heads) >= 2, heads  # two attempts, two head pods (a poll may miss neither: each lives ~a minute)
+    heads = _heads_scheduled(cp, ns)
+    assert len(heads) >= 2, heads  # two attempts, two head pods (the scheduler's record)
     # the submitter Job ran `ray job submit` to its end: the app failed, not the submission
     # (rayjob_retry_test.go:62-66); with shutdownAfterJobFinishes KubeRay keeps it (line 134-135)
     submitter = seedrun.get(cp, "job", name, ns)
