@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import threading
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from lorarl_dev import hubstub, seedrun
@@ -128,3 +131,32 @@ def flux_owns_the_operator(real_node_cluster, node_images):
 
 #: where `flux install` puts Flux's objects, and docs/gitops.md its GitRepository and Kustomizations
 FLUX_NAMESPACE = "flux-system"
+
+
+class Scenario:
+    """A test's run started by a module fixture in a thread of its own, so that two runs that do
+    not disturb each other share the node at once; the test then calls :meth:`result`, which waits
+    for the run and raises what it raised. The thread is a daemon: a run still waiting when the
+    session ends does not hold it (its namespace is gone by then)."""
+
+    def __init__(self, name: str, run: Callable[[], Any]) -> None:
+        self.name, self._value, self._error = name, None, None
+        self._thread = threading.Thread(target=self._run, args=(run,), name=f"scenario-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, run: Callable[[], Any]) -> None:
+        try:
+            self._value = run()
+        except BaseException as error:  # noqa: BLE001 - handed to the test, which raises it
+            self._error = error
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self, timeout: float) -> Any:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the {self.name} run: not done after {timeout:.0f}s")
+        if self._error is not None:
+            raise self._error
+        return self._value

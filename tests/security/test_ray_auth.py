@@ -3,7 +3,7 @@ head"): every RayJob asks KubeRay for `authOptions: {mode: token}` with a rayVer
 accepts for it, and the real API server, with KubeRay's own CRD, keeps the field (a CRD without it
 would refuse it under strict field validation, or prune it under a plain apply). KubeRay's side
 (the Secret, the containers) is checked with the real KubeRay operator in
-tests/operator/test_real_kuberay.py; Ray's refusal on the real node in tests/e2e/test_ray_auth.py."""
+tests/operator/test_real_kuberay.py; Ray's refusal on the real node in tests/e2e/test_seed.py."""
 
 from __future__ import annotations
 
