@@ -66,7 +66,7 @@ FLUX_TIMEOUT = 300  # a bound for Flux's steps (dependsOn is re-checked every 30
 
 def test_flux_installs_the_operator_then_the_job_that_depends_on_it(real_node_cluster, hub, node_images, flux_owns_the_operator, tmp_path):
     cp, flux_ns = real_node_cluster, flux_owns_the_operator
-    revision = hub.revision({"seconds_per_rollout": 1.0})  # a run long enough to commit a change during it
+    revision = hub.revision({"seconds_per_rollout": 0.5})  # a run long enough (~50 s) to commit a change during it
     job = lambda **spec: seedrun.seed_job(image=node_images["job"], endpoint=hub.endpoint, name=NAME, namespace=JOB_NS, model_revision=revision, spec=spec)  # noqa: E731
     api = cp.api_client()
     watch = Watch(api, flux_ns)
