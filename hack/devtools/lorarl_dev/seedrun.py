@@ -20,7 +20,10 @@ from typing import Any
 
 import yaml
 
-from .controlplane import ControlPlane, ControlPlaneError, repo_root
+from .controlplane import ControlPlane
+from .errors import ControlPlaneError
+from .locations import repo_root
+from .waiting import wait_for
 
 SEED_MANIFEST = repo_root() / "manifests" / "qwen3-4b-lora-amd.yaml"
 CHART = repo_root() / "charts" / "lorarl-operator"
@@ -308,19 +311,6 @@ def wait_finished(cp: ControlPlane, namespace: str, name: str, timeout: float, e
         return st if st.get("phase") in ("Succeeded", "Failed") else None
 
     return wait_for(f"LoraRLJob {namespace}/{name} finished", finished, timeout, explain=explain)
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0, explain: Callable[[], str] | None = None) -> Any:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` saying ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = explain() if explain else ""
-            raise TimeoutError(f"{what}: not after {timeout:.0f}s{': ' + detail if detail else ''}")
-        time.sleep(interval)
 
 
 def describe(cp: ControlPlane, namespace: str) -> str:

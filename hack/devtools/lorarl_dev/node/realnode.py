@@ -28,7 +28,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from lorarl_dev.errors import ControlPlaneError
 from lorarl_dev.node import images, netns
+from lorarl_dev.processes import kill_group, pid_alive, pid_is
 
 if TYPE_CHECKING:  # pragma: no cover
     from lorarl_dev.controlplane import ControlPlane
@@ -353,8 +355,6 @@ class RealNode:
         cmd = ["ctr", "--address", str(self.runtime_sock), "--namespace", "k8s.io", *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if check and proc.returncode != 0:
-            from lorarl_dev.controlplane import ControlPlaneError
-
             raise ControlPlaneError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
         return proc
 
@@ -455,8 +455,6 @@ class RealNode:
         self._wait(ready, "kubelet", timeout)
 
     def _wait(self, ok, name: str, timeout: float) -> None:
-        from lorarl_dev.controlplane import ControlPlaneError
-
         deadline = time.monotonic() + timeout
         while True:
             self.cp._check_alive(name)
@@ -493,8 +491,6 @@ class RealNode:
 
 def claim(netns_name: str, workdir: pathlib.Path) -> None:
     """Record this node (refusing if another live one holds the machine; sweeping a dead one)."""
-    from lorarl_dev.controlplane import ControlPlaneError
-
     if RECORD.is_file():
         try:
             old = json.loads(RECORD.read_text())
@@ -551,9 +547,7 @@ def _read_sysctl(key: str) -> str | None:
 
 
 def _any_alive(pids: Mapping[str, int]) -> bool:
-    from lorarl_dev.controlplane import _pid_alive, _pid_is
-
-    return any(_pid_alive(int(p)) and _pid_is(int(p), n) for n, p in pids.items())
+    return any(pid_alive(int(p)) and pid_is(int(p), n) for n, p in pids.items())
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,14 +599,12 @@ def _kill_pids(pids: Iterable[int]) -> None:
 
 
 def _wait_gone(pids: list[int], timeout: float = 10) -> None:
-    from lorarl_dev.controlplane import _pid_alive
-
     deadline = time.monotonic() + timeout
     while pids and time.monotonic() < deadline:
         for pid in pids:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
-        pids = [p for p in pids if _pid_alive(p)]
+        pids = [p for p in pids if pid_alive(p)]
         time.sleep(0.05)
 
 
@@ -646,12 +638,10 @@ def teardown(state: Mapping[str, Any]) -> None:
     left here is whatever they started: pods (in ``/kubepods`` cgroups) and containerd's shims
     (in our network namespace).
     """
-    from lorarl_dev.controlplane import _kill_group
-
     for name in STOP_ORDER:
         pid = state.get("pids", {}).get(name)
         if pid is not None:
-            _kill_group(int(pid), name)
+            kill_group(int(pid), name)
     # pods and their shims: every process in /kubepods, then whatever else lives in our namespace
     # apart from the control plane (killed by the caller afterwards)
     cp_pids = {int(p) for n, p in state.get("pids", {}).items() if n not in STOP_ORDER}
