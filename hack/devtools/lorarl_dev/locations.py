@@ -27,3 +27,8 @@ def cache_root() -> pathlib.Path:
 def default_state_dir() -> pathlib.Path:
     """Where a detached control plane (``lorarl-dev controlplane up``) keeps its state."""
     return cache_root() / "run"
+
+
+def devtools_dir() -> pathlib.Path:
+    """``hack/devtools``: what a child running a module of ours (``-m lorarl_dev...``) needs on its PYTHONPATH."""
+    return pathlib.Path(__file__).resolve().parents[1]

@@ -108,10 +108,10 @@ def start_hub(cp: ControlPlane, root: pathlib.Path) -> str:
 
     if cp.netns is None:
         raise ControlPlaneError("the Hub stand-in runs beside a real node (ControlPlane(node=True))")
-    cp._spawn("hubstub", ["-m", "lorarl_dev.hubstub", f"--root={root}", f"--host={NODE_IP}", f"--port={HUB_PORT}", "--verbose"], exe=sys.executable)
-    cp._write_state()  # a detached control plane (the demo's) stops it with the rest
+    cp.spawn("hubstub", ["-m", "lorarl_dev.hubstub", f"--root={root}", f"--host={NODE_IP}", f"--port={HUB_PORT}", "--verbose"], exe=sys.executable)
+    cp.write_state()  # a detached control plane (the demo's) stops it with the rest
     endpoint = hub_endpoint()
-    cp._wait_http("hubstub", f"{endpoint}/api/models/Qwen/Qwen3-4B", 30)
+    cp.wait_http("hubstub", f"{endpoint}/api/models/Qwen/Qwen3-4B", 30)
     return endpoint
 
 
@@ -124,12 +124,12 @@ def start_s3(cp: ControlPlane, seed: str, env: Mapping[str, str], timeout: float
 
     if cp.netns is None:
         raise ControlPlaneError("the S3 server runs beside a real node (ControlPlane(node=True))")
-    cp._spawn("moto_server", ["-H", NODE_IP, "-p", str(S3_PORT)], exe=str(moto.python().with_name("moto_server")))
-    cp._write_state()
+    cp.spawn("moto_server", ["-H", NODE_IP, "-p", str(S3_PORT)], exe=str(moto.python().with_name("moto_server")))
+    cp.write_state()
     endpoint = f"http://{NODE_IP}:{S3_PORT}"
     deadline = time.monotonic() + timeout
     while (done := moto.run(seed, {**env, "AWS_ENDPOINT_URL": endpoint}, prefix=nsenter_prefix(cp.netns))).returncode != 0:
-        cp._check_alive("moto_server")
+        cp.check_alive("moto_server")
         if time.monotonic() > deadline:
             raise ControlPlaneError(f"moto's S3 server not ready on {endpoint}: {done.stderr[-400:]}")
         time.sleep(0.3)
@@ -146,9 +146,9 @@ def start_registry(cp: ControlPlane, disk: pathlib.Path) -> str:
     disk.mkdir(parents=True, exist_ok=True)
     address = f"{NODE_IP}:{REGISTRY_PORT}"
     command = registry.serve_command(address, disk)
-    cp._spawn("crane", command[1:], exe=command[0])  # named as its binary: stop() checks it by that
-    cp._write_state()
-    cp._wait_http("crane", f"http://{address}/v2/", 30)
+    cp.spawn("crane", command[1:], exe=command[0])  # named as its binary: stop() checks it by that
+    cp.write_state()
+    cp.wait_http("crane", f"http://{address}/v2/", 30)
     return address
 
 
