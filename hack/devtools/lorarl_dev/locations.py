@@ -29,6 +29,8 @@ def default_state_dir() -> pathlib.Path:
     return cache_root() / "run"
 
 
-def devtools_dir() -> pathlib.Path:
-    """``hack/devtools``: what a child running a module of ours (``-m lorarl_dev...``) needs on its PYTHONPATH."""
-    return pathlib.Path(__file__).resolve().parents[1]
+def module_child_env() -> dict[str, str]:
+    """This process's environment with ``hack/devtools`` first on PYTHONPATH, for a child that runs
+    ``python -m lorarl_dev...`` (the relays)."""
+    devtools = str(pathlib.Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([devtools, os.environ.get("PYTHONPATH", "")])}

@@ -21,7 +21,7 @@ from lorarl_dev.controlplane.kubeconfig import write_json
 from lorarl_dev.errors import ControlPlaneError, KubectlError
 from lorarl_dev.kuberay import kuberay_crd_path
 from lorarl_dev.kueue import METRICS_CERT_DIR, kueue_crd_paths, manager_config, webhook_configurations
-from lorarl_dev.locations import devtools_dir, repo_root
+from lorarl_dev.locations import module_child_env, repo_root
 from lorarl_dev.node import netns
 from lorarl_dev.processes import free_port
 
@@ -176,8 +176,7 @@ class AddOns:
             args = ["-m", "lorarl_dev.node.relay"]
             for listener, port in zip(listeners, ports, strict=True):
                 args += [f"--listen-fd={listener.fileno()}", f"--to=127.0.0.1:{port}"]
-            devtools = str(devtools_dir())
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([devtools, os.environ.get("PYTHONPATH", "")])}
+            env = module_child_env()
             self.spawn(name, args, exe=sys.executable, pass_fds=[listener.fileno() for listener in listeners], env=env, prefix=[])
         finally:
             for listener in listeners:

@@ -4,7 +4,6 @@ network namespace, and waiting until it is ready."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import signal
 import socket
@@ -16,7 +15,7 @@ import urllib.request
 
 from lorarl_dev.controlplane.kubeconfig import kubeconfig_of, write_json
 from lorarl_dev.errors import ControlPlaneError
-from lorarl_dev.locations import devtools_dir
+from lorarl_dev.locations import module_child_env
 from lorarl_dev.node.realnode import APISERVER_PORT, NODE_IP
 from lorarl_dev.processes import free_port
 
@@ -143,14 +142,14 @@ class ApiServer:
         listener.listen(128)
         try:
             fd = listener.fileno()
-            devtools = str(devtools_dir())
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([devtools, os.environ.get("PYTHONPATH", "")])}
+            env = module_child_env()
             self.spawn("relay", ["-m", "lorarl_dev.node.relay", f"--listen-fd={fd}", f"--to={NODE_IP}:{port}"], exe=sys.executable, pass_fds=(fd,), env=env)
             return f"https://127.0.0.1:{listener.getsockname()[1]}"
         finally:
             listener.close()  # the relay holds its own copy
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        """GET ``path`` from the API server as the admin: (status, body), an HTTP error's too."""
         req = urllib.request.Request(self.server + path)
         try:
             with urllib.request.urlopen(req, context=self._ssl, timeout=timeout) as r:

@@ -77,6 +77,7 @@ class Children:
             realnode.record_pids(self.pids)
 
     def log_tail(self, name: str, lines: int = 30) -> str:
+        """The last ``lines`` lines of child ``name``'s log (for an error message)."""
         try:
             text = (self.workdir / "logs" / f"{name}.log").read_text(errors="replace")
         except OSError:
@@ -84,6 +85,7 @@ class Children:
         return "\n".join(text.splitlines()[-lines:])
 
     def check_alive(self, name: str) -> None:
+        """Raise :class:`ControlPlaneError` with its log's tail if child ``name`` has exited."""
         proc = self._procs.get(name)
         if proc is not None and proc.poll() is not None:
             raise ControlPlaneError(f"{name} exited with {proc.returncode}; last log lines:\n{self.log_tail(name)}")

@@ -276,6 +276,8 @@ class ControlPlane(Etcd, ApiServer, ControllerManager, Nodes, AddOns, Children, 
         self._ssl = pki.admin_ssl_context(self.ca_file, written.directory)
 
     def write_state(self) -> None:
+        """``state.json``: what :meth:`attach` and :func:`~lorarl_dev.controlplane.down` read; written
+        again after a child is added (a server a test starts beside the node) so it stops with the rest."""
         state = {
             "server": self.server,
             "kubeconfig": str(self.kubeconfig),

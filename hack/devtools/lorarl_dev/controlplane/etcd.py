@@ -34,7 +34,7 @@ class Etcd:
                 "--log-level=warn",
             ],
         )
-        self.wait_http("etcd", f"http://127.0.0.1:{client}/health", 30, lambda body: json.loads(body).get("health") == "true")
+        self._wait_etcd()
 
     def stop_etcd(self) -> None:
         """Kill etcd outright (SIGKILL); :meth:`start_etcd` brings it back on the same data dir."""
@@ -42,5 +42,8 @@ class Etcd:
 
     def start_etcd(self) -> None:
         self._respawn("etcd")
-        self.wait_http("etcd", f"http://127.0.0.1:{self._ports['etcd']}/health", 30, lambda body: json.loads(body).get("health") == "true")
+        self._wait_etcd()
         self._wait_ready()
+
+    def _wait_etcd(self) -> None:
+        self.wait_http("etcd", f"http://127.0.0.1:{self._ports['etcd']}/health", 30, lambda body: json.loads(body).get("health") == "true")
