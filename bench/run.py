@@ -46,7 +46,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import aiohttp
-from lorarl_dev.controlplane import ControlPlane, ensure_binaries
+from lorarl_dev.binaries import ensure_binaries
+from lorarl_dev.controlplane import ControlPlane
 from lorarl_dev.kuberay import kuberay_crd_path
 
 from . import report

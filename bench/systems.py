@@ -19,7 +19,8 @@ import sys
 import time
 import urllib.request
 
-from lorarl_dev.controlplane import ControlPlane, free_port
+from lorarl_dev.controlplane import ControlPlane
+from lorarl_dev.processes import free_port
 
 from .measure import ProcMeter
 

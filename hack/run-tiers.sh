@@ -7,7 +7,7 @@
 #
 # `all` runs api and e2e side by side once unit passed: e2e mostly waits on pods, Ray and
 # containerd, so the two take about the longer of them instead of their sum. When api fails, e2e is
-# stopped (SIGTERM: the harness tears its node down, lorarl_dev.controlplane._on_signal); when e2e
+# stopped (SIGTERM: the harness tears its node down, lorarl_dev.controlplane.exit_hooks); when e2e
 # fails, api finishes and both are reported. Each tier prints its slowest 20 tests; the last lines
 # are each tier's wall time and result, then the tests' total.
 #

@@ -9,11 +9,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import pytest
+
 # what `lorarl run` imports before it serves (cli.run: the kopf handlers, then the runtime)
 RUN_ENTRY = ("lorarl.cli", "lorarl.controller", "lorarl.runtime.runner", "lorarl.runtime.leader", "lorarl.runtime.probes")
 VALIDATION_LIBRARIES = ("celpy", "jsonschema", "lorarl.admission")
 TESTS = pathlib.Path(__file__).resolve().parent
 PACKAGE = TESTS.parent / "operator" / "lorarl"
+DEVTOOLS = TESTS.parent / "hack" / "devtools" / "lorarl_dev"
 
 
 def test_the_controller_imports_no_validation_library():
@@ -47,32 +50,35 @@ def test_no_test_module_imports_another():
     assert not offenders, "\n".join(offenders)
 
 
-def _children() -> set[str]:
-    """lorarl's subpackages and top-level modules (the rooms of the layers)."""
-    return {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()} | {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+def _children(package: pathlib.Path) -> set[str]:
+    """A package's subpackages and top-level modules (the rooms of its layers)."""
+    return {p.name for p in package.iterdir() if (p / "__init__.py").is_file()} | {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
 
 
-def _package_imports() -> dict[tuple[str, str], str]:
+def _package_imports(package: pathlib.Path, root: pathlib.Path) -> dict[tuple[str, str], str]:
     """(child, child) -> the first import that makes the one import the other ("file:line"),
-    read with ast from the source (every import, also those inside functions)."""
-    children, edges = _children(), {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    read with ast from the source (every import, also those inside functions); ``package`` is a
+    package's directory under ``root``, the directory on sys.path it is imported from."""
+    children, edges = _children(package), {}
+    prefix = package.relative_to(root).parts
+    depth = len(prefix)
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
         module = list(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
-        package = module if rel.name == "__init__" else module[:-1]
+        parent = module if rel.name == "__init__" else module[:-1]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+                base = ".".join(parent[: len(parent) - node.level + 1]) if node.level else ""
                 mod = ".".join(x for x in (base, node.module) if x)
                 targets = [mod, *(f"{mod}.{a.name}" for a in node.names)]
             else:
                 continue
             for target in targets:
                 parts = target.split(".")
-                if parts[0] == "lorarl" and len(parts) > 1 and parts[1] in children and len(module) > 1 and parts[1] != module[1]:
-                    edges.setdefault((module[1], parts[1]), f"{path.relative_to(TESTS.parent)}:{node.lineno}")
+                if tuple(parts[:depth]) == prefix and len(parts) > depth and parts[depth] in children and len(module) > depth and parts[depth] != module[depth]:
+                    edges.setdefault((module[depth], parts[depth]), f"{path.relative_to(TESTS.parent)}:{node.lineno}")
     return edges
 
 
@@ -125,19 +131,32 @@ def test_the_cycle_finder_names_a_cycle():
     assert _cycles({("a", "b"): "x:1", ("b", "c"): "y:2"}) == []
 
 
+def _named_cycles(edges: dict[tuple[str, str], str]) -> list[str]:
+    return [
+        f"{' -> '.join(path)} (in the loop of {', '.join(members)})\n"
+        + "\n".join(f"    {a} -> {b}: {edges[a, b]}" for a, b in zip(path, path[1:], strict=False))
+        for members, path in _cycles(edges)
+    ]
+
+
 def test_no_cycle_between_the_packages_of_lorarl():
     """Layers only point down (docs/architecture.md, "Layout"; `make lint` checks the layers
     themselves with import-linter, pyproject.toml [tool.importlinter]): no two of lorarl's
     subpackages or top-level modules import each other, directly or around a loop."""
-    edges = _package_imports()
+    edges = _package_imports(PACKAGE, PACKAGE.parent)
     assert ("cli", "controller") in edges, "the import graph misses cli -> controller: the check proves nothing"
-    cycles = _cycles(edges)
-    named = [
-        f"{' -> '.join(path)} (in the loop of {', '.join(members)})\n"
-        + "\n".join(f"    {a} -> {b}: {edges[a, b]}" for a, b in zip(path, path[1:], strict=False))
-        for members, path in cycles
-    ]
-    assert not cycles, "package cycles in lorarl:\n" + "\n".join(named)
+    cycles = _named_cycles(edges)
+    assert not cycles, "package cycles in lorarl:\n" + "\n".join(cycles)
+
+
+@pytest.mark.parametrize("package", [DEVTOOLS, *(p for p in sorted(DEVTOOLS.iterdir()) if (p / "__init__.py").is_file())], ids=lambda p: p.name)
+def test_no_cycle_between_the_modules_of_lorarl_dev(package):
+    """The same for the development tool and each of its subpackages (issue 37: the control
+    plane, its node and the helpers beside them imported each other around a loop)."""
+    edges = _package_imports(package, DEVTOOLS.parent)
+    assert edges, f"no import between the modules of {package.name}: the check proves nothing"
+    cycles = _named_cycles(edges)
+    assert not cycles, f"import cycles in {package.name}:\n" + "\n".join(cycles)
 
 
 def test_lorarl_never_imports_the_development_tool():

@@ -32,7 +32,7 @@ def _pod(name: str, host_network: bool) -> dict:
 
 
 def _ready(cp: ControlPlane, name: str) -> bool:
-    code, body = cp._get(f"/api/v1/namespaces/default/pods/{name}")
+    code, body = cp.get(f"/api/v1/namespaces/default/pods/{name}")
     conds = json.loads(body).get("status", {}).get("conditions", []) if code == 200 else []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 

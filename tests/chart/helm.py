@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from lorarl_dev import gomodules
-from lorarl_dev.controlplane import ensure_binaries
+from lorarl_dev.binaries import ensure_binaries
 
 from tests.helpers import REPO
 

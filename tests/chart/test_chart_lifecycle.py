@@ -24,8 +24,9 @@ import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from lorarl_dev.controlplane import ControlPlane, free_port
+from lorarl_dev.controlplane import ControlPlane
 from lorarl_dev.kuberay import kuberay_crd_path
+from lorarl_dev.processes import free_port
 
 from tests.chart.helm import CHART
 from tests.helpers import seed_doc, wait_for

@@ -55,7 +55,7 @@ def test_flux_pruning_the_bundle_keeps_the_crd():
     and only the CRD, for kustomize-controller's prune to skip (kustomize-controller v1.9.6
     internal/controller/kustomization_controller.go:1442-1458), as helm keeps a chart's crds/.
     tests/e2e/test_flux_install.py sees Flux apply it and leave the CRD when it prunes."""
-    from lorarl_dev.controlplane import find_kubectl
+    from lorarl_dev.binaries import find_kubectl
 
     built = subprocess.run([find_kubectl(), "kustomize", str(INSTALL)], capture_output=True, text=True, check=True).stdout
     annotated = {d["kind"]: (d["metadata"].get("annotations") or {}).get("kustomize.toolkit.fluxcd.io/prune") for d in yaml.safe_load_all(built) if d}

@@ -15,7 +15,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from lorarl_dev import controlplane as cpmod
-from lorarl_dev.controlplane import ControlPlane, kubernetes_version
+from lorarl_dev.binaries import REQUIRED_BINARIES, find_kubectl, kubernetes_version
+from lorarl_dev.controlplane import ControlPlane
+from lorarl_dev.locations import repo_root
+from lorarl_dev.processes import pid_alive
 
 from tests.helpers import wait_for
 
@@ -23,7 +26,7 @@ pytestmark = pytest.mark.controlplane
 
 
 def _pids_gone(pids: dict[str, int], timeout: float = 15) -> None:
-    wait_for(lambda: not any(cpmod._pid_alive(p) for p in pids.values()), timeout, what=f"processes {pids} to exit")
+    wait_for(lambda: not any(pid_alive(p) for p in pids.values()), timeout, what=f"processes {pids} to exit")
 
 
 def test_starts_cleanly(control_plane):
@@ -33,7 +36,7 @@ def test_starts_cleanly(control_plane):
     assert control_plane.version == "v1.37.2"
     assert control_plane.kubeconfig == control_plane.workdir / "kubeconfig"
     assert control_plane.server.startswith("https://127.0.0.1:")
-    assert set(control_plane.pids) == set(cpmod.REQUIRED_BINARIES)
+    assert set(control_plane.pids) == set(REQUIRED_BINARIES)
     assert control_plane.running
     names = control_plane.kubectl("get", "crd", "-o", "name").stdout.split()
     assert "customresourcedefinition.apiextensions.k8s.io/rayjobs.ray.io" in names
@@ -213,7 +216,7 @@ def test_kuberay_rayjob_crd_accepts_a_minimal_rayjob(control_plane, namespace):
 
 
 def test_lorarl_crd_installed_when_generated(control_plane):
-    crd = cpmod.repo_root() / cpmod.LORARL_CRD
+    crd = repo_root() / cpmod.LORARL_CRD
     if not crd.is_file():
         pytest.skip(f"{crd} not generated yet")
     if os.environ.get("LORARL_CONTROLPLANE_SKIP_LORARL_CRD"):
@@ -256,7 +259,7 @@ def test_owner_process_dying_takes_the_control_plane_down(sig):
         assert line, "child did not start a control plane"
         started = json.loads(line)
         pids, workdir = started["pids"], pathlib.Path(started["workdir"])
-        assert all(cpmod._pid_alive(p) for p in pids.values())
+        assert all(pid_alive(p) for p in pids.values())
         proc.send_signal(sig)
         proc.wait(timeout=30)
         _pids_gone(pids)
@@ -281,10 +284,10 @@ def test_detached_up_env_down(tmp_path):
     workdir = state / "controlplane"
     pids = json.loads((workdir / "pids.json").read_text())
     try:
-        assert all(cpmod._pid_alive(p) for p in pids.values())
+        assert all(pid_alive(p) for p in pids.values())
         environ = cpmod.env(state)
         assert pathlib.Path(environ["KUBECONFIG"]).is_file()
-        out = subprocess.run([cpmod.find_kubectl(), "get", "--raw", "/readyz"], text=True, capture_output=True, env={**os.environ, **environ}, check=True)
+        out = subprocess.run([find_kubectl(), "get", "--raw", "/readyz"], text=True, capture_output=True, env={**os.environ, **environ}, check=True)
         assert out.stdout.strip() == "ok"
         # up() again reuses the running one
         again = cpmod.up(state, verbose=False)

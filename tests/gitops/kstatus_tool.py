@@ -6,7 +6,7 @@ import json
 import subprocess
 from typing import Any
 
-from lorarl_dev.controlplane import ensure_binaries
+from lorarl_dev.binaries import ensure_binaries
 
 
 def kstatus(objects: list[dict[str, Any]]) -> list[dict[str, str]]:

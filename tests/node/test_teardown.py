@@ -15,8 +15,8 @@ import sys
 import time
 
 import pytest
-from lorarl_dev.controlplane import _pid_alive
 from lorarl_dev.node import images, netns, realnode
+from lorarl_dev.processes import pid_alive
 from lorarl_dev.pytest_plugin import REAL_NODE_BASELINE
 
 pytestmark = pytest.mark.node
@@ -40,7 +40,7 @@ def test_stop_and_a_killed_runs_sweep_remove_everything_the_node_made(real_node_
         cp.stop()
         after = realnode.machine_snapshot()
         assert after == before
-        assert [name for name, pid in pids.items() if _pid_alive(pid)] == []
+        assert [name for name, pid in pids.items() if pid_alive(pid)] == []
         in_our_netns = []
         for d in os.listdir("/proc"):
             if d.isdigit():
@@ -73,7 +73,7 @@ def test_stop_and_a_killed_runs_sweep_remove_everything_the_node_made(real_node_
         for pid in record["pids"].values():
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while any(_pid_alive(p) for p in record["pids"].values()) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in record["pids"].values()) and time.monotonic() < deadline:
             time.sleep(0.1)  # not our children: init reaps them
         assert realnode.machine_snapshot() != before  # the killed run left its node behind
         assert realnode.sweep()

@@ -24,8 +24,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from lorarl_dev.controlplane import free_port
 from lorarl_dev.operatorproc import OperatorProcess
+from lorarl_dev.processes import free_port
 
 from tests.helpers import NAME, REPO, api_node, apply_job, gpu_pod, job, metrics_reader_token, phase_is, running, seed_doc, shipped_reporter, wait_for
 from tests.reporter.reporter_testlib import generate_miles_log, r4

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from kubernetes import client as k8s
 from lorarl.runtime.events import EventRecorder
-from lorarl_dev.controlplane import free_port
+from lorarl_dev.processes import free_port
 
 from tests.helpers import (
     NAME,

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 from kubernetes import client as k8s
-from lorarl_dev.controlplane import free_port
 from lorarl_dev.operatorproc import OperatorProcess
+from lorarl_dev.processes import free_port
 
 from tests.helpers import NAME, api_node, apply_job, end_gpu_pod, gpu_pod, job, kubectl_rows, phase_is, running, seed_doc, wait_for
 

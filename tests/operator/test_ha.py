@@ -29,8 +29,8 @@ import yaml
 from kubernetes import client as k8s
 from lorarl.runtime import leader
 from lorarl_dev.certs import TinyCA
-from lorarl_dev.controlplane import free_port
 from lorarl_dev.kuberay_sim import FakeKubeRay
+from lorarl_dev.processes import free_port
 from lorarl_dev.pytest_plugin import call_failed
 
 from tests.chart.helm import operator_rbac

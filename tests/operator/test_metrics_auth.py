@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 from lorarl.runtime import metrics_auth
-from lorarl_dev.controlplane import free_port
+from lorarl_dev.processes import free_port
 
 from tests.helpers import metrics_reader_token, wait_for
 

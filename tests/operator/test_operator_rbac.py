@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 import yaml
-from lorarl_dev.controlplane import free_port
+from lorarl_dev.processes import free_port
 
 from tests.chart.helm import operator_rbac
 from tests.helpers import apply_job, conditions, events, job, metrics_reader_token, phase_is, rayjob, seed_doc, wait_for

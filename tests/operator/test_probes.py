@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from lorarl.runtime import probes, runner
-from lorarl_dev.controlplane import free_port
+from lorarl_dev.processes import free_port
 
 from tests.helpers import http_get as get
 

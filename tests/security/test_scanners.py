@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 import yaml
-from lorarl_dev.controlplane import ensure_binaries
+from lorarl_dev.binaries import ensure_binaries
 from lorarl_dev.venvs import cached_venv
 
 from tests.helpers import REPO, doc_table

@@ -60,7 +60,7 @@ def controlplane() -> None:
 @controlplane.command("build")
 def controlplane_build() -> None:
     """Build (or reuse) the control-plane binaries from the Go module proxy."""
-    from .controlplane import ensure_binaries
+    from .binaries import ensure_binaries
 
     click.echo(ensure_binaries())
 

@@ -32,7 +32,7 @@ from lorarl.admission.validation import parse_job
 from lorarl.job import artifact, paths, render
 from lorarl.runtime.kube import Api
 
-from . import controlplane, mileslog
+from . import binaries, controlplane, locations, mileslog, processes
 from .kuberay_sim import FakeKubeRay
 
 NAMESPACE = "default"
@@ -66,7 +66,7 @@ def simulated_reporter_args(entrypoint: str, volume: str) -> list[str]:
 
 
 def state_dir(base: str | None) -> pathlib.Path:
-    return pathlib.Path(base) if base else controlplane.default_state_dir()
+    return pathlib.Path(base) if base else locations.default_state_dir()
 
 
 def _say(step: str, text: str) -> None:
@@ -143,10 +143,10 @@ def _show_progress(job: dict) -> None:
 def run(base: str | None, pace: float) -> None:
     state = state_dir(base)
     state.mkdir(parents=True, exist_ok=True)
-    repo = controlplane.repo_root()
+    repo = locations.repo_root()
 
     _say("1/6", "control-plane binaries (built once from the Go module proxy; a cold build takes ~7 min on 2 cores)")
-    bin_dir = controlplane.ensure_binaries()
+    bin_dir = binaries.ensure_binaries()
     click.echo(f"      {bin_dir}")
 
     _say("2/6", "starting etcd + kube-apiserver + kube-controller-manager, installing the CRDs")
@@ -262,7 +262,7 @@ def run_real(base: str | None) -> None:
     state = state_dir(base)
     state.mkdir(parents=True, exist_ok=True)
     _say("1/6", "binaries: control plane, kubelet, kube-proxy, CoreDNS, the KubeRay operator, helm (built once from the Go module proxy)")
-    bin_dir = controlplane.ensure_binaries((*controlplane.REQUIRED_BINARIES, *controlplane.NODE_BINARIES, "kuberay-operator", "helm"))
+    bin_dir = binaries.ensure_binaries((*binaries.REQUIRED_BINARIES, *binaries.NODE_BINARIES, "kuberay-operator", "helm"))
     click.echo(f"      {bin_dir}")
     _say("2/6", "starting the control plane with one real node and the KubeRay operator")
     cp = controlplane.up(state, node=True, gpus=8, kuberay_operator=True)
@@ -277,7 +277,7 @@ def run_real(base: str | None) -> None:
         hub_root.mkdir(parents=True, exist_ok=True)
         hubstub.make_seed_repos(str(hub_root))
     hub_pid = cp.pids.get("hubstub")  # none on a fresh cluster (and pid 0 would mean our own process group: "alive")
-    if not (hub_pid and controlplane._pid_alive(hub_pid)):
+    if not (hub_pid and processes.pid_alive(hub_pid)):
         endpoint = seedrun.start_hub(cp, hub_root)
     else:
         endpoint = seedrun.hub_endpoint()

@@ -112,7 +112,7 @@ def remove_all(cp, namespace: str, *, keep_kinds: tuple[str, ...] = ("CustomReso
     ``spec.prune`` is true) and all of it is gone. Objects of ``keep_kinds`` are kept, as helm
     keeps a chart's CRDs: annotated with :data:`PRUNE_DISABLED` first, then given back without
     that annotation and Flux's owner labels."""
-    from .seedrun import wait_for
+    from .waiting import wait_for
 
     kustomizations = json.loads(cp.kubectl("get", "kustomizations", "-n", namespace, "-o", "json").stdout)["items"]
     pruned, kept = [], []

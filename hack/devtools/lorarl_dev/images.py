@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from lorarl import __version__
 
-from .controlplane import cache_root
+from .locations import cache_root
 
 __all__ = [
     "BASE_PACKAGES",

@@ -14,7 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from lorarl_dev.controlplane import free_port
+from lorarl_dev.processes import free_port
 from lorarl_dev.venvs import cached_venv
 
 VERSION = "5.2.5"

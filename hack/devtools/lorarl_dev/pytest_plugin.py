@@ -73,7 +73,8 @@ import uuid
 
 import pytest
 
-from lorarl_dev.controlplane import ControlPlane, ControlPlaneError
+from lorarl_dev.controlplane import ControlPlane
+from lorarl_dev.errors import ControlPlaneError
 
 _FIXTURES = {"control_plane", "kube_api", "namespace", "fake_cluster", "kueue_cluster", "kueue_queue", "real_node_cluster", "flux_cluster", "argocd_cluster"}
 
@@ -131,7 +132,7 @@ def fake_cluster():
 
 def flux_missing() -> str | None:
     """Why the Flux controllers cannot run here (their binaries not built), or None."""
-    from lorarl_dev.controlplane import bin_dir
+    from lorarl_dev.binaries import bin_dir
     from lorarl_dev.flux import BINARIES
 
     missing = [name for name in BINARIES.values() if not os.access(bin_dir() / name, os.X_OK)]
@@ -155,7 +156,7 @@ def argocd_cluster():
     import shutil
 
     from lorarl_dev.argocd import BINARIES
-    from lorarl_dev.controlplane import bin_dir
+    from lorarl_dev.binaries import bin_dir
 
     missing = [name for name in BINARIES if not os.access(bin_dir() / name, os.X_OK)]
     if missing:

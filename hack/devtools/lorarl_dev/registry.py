@@ -12,7 +12,8 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 
-from lorarl_dev.controlplane import ensure_binaries, free_port
+from lorarl_dev.binaries import ensure_binaries
+from lorarl_dev.processes import free_port
 
 
 def crane() -> pathlib.Path:

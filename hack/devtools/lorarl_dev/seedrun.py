@@ -20,7 +20,10 @@ from typing import Any
 
 import yaml
 
-from .controlplane import ControlPlane, ControlPlaneError, repo_root
+from .controlplane import ControlPlane
+from .errors import ControlPlaneError
+from .locations import repo_root
+from .waiting import wait_for
 
 SEED_MANIFEST = repo_root() / "manifests" / "qwen3-4b-lora-amd.yaml"
 CHART = repo_root() / "charts" / "lorarl-operator"
@@ -105,10 +108,10 @@ def start_hub(cp: ControlPlane, root: pathlib.Path) -> str:
 
     if cp.netns is None:
         raise ControlPlaneError("the Hub stand-in runs beside a real node (ControlPlane(node=True))")
-    cp._spawn("hubstub", ["-m", "lorarl_dev.hubstub", f"--root={root}", f"--host={NODE_IP}", f"--port={HUB_PORT}", "--verbose"], exe=sys.executable)
-    cp._write_state()  # a detached control plane (the demo's) stops it with the rest
+    cp.spawn("hubstub", ["-m", "lorarl_dev.hubstub", f"--root={root}", f"--host={NODE_IP}", f"--port={HUB_PORT}", "--verbose"], exe=sys.executable)
+    cp.write_state()  # a detached control plane (the demo's) stops it with the rest
     endpoint = hub_endpoint()
-    cp._wait_http("hubstub", f"{endpoint}/api/models/Qwen/Qwen3-4B", 30)
+    cp.wait_http("hubstub", f"{endpoint}/api/models/Qwen/Qwen3-4B", 30)
     return endpoint
 
 
@@ -121,12 +124,12 @@ def start_s3(cp: ControlPlane, seed: str, env: Mapping[str, str], timeout: float
 
     if cp.netns is None:
         raise ControlPlaneError("the S3 server runs beside a real node (ControlPlane(node=True))")
-    cp._spawn("moto_server", ["-H", NODE_IP, "-p", str(S3_PORT)], exe=str(moto.python().with_name("moto_server")))
-    cp._write_state()
+    cp.spawn("moto_server", ["-H", NODE_IP, "-p", str(S3_PORT)], exe=str(moto.python().with_name("moto_server")))
+    cp.write_state()
     endpoint = f"http://{NODE_IP}:{S3_PORT}"
     deadline = time.monotonic() + timeout
     while (done := moto.run(seed, {**env, "AWS_ENDPOINT_URL": endpoint}, prefix=nsenter_prefix(cp.netns))).returncode != 0:
-        cp._check_alive("moto_server")
+        cp.check_alive("moto_server")
         if time.monotonic() > deadline:
             raise ControlPlaneError(f"moto's S3 server not ready on {endpoint}: {done.stderr[-400:]}")
         time.sleep(0.3)
@@ -143,9 +146,9 @@ def start_registry(cp: ControlPlane, disk: pathlib.Path) -> str:
     disk.mkdir(parents=True, exist_ok=True)
     address = f"{NODE_IP}:{REGISTRY_PORT}"
     command = registry.serve_command(address, disk)
-    cp._spawn("crane", command[1:], exe=command[0])  # named as its binary: stop() checks it by that
-    cp._write_state()
-    cp._wait_http("crane", f"http://{address}/v2/", 30)
+    cp.spawn("crane", command[1:], exe=command[0])  # named as its binary: stop() checks it by that
+    cp.write_state()
+    cp.wait_http("crane", f"http://{address}/v2/", 30)
     return address
 
 
@@ -308,19 +311,6 @@ def wait_finished(cp: ControlPlane, namespace: str, name: str, timeout: float, e
         return st if st.get("phase") in ("Succeeded", "Failed") else None
 
     return wait_for(f"LoraRLJob {namespace}/{name} finished", finished, timeout, explain=explain)
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 1.0, explain: Callable[[], str] | None = None) -> Any:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` saying ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = explain() if explain else ""
-            raise TimeoutError(f"{what}: not after {timeout:.0f}s{': ' + detail if detail else ''}")
-        time.sleep(interval)
 
 
 def describe(cp: ControlPlane, namespace: str) -> str:

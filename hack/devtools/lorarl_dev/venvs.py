@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 
-from lorarl_dev.controlplane import cache_root
+from lorarl_dev.locations import cache_root
 
 
 def cached_venv(name: str, *pip_args: str, timeout: float = 1800) -> pathlib.Path:

@@ -26,7 +26,9 @@ import subprocess
 import tarfile
 import tempfile
 
-from lorarl_dev.controlplane import ControlPlaneError, cache_root, kubernetes_version
+from lorarl_dev.binaries import kubernetes_version
+from lorarl_dev.errors import ControlPlaneError
+from lorarl_dev.locations import cache_root
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10-lorarl"
 BUSYBOX_IMAGE = "docker.io/library/busybox:lorarl"

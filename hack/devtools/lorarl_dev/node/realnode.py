@@ -26,12 +26,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from lorarl_dev.certs import KeyPair, TinyCA
+from lorarl_dev.errors import ControlPlaneError
 from lorarl_dev.node import images, netns
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lorarl_dev.controlplane import ControlPlane
+from lorarl_dev.processes import kill_group, pid_alive, pid_is
 
 NODE_NAME = "lorarl-node"
 NODE_IP = "10.212.0.2"  # a second address on the namespace's loopback (the kubelet refuses 127/8)
@@ -297,10 +297,29 @@ def _write(path: pathlib.Path, text: str, mode: int = 0o644) -> pathlib.Path:
 # the node
 
 
-class RealNode:
-    """The node's processes, started by (and recorded in) the :class:`ControlPlane` ``cp``."""
+class NodeHost(Protocol):
+    """What the node needs of the control plane that runs it
+    (:class:`lorarl_dev.controlplane.ControlPlane`, which imports this module, not the reverse)."""
 
-    def __init__(self, cp: ControlPlane, *, gpus: int = 8, profile: str = "MI355X") -> None:
+    netns: str | None
+    pids: dict[str, int]
+    ca: TinyCA | None
+
+    def spawn(self, name: str, args: list[str], *, exe: str | None = None) -> None: ...
+    def check_alive(self, name: str) -> None: ...
+    def log_tail(self, name: str, lines: int = 30) -> str: ...
+    def wait_http(self, name: str, url: str, timeout: float) -> None: ...
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]: ...
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]: ...
+    def component_kubeconfig(self, name: str, pair: KeyPair, *, inner: bool = True, context: str | None = None) -> pathlib.Path: ...
+    def stop_child(self, name: str) -> None: ...
+    def start_child(self, name: str) -> None: ...
+
+
+class RealNode:
+    """The node's processes, started by (and recorded in) the control plane ``cp``."""
+
+    def __init__(self, cp: NodeHost, *, gpus: int = 8, profile: str = "MI355X") -> None:
         if gpus < 0:
             raise ValueError(f"gpus must be >= 0, got {gpus}")
         self.cp = cp
@@ -336,25 +355,23 @@ class RealNode:
     def _write_certs(self) -> None:
         pki = self.dir / "pki"
         pki.mkdir(parents=True, exist_ok=True)
-        ca = self.cp._ca
+        ca = self.cp.ca
         (pki / "ca.crt").write_bytes(ca.cert_pem)
         ca.serving_cert(NODE_NAME, [NODE_IP, NODE_NAME]).write(pki, "kubelet-serving")
-        self._kubelet_kubeconfig = self.cp._component_kubeconfig("kubelet", ca.client_cert(f"system:node:{NODE_NAME}", ("system:nodes",)), inner=True)
-        self._proxy_kubeconfig = self.cp._component_kubeconfig("kube-proxy", ca.client_cert("system:kube-proxy"), inner=True)
-        self._coredns_kubeconfig = self.cp._component_kubeconfig("coredns", ca.client_cert("system:coredns"), inner=True, context="lorarl")
+        self._kubelet_kubeconfig = self.cp.component_kubeconfig("kubelet", ca.client_cert(f"system:node:{NODE_NAME}", ("system:nodes",)), inner=True)
+        self._proxy_kubeconfig = self.cp.component_kubeconfig("kube-proxy", ca.client_cert("system:kube-proxy"), inner=True)
+        self._coredns_kubeconfig = self.cp.component_kubeconfig("coredns", ca.client_cert("system:coredns"), inner=True, context="lorarl")
 
     def _start_containerd(self) -> None:
         cfg = _write(self.containerd_dir / "config.toml", containerd_config(self.containerd_dir))
         _write(self.dir / "cni" / "net.d" / "10-lorarl.conflist", json.dumps(cni_config(self.dir / "cni" / "ipam"), indent=2))
-        self.cp._spawn("containerd", ["--config", str(cfg), "--log-level", "warn"], exe="/usr/bin/containerd")
+        self.cp.spawn("containerd", ["--config", str(cfg), "--log-level", "warn"], exe="/usr/bin/containerd")
         self._wait(lambda: self._ctr("version", check=False).returncode == 0, "containerd", 30)
 
     def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = ["ctr", "--address", str(self.runtime_sock), "--namespace", "k8s.io", *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if check and proc.returncode != 0:
-            from lorarl_dev.controlplane import ControlPlaneError
-
             raise ControlPlaneError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
         return proc
 
@@ -400,7 +417,7 @@ class RealNode:
         cfg = _write(self.dir / "kubelet-config.json", json.dumps(kubelet_config(self.dir, self.dir / "pki", resolv, self.runtime_sock), indent=2))
         self.kubelet_dir.mkdir(parents=True, exist_ok=True)
         DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
-        self.cp._spawn(
+        self.cp.spawn(
             "kubelet",
             [
                 f"--config={cfg}",
@@ -411,7 +428,7 @@ class RealNode:
                 "--v=1",
             ],
         )
-        self._wait(lambda: self.cp._get(f"/api/v1/nodes/{NODE_NAME}")[0] == 200, "kubelet", 60)
+        self._wait(lambda: self.cp.get(f"/api/v1/nodes/{NODE_NAME}")[0] == 200, "kubelet", 60)
 
     def stop_kubelet(self) -> None:
         """The kubelet stopped (SIGTERM), its pods' containers left running under containerd: the
@@ -426,27 +443,27 @@ class RealNode:
         self._wait(self._gpus_advertised, "fakegpu", timeout)
 
     def _start_fakegpu(self) -> None:
-        self.cp._spawn("fakegpu", [f"--devices={self.gpus}", f"--plugin-dir={DEVICE_PLUGIN_DIR}/"])
+        self.cp.spawn("fakegpu", [f"--devices={self.gpus}", f"--plugin-dir={DEVICE_PLUGIN_DIR}/"])
         self._wait(self._gpus_advertised, "fakegpu", 60)
 
     def _gpus_advertised(self) -> bool:
         """The node's allocatable amd.com/gpu is every fake GPU (the device plugin registered)."""
-        code, body = self.cp._get(f"/api/v1/nodes/{NODE_NAME}")
+        code, body = self.cp.get(f"/api/v1/nodes/{NODE_NAME}")
         return code == 200 and json.loads(body)["status"].get("allocatable", {}).get("amd.com/gpu") == str(self.gpus)
 
     def _start_kube_proxy(self) -> None:
         cfg = _write(self.dir / "kube-proxy.json", json.dumps(kube_proxy_config(self._proxy_kubeconfig), indent=2))
-        self.cp._spawn("kube-proxy", [f"--config={cfg}", "--v=0"])
-        self.cp._wait_http("kube-proxy", "http://127.0.0.1:10256/healthz", 60)
+        self.cp.spawn("kube-proxy", [f"--config={cfg}", "--v=0"])
+        self.cp.wait_http("kube-proxy", "http://127.0.0.1:10256/healthz", 60)
 
     def _start_coredns(self) -> None:
         cfg = _write(self.dir / "Corefile", corefile(self._coredns_kubeconfig))
-        self.cp._spawn("coredns", [f"-conf={cfg}"])
-        self.cp._wait_http("coredns", "http://127.0.0.1:8181/ready", 60)
+        self.cp.spawn("coredns", [f"-conf={cfg}"])
+        self.cp.wait_http("coredns", "http://127.0.0.1:8181/ready", 60)
 
     def _wait_node_ready(self, timeout: float = 60) -> None:
         def ready() -> bool:
-            code, body = self.cp._get(f"/api/v1/nodes/{NODE_NAME}")
+            code, body = self.cp.get(f"/api/v1/nodes/{NODE_NAME}")
             if code != 200:
                 return False
             conds = json.loads(body)["status"].get("conditions", [])
@@ -455,16 +472,14 @@ class RealNode:
         self._wait(ready, "kubelet", timeout)
 
     def _wait(self, ok, name: str, timeout: float) -> None:
-        from lorarl_dev.controlplane import ControlPlaneError
-
         deadline = time.monotonic() + timeout
         while True:
-            self.cp._check_alive(name)
+            self.cp.check_alive(name)
             with contextlib.suppress(OSError, ValueError, KeyError):
                 if ok():
                     return
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"{name}: not ready after {timeout:.0f}s:\n{self.cp._log_tail(name)}")
+                raise ControlPlaneError(f"{name}: not ready after {timeout:.0f}s:\n{self.cp.log_tail(name)}")
             time.sleep(0.2)
 
     def dns_exec_prefix(self) -> list[str]:
@@ -493,8 +508,6 @@ class RealNode:
 
 def claim(netns_name: str, workdir: pathlib.Path) -> None:
     """Record this node (refusing if another live one holds the machine; sweeping a dead one)."""
-    from lorarl_dev.controlplane import ControlPlaneError
-
     if RECORD.is_file():
         try:
             old = json.loads(RECORD.read_text())
@@ -551,9 +564,7 @@ def _read_sysctl(key: str) -> str | None:
 
 
 def _any_alive(pids: Mapping[str, int]) -> bool:
-    from lorarl_dev.controlplane import _pid_alive, _pid_is
-
-    return any(_pid_alive(int(p)) and _pid_is(int(p), n) for n, p in pids.items())
+    return any(pid_alive(int(p)) and pid_is(int(p), n) for n, p in pids.items())
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,14 +616,12 @@ def _kill_pids(pids: Iterable[int]) -> None:
 
 
 def _wait_gone(pids: list[int], timeout: float = 10) -> None:
-    from lorarl_dev.controlplane import _pid_alive
-
     deadline = time.monotonic() + timeout
     while pids and time.monotonic() < deadline:
         for pid in pids:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
-        pids = [p for p in pids if _pid_alive(p)]
+        pids = [p for p in pids if pid_alive(p)]
         time.sleep(0.05)
 
 
@@ -646,12 +655,10 @@ def teardown(state: Mapping[str, Any]) -> None:
     left here is whatever they started: pods (in ``/kubepods`` cgroups) and containerd's shims
     (in our network namespace).
     """
-    from lorarl_dev.controlplane import _kill_group
-
     for name in STOP_ORDER:
         pid = state.get("pids", {}).get(name)
         if pid is not None:
-            _kill_group(int(pid), name)
+            kill_group(int(pid), name)
     # pods and their shims: every process in /kubepods, then whatever else lives in our namespace
     # apart from the control plane (killed by the caller afterwards)
     cp_pids = {int(p) for n, p in state.get("pids", {}).items() if n not in STOP_ORDER}
