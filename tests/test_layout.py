@@ -39,6 +39,17 @@ def _imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
             yield from ((node.lineno, f"{node.module}.{a.name}") for a in node.names)
 
 
+def test_only_the_runner_speaks_to_kopf():
+    """kopf runs the process (handlers, liveness, signals, log format); the seam to the
+    operator's own informers, queue and leader election is one module (docs/architecture.md)."""
+    importers = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if any(module == "kopf" or module.startswith("kopf.") for _, module in _imported_modules(ast.parse(path.read_text())))
+    )
+    assert importers == ["runtime/runner.py"]
+
+
 def test_no_test_module_imports_another():
     """Helpers live in helper modules (tests/helpers.py, the lorarl_dev plugin, a suite's own
     helper module), so that a test module is only ever collected, never imported."""

@@ -26,8 +26,9 @@
 * Worker threads (``--workers``, ``control.options.DEFAULT_WORKERS``) run the blocking reconcile: see
   docs/architecture.md for the measurement behind threads rather than asyncio.
 
-kopf runs the process around it (``runtime/runner.py``): the startup and cleanup handlers below, its
-liveness endpoint (with the probe below), signals, and the log format of every line about an object.
+kopf runs the process around it, and ``runtime/runner.py`` is the only module that speaks to kopf:
+its startup and cleanup handlers call ``start`` and ``stop``, its liveness endpoint shows
+``cached``, and it owns the signals and the log format of every line about an object.
 No finalizer: deleting a LoraRLJob never waits for the operator, and owner references let the
 garbage collector remove its children.
 """
@@ -41,7 +42,6 @@ import time
 import uuid
 from typing import Any
 
-import kopf
 import msgspec
 
 from .api import types as api
@@ -52,7 +52,7 @@ from .control.reconcile import Reconciler, timed
 from .control.repair import Repairs
 from .control.workqueue import WorkQueue
 from .job import export_job, render
-from .runtime import metrics
+from .runtime import metrics, runner
 from .runtime.events import EventRecorder
 from .runtime.informer import Informer, decode_whole
 from .runtime.kube import Api, ApiError
@@ -157,7 +157,7 @@ def decode_job(raw: msgspec.Raw, listed: bool) -> dict[str, Any]:
 class Controller:
     """The running controller, built whole before kopf starts (``runtime.runner.run``)."""
 
-    def __init__(self, kube: Api, options: Options, settings: kopf.OperatorSettings) -> None:
+    def __init__(self, kube: Api, options: Options, settings: runner.Settings) -> None:
         self.options, self.settings, self.kube = options, settings, kube
         self.caches = Caches(rayjobs_listed=False)  # listed after start-up: see start()
         self.reconciler = Reconciler(kube, caches=self.caches, render_settings=options.render)
@@ -194,20 +194,10 @@ class Controller:
         per_job = jobmetrics.JobMetrics(started=time.time(), finished_seconds=options.finished_metrics_seconds)
         metrics.JOB_METRICS.bind(lambda: per_job.samples(caches.jobs.values(), time.time()), jobmetrics.HELP, jobmetrics.COUNTERS)
 
-    # -- kopf: the process around the controller ---------------------------------------------
+    # -- what kopf runs (runtime/runner.py: its startup, cleanup and probe handlers) ------------
 
-    def register(self, registry: kopf.OperatorRegistry) -> None:
-        @kopf.on.startup(registry=registry, id="lorarl-start")
-        def _start(**_: Any) -> None:
-            self.start()
-
-        @kopf.on.cleanup(registry=registry, id="lorarl-stop")
-        def _stop(**_: Any) -> None:
-            self.stop()
-
-        @kopf.on.probe(registry=registry, id="cached")
-        def _cached(**_: Any) -> dict[str, int]:  # kopf's liveness endpoint shows it
-            return {"jobs": len(self.caches.jobs), "rayjobs": len(self.caches.rayjobs)}
+    def cached(self) -> dict[str, int]:
+        return {"jobs": len(self.caches.jobs), "rayjobs": len(self.caches.rayjobs)}
 
     def start(self) -> None:
         """List the unfinished jobs, then watch every job, reconcile and resync; list the finished
@@ -233,7 +223,7 @@ class Controller:
             try:
                 count = informer.list()
             except Exception as err:  # noqa: BLE001 - kopf retries its startup handler
-                raise kopf.TemporaryError(f"listing {informer.describe} failed: {err}", delay=5) from None
+                raise runner.RetryStart(f"listing {informer.describe} failed: {err}", delay=5) from None
             log.info("listed %d %s%s in %.1fs", count, informer.describe, " (unfinished)" if informer.split else "", time.monotonic() - began)
         self.synced.set()
         self.threads = [
@@ -419,7 +409,7 @@ class Controller:
         "[namespace/name]" prefix (plain, full) or the ``object`` reference (JSON) exactly as for
         kopf's own lines. The local variant never posts a log line as a Kubernetes Event."""
         ref = body or {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"namespace": namespace, "name": name}}
-        return kopf.LocalObjectLogger(body=ref, settings=self.settings)  # type: ignore[arg-type]
+        return runner.object_logger(ref, self.settings)
 
     def run_reconcile(self, namespace: str, name: str, trigger: str, repair: bool = False) -> str | None:
         """One reconcile with metrics, a log line and its Events; schedules what comes next

@@ -164,4 +164,4 @@ def test_the_operator_command_installs_the_log_filter():
     from lorarl import cli
 
     source = inspect.getsource(cli)
-    assert source.index("text.install_log_filter()") > source.index("kopf.configure(")
+    assert source.index("text.install_log_filter()") > source.index("runner.configure_logging(")

@@ -293,7 +293,6 @@ def run(
     import dataclasses
     import os
 
-    import kopf
     import kubernetes
 
     from .. import controller
@@ -334,10 +333,7 @@ def run(
         if not lease_namespace:
             raise click.UsageError("--leader-elect needs --leader-election-namespace NS (or $POD_NAMESPACE, e.g. from the downward API)")
         election = runner.Election(lease_namespace, leader_election_id, leader.new_identity(), timings)
-    fmt = getattr(kopf.LogFormat, log_format.upper())
-    # the "[namespace/name]" prefix of kopf's object formatter on text lines; JSON lines carry
-    # the same reference as an "object" key instead
-    kopf.configure(verbose=verbose, log_format=fmt, log_prefix=fmt is not kopf.LogFormat.JSON, log_refkey="object")
+    runner.configure_logging(verbose, log_format)
     text.install_log_filter()  # a job's text in a log line: printable, one line (lorarl.reporter.text)
     try:
         kube = Api.from_environment(connections=controller.api_connections(workers))
@@ -352,7 +348,7 @@ def run(
         render=dataclasses.replace(settings, network_policy=policy),
     )
     runner.run(
-        register=lambda registry, settings: controller.Controller(kube, options, settings).register(registry),
+        build=lambda settings: controller.Controller(kube, options, settings),
         namespaces=list(options.namespaces),
         clusterwide=all_namespaces,
         liveness=liveness or None,

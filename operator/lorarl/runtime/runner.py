@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 
@@ -97,12 +97,65 @@ def operator_settings() -> kopf.OperatorSettings:
     return settings
 
 
-Register = Callable[[kopf.OperatorRegistry, kopf.OperatorSettings], None]
+class RetryStart(Exception):
+    """Raised by a controller's start when it should be tried again in ``delay`` seconds (kopf
+    retries its startup handler, and reports the process ready only once one succeeded)."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class Controller(Protocol):
+    """What kopf runs: started in its startup handler, stopped in its cleanup handler; ``cached``
+    is shown by its liveness endpoint."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def cached(self) -> dict[str, int]: ...
+
+
+#: kopf's settings, which the controller holds only to hand to object_logger
+Settings = kopf.OperatorSettings
+#: builds the controller once this process may write, with kopf's settings
+Build = Callable[[Settings], Controller]
+
+
+def configure_logging(verbose: bool, log_format: str) -> None:
+    """kopf's log format (plain, full or json) for the whole process: the "[namespace/name]" prefix
+    of its object formatter on text lines; JSON lines carry the same reference as an "object" key."""
+    fmt = getattr(kopf.LogFormat, log_format.upper())
+    kopf.configure(verbose=verbose, log_format=fmt, log_prefix=fmt is not kopf.LogFormat.JSON, log_refkey="object")
+
+
+def object_logger(body: dict[str, Any], settings: kopf.OperatorSettings) -> logging.LoggerAdapter:
+    """kopf's own object logger, so that a line naming a job is formatted exactly as kopf's own
+    lines; the local variant never posts a log line as a Kubernetes Event."""
+    return kopf.LocalObjectLogger(body=body, settings=settings)  # type: ignore[arg-type]
+
+
+def _register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+    @kopf.on.startup(registry=registry, id="lorarl-start")
+    def _start(**_: Any) -> None:
+        try:
+            controller.start()
+        except RetryStart as err:
+            raise kopf.TemporaryError(str(err), delay=err.delay) from None
+
+    @kopf.on.cleanup(registry=registry, id="lorarl-stop")
+    def _stop(**_: Any) -> None:
+        controller.stop()
+
+    @kopf.on.probe(registry=registry, id="cached")
+    def _cached(**_: Any) -> dict[str, int]:  # kopf's liveness endpoint shows it
+        return controller.cached()
 
 
 def run(
     *,
-    register: Register,
+    build: Build,
     namespaces: list[str],
     clusterwide: bool,
     liveness: str | None,
@@ -112,8 +165,8 @@ def run(
     metrics_address: str = "0.0.0.0",
     metrics_authenticated: bool = True,
 ) -> None:
-    """``register`` builds the controller and adds its handlers to kopf's registry: called once
-    this process may write (it holds the Lease, or runs without election). /metrics answers only
+    """``build`` makes the controller, whose start and stop kopf's startup and cleanup handlers
+    call: called once this process may write (it holds the Lease, or runs without election). /metrics answers only
     a bearer token allowed to `get /metrics` unless ``metrics_authenticated`` is False
     (runtime/metrics_auth.py)."""
     state = State(role="standby" if election else "single", kopf_liveness=_loopback_url() if liveness else None)
@@ -167,7 +220,7 @@ def run(
             metrics.LEADER.set(1)
             renewer = threading.Thread(target=_renew_or_exit, args=(elector, stop_renewing), name="lorarl-lease", daemon=True)
             renewer.start()
-        register(registry, settings)
+        _register(registry, build(settings))
         kopf.run(
             loop=loop,
             registry=registry,
