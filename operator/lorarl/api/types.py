@@ -13,7 +13,7 @@ left unset mean "the hardware profile's (or the recipe's) choice".
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Required, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
@@ -1466,11 +1466,14 @@ class LoraRLJobSpec(ApiModel):
 # -------------------------------------------------------------------------------------- status
 
 
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
 class Condition(ApiModel):
     """A Kubernetes-convention condition."""
 
     type: str = Field(..., max_length=316, description="Condition type, e.g. Ready.")
-    status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
+    status: ConditionStatus = Field(..., description="True, False or Unknown.")
     reason: str = Field(..., max_length=1024, description="CamelCase reason.")
     message: str = Field("", max_length=32768, description="Human-readable detail.")
     last_transition_time: str = Field(..., description="When status last changed (RFC 3339).", json_schema_extra={"format": "date-time"})
@@ -1701,6 +1704,56 @@ class LoraRLJobStatus(ApiModel):
     history: History | None = Field(None, description="Curves of reward, logprob gap and eval scores over rollouts (what lorarl plot draws).")
     adapter: AdapterStatus | None = Field(None, description="The exported adapter (spec.export): where, its digest, the rollout and scores it was taken at.")
     serving: ServingStatus | None = Field(None, description="Where the exported adapter is served (spec.serve): the server, the name, the path it loaded.")
+
+
+# ------------------------------------------------------------ status as the operator writes it
+# The operator's fields of status as the dicts it sends, keys as on the wire (the models' aliases),
+# a field absent rather than null (null deletes in a merge patch). Typed for the checker and free
+# at run time: every reconcile builds them, and a pydantic instance per condition made a resync of
+# a running job ~40% dearer in CPU (docs/architecture.md, "Typing"). Each mirrors the model above
+# that the CRD is generated from; tests/api/test_status_dicts.py fails when they differ.
+
+
+class ConditionDict(TypedDict):
+    """``Condition`` as written (the operator always sets observedGeneration)."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+    lastTransitionTime: str
+    observedGeneration: int
+
+
+class RayJobMirrorDict(TypedDict, total=False):
+    """``RayJobMirror`` as written: KubeRay's values, those it left empty absent."""
+
+    name: str
+    rayClusterName: str
+    dashboardURL: str
+    jobId: str
+    jobStatus: str
+    jobDeploymentStatus: str
+    reason: str
+    message: str
+    succeeded: int
+    failed: int
+
+
+class OperatorStatusDict(TypedDict, total=False):
+    """The fields of ``LoraRLJobStatus`` the status mapping writes (control/status.py ``compute``;
+    gpuAccounting and progress.gpuHours are added by the reconcile, control/gpuhours.py). adapter
+    and serving are the export and load pods' reports, validated against ``AdapterStatus`` and
+    ``ServingStatus`` where they are read (control/adapter_status.py, serve_status.py)."""
+
+    phase: Required[Phase]
+    observedGeneration: Required[int]
+    conditions: Required[list[ConditionDict]]
+    rayJob: RayJobMirrorDict
+    startTime: str
+    completionTime: str
+    adapter: dict[str, Any]
+    serving: dict[str, Any]
 
 
 class ObjectMeta(BaseModel):

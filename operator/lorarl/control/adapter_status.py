@@ -26,7 +26,7 @@ EXPORTING = "Exporting"
 
 
 class ExportState(NamedTuple):
-    status: str  # True, False, Unknown
+    status: api.ConditionStatus
     reason: str
     message: str
     adapter: dict[str, Any] | None  # status.adapter, when exported

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from ..api.types import HealthSpec
+from ..api.types import ConditionStatus, HealthSpec
 from ..reporter import statuskeys as K
 from .driver import DRIVER_LOST
 
-Status = Literal["True", "False", "Unknown"]
+Status = ConditionStatus
 
 
 @dataclass(frozen=True)

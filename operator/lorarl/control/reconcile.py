@@ -377,13 +377,13 @@ class Reconciler:
             node_not_ready=None if run_pods is None else pods.node_not_ready(run_pods),
         )
         new_status, events = status.compute(previous, rayjob, facts)
-        if new_status[status.PHASE] == status.RUNNING and job.spec.export is not None and job.spec.export.on_save and not stopped:
+        if new_status["phase"] == status.RUNNING and job.spec.export is not None and job.spec.export.on_save and not stopped:
             saved_adapter, save_refused, deleted = self._export_on_save(job, body)
             apply_failed = apply_failed or save_refused
             if saved_adapter is not None or deleted:
                 facts = dataclasses.replace(facts, saved_adapter=saved_adapter, notes=[*notes, *deleted])
                 new_status, events = status.compute(previous, rayjob, facts)
-        if new_status[status.PHASE] == status.SUCCEEDED and job.spec.export is not None and not stopped:
+        if new_status["phase"] == status.SUCCEEDED and job.spec.export is not None and not stopped:
             export_state, export_refused = self._export(job, body, previous)
             apply_failed = apply_failed or export_refused
             serve_state = None
@@ -393,18 +393,19 @@ class Reconciler:
             deleted = self._delete_superseded(job, self._saved_exports(job), final_exported=export_state.status == "True") if job.spec.export.on_save else []
             new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, export=export_state, serve=serve_state, notes=[*notes, *deleted]))
         usage = self._gpu_usage(body, previous, now)
-        if usage is not None and (usage.due or status.changed(previous, new_status)):
-            new_status.update(usage.fields)  # exact at transitions, else once a minute or with another write
-        written = self._write_status(job.metadata.namespace, job.metadata.name, previous, new_status)
+        patch: dict[str, Any] = {**new_status}  # what is written: the mapping's fields and the GPU accounting's
+        if usage is not None and (usage.due or status.changed(previous, patch)):
+            patch.update(usage.fields)  # exact at transitions, else once a minute or with another write
+        written = self._write_status(job.metadata.namespace, job.metadata.name, previous, patch)
         if written and usage is not None and usage.folded and self.caches is not None:
             self.caches.counted(namespace, name, usage.folded)
         due = [t for t in (progress_due, lost_due) if t is not None]
-        requeue = next_check(job, rayjob, {**previous, **new_status}, now, min(due) if due else None)
+        requeue = next_check(job, rayjob, {**previous, **patch}, now, min(due) if due else None)
         if usage is not None and usage.holding:  # the GPU-hours grow with time alone
             requeue = min(requeue or gpuhours.REFRESH_SECONDS, gpuhours.REFRESH_SECONDS)
         return Outcome(
             body=body,
-            phase=new_status[status.PHASE],
+            phase=new_status["phase"],
             events=events,
             applied=applied,
             status_written=written,
@@ -605,8 +606,8 @@ class Reconciler:
             invalid_spec=message,
         )
         new_status, events = status.compute(previous, None, facts)
-        written = self._write_status(meta["namespace"], meta["name"], previous, new_status)
-        return Outcome(body=body, phase=new_status[status.PHASE], events=events, status_written=written)
+        written = self._write_status(meta["namespace"], meta["name"], previous, {**new_status})
+        return Outcome(body=body, phase=new_status["phase"], events=events, status_written=written)
 
     def _write_status(self, namespace: str, name: str, previous: dict[str, Any], new: dict[str, Any]) -> bool:
         if not status.changed(previous, new):

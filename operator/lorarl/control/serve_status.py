@@ -26,7 +26,7 @@ MESSAGE_LIMIT = 1024
 
 
 class ServeState(NamedTuple):
-    status: str  # True, False, Unknown
+    status: api.ConditionStatus
     reason: str
     message: str
     serving: dict[str, Any] | None  # status.serving, when served

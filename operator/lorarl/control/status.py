@@ -3,16 +3,20 @@
 The operator owns phase, conditions, observedGeneration, rayJob, startTime, completionTime,
 gpuAccounting and progress.gpuHours (both from the pods: gpuhours.py, written by the reconcile);
 the in-job reporter owns the rest of progress, metrics, eval, checkpoints, tracking and history. ``compute`` returns only the
-operator's fields (sent as a merge patch, so the reporter's fields are never touched) plus the
-Events that the transitions deserve. See docs/status.md for the contract.
+operator's fields (sent as a merge patch, so the reporter's fields are never touched), typed as
+``api.types.OperatorStatusDict`` (the CRD's model ``LoraRLJobStatus`` as a dict), plus the Events
+that the transitions deserve. The stored status it reads (``previous``) is the API server's dict as
+it is: the reporter and other operator versions write it too. See docs/status.md for the contract.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, cast
 
+from ..api import types as api
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
 from ..reporter import oom
 from ..reporter.text import printable
@@ -21,14 +25,12 @@ from .driver import DRIVER_LOST
 from .health import NO_PROGRESS, Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
 
-PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED = (
-    "Pending",
-    "Preparing",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Suspended",
-)
+PENDING: Final = "Pending"
+PREPARING: Final = "Preparing"
+RUNNING: Final = "Running"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+SUSPENDED: Final = "Suspended"
 PHASES = (PENDING, PREPARING, RUNNING, SUCCEEDED, FAILED, SUSPENDED)
 TERMINAL = (SUCCEEDED, FAILED)
 # The status fields the operator owns: the wire names (aliases) of api.types.LoraRLJobStatus;
@@ -77,7 +79,7 @@ _CREDENTIAL_KEY = re.compile(r"(?i)(key|secret|passw|pwd|credential|auth|bearer|
 class Observation:
     """What the RayJob says, in LoraRLJob terms."""
 
-    phase: str
+    phase: api.Phase
     reason: str
     message: str
     queued: bool = False  # suspended by Kueue, waiting for admission
@@ -278,7 +280,7 @@ def oom_observation(rayjob_name: str, by_ray: bool = False) -> Observation:
     )
 
 
-def rayjob_mirror(rayjob: dict[str, Any] | None) -> dict[str, Any] | None:
+def rayjob_mirror(rayjob: dict[str, Any] | None) -> api.RayJobMirrorDict | None:
     if rayjob is None:
         return None
     st = rayjob.get("status") or {}
@@ -294,11 +296,14 @@ def rayjob_mirror(rayjob: dict[str, Any] | None) -> dict[str, Any] | None:
         "succeeded": st.get("succeeded"),
         "failed": st.get("failed"),
     }
-    # every string KubeRay wrote (its reason, its statuses, the names) printable too
-    return {k: printable(v) if isinstance(v, str) else v for k, v in mirror.items() if v not in (None, "")}
+    # every string KubeRay wrote (its reason, its statuses, the names) printable too; the keys are
+    # the model's, the values KubeRay's as its CRD types them (not checked here)
+    return cast(api.RayJobMirrorDict, {k: printable(v) if isinstance(v, str) else v for k, v in mirror.items() if v not in (None, "")})
 
 
-def setcondition(previous: list[dict[str, Any]], type_: str, status: str, reason: str, message: str, now: str, generation: int) -> dict[str, Any]:
+def setcondition(
+    previous: list[dict[str, Any]], type_: str, status: api.ConditionStatus, reason: str, message: str, now: str, generation: int
+) -> api.ConditionDict:
     """A condition whose lastTransitionTime changes only when its status flips."""
     old = next((c for c in previous if c.get("type") == type_), None)
     since = old["lastTransitionTime"] if old and old.get("status") == status and old.get("lastTransitionTime") else now
@@ -312,7 +317,7 @@ def setcondition(previous: list[dict[str, Any]], type_: str, status: str, reason
     }
 
 
-def _bool(value: bool) -> str:
+def _bool(value: bool) -> api.ConditionStatus:
     return "True" if value else "False"
 
 
@@ -397,7 +402,7 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
     return Summary(True, False, False, obs.reason, obs.message)  # Running, or Suspended as asked
 
 
-def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Facts) -> tuple[dict[str, Any], list[Event]]:
+def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Facts) -> tuple[api.OperatorStatusDict, list[Event]]:
     """The operator's status fields and the Events for this observation."""
     prev_phase = previous.get(PHASE)
     obs = observe(rayjob, facts.user_suspended, facts.queue_name, facts.admission)
@@ -471,26 +476,26 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     if serve is not None:
         conditions.append(setcondition(prev_conditions, serve_status.ADAPTER_SERVED, serve.status, serve.reason, serve.message, now, g))
 
-    out: dict[str, Any] = {
-        PHASE: phase,
-        OBSERVED_GENERATION: g,
-        CONDITIONS: conditions,
+    out: api.OperatorStatusDict = {
+        "phase": phase,
+        "observedGeneration": g,
+        "conditions": conditions,
     }
     mirror = rayjob_mirror(rayjob)
     if mirror is not None:
-        out[RAY_JOB] = mirror
+        out["rayJob"] = mirror
     start = previous.get(START_TIME) or (now if phase == RUNNING else None)
     if start:
-        out[START_TIME] = start
+        out["startTime"] = start
     if phase in TERMINAL:
         end = ((rayjob or {}).get("status") or {}).get("endTime")
-        out[COMPLETION_TIME] = previous.get(COMPLETION_TIME) or end or now
+        out["completionTime"] = previous.get(COMPLETION_TIME) or end or now
     if export is not None and export.adapter is not None:
-        out[ADAPTER] = export.adapter
+        out["adapter"] = export.adapter
     elif phase == RUNNING and facts.saved_adapter is not None:
-        out[ADAPTER] = facts.saved_adapter  # the final export's (after Succeeded) replaces it
+        out["adapter"] = facts.saved_adapter  # the final export's (after Succeeded) replaces it
     if serve is not None and serve.serving is not None:
-        out[SERVING] = serve.serving
+        out["serving"] = serve.serving
 
     events = list(facts.notes)
     events += admission_events(prev_conditions, conditions)
@@ -499,7 +504,7 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
         events.append(Event(kind, phase, f"{prev_phase or 'New'} -> {phase}: {obs.reason}: {obs.message}"[:1024]))
     if export is not None and export.status == "True" and condition(previous, adapter_status.ADAPTER_EXPORTED, "status") != "True":
         events.append(Event("Normal", adapter_status.ADAPTER_EXPORTED, export.message[:1024]))
-    saved = out.get(ADAPTER) if phase == RUNNING else None
+    saved = out.get("adapter") if phase == RUNNING else None
     if saved is not None and (previous.get(ADAPTER) or {}).get("rollout") != saved.get("rollout"):
         events.append(Event("Normal", "AdapterExportedAtSave", f"{saved.get('uri')} ({saved.get('digest')}, rollout {saved.get('rollout')})"[:1024]))
     if serve is not None and serve.status == "True" and condition(previous, serve_status.ADAPTER_SERVED, "status") != "True":
@@ -523,7 +528,7 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
     return out, events
 
 
-def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Admission, obs: Observation, now: str, generation: int) -> dict[str, Any]:
+def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Admission, obs: Observation, now: str, generation: int) -> api.ConditionDict:
     """``Admitted`` (queued jobs only): True while Kueue admits the Workload, with the
     ClusterQueue; False says why not (Queued, Preempted, Suspended, HealthSuspended,
     WorkloadDeactivated, or WorkloadNotCreated before Kueue made it)."""
@@ -563,7 +568,7 @@ def admitted_condition(previous: list[dict[str, Any]], queue_name: str, adm: Adm
     )
 
 
-def admission_events(previous: list[dict[str, Any]], conditions: list[dict[str, Any]]) -> list[Event]:
+def admission_events(previous: list[dict[str, Any]], conditions: list[api.ConditionDict]) -> list[Event]:
     """One Event when Kueue admits the job, one Warning when it is preempted."""
     new = next((c for c in conditions if c["type"] == ADMITTED), None)
     old = next((c for c in previous if c.get("type") == ADMITTED), None)
@@ -629,7 +634,7 @@ def apply_backoff(retry: int) -> float:
     return float(min(300, 5 * 2 ** min(max(retry, 0), 6)))
 
 
-def condition(status: dict[str, Any], type_: str, key: str) -> str | None:
+def condition(status: Mapping[str, Any], type_: str, key: str) -> str | None:
     """A field of one condition in a stored status, or None."""
     for cond in status.get(CONDITIONS) or []:
         if cond.get("type") == type_:
@@ -637,7 +642,7 @@ def condition(status: dict[str, Any], type_: str, key: str) -> str | None:
     return None
 
 
-def changed(previous: dict[str, Any], new: dict[str, Any]) -> bool:
+def changed(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """True when writing ``new`` (a merge patch) would change the stored status; of the
     reporter's sections only the leaves the operator owns are compared."""
     for k, v in new.items():
