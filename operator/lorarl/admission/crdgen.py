@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from ..api import types as api
 
@@ -278,7 +279,7 @@ _BLOCK_SECTIONS = {
 }
 
 
-def _flag_fields(model: type, prefix: str) -> dict[str, str]:
+def _flag_fields(model: type[BaseModel], prefix: str) -> dict[str, str]:
     """flag -> the field path whose ``flag`` metadata names it, over the spec's models."""
     found: dict[str, str] = {}
     for name, field in model.model_fields.items():
@@ -316,7 +317,7 @@ def spec_schema() -> dict[str, Any]:
     return schema
 
 
-def _default_nested_objects(schema: dict[str, Any], model: type) -> None:
+def _default_nested_objects(schema: dict[str, Any], model: type[BaseModel]) -> None:
     """pydantic omits defaults made by default_factory; give those fields their factory value,
     fully spelled out (the API server validates a default against the CEL rules as it stands,
     before nested defaulting, and `kubectl explain` shows it)."""
@@ -326,7 +327,7 @@ def _default_nested_objects(schema: dict[str, Any], model: type) -> None:
         if prop is None:
             continue
         if field.default_factory is not None:
-            value = field.default_factory()
+            value = field.get_default(call_default_factory=True)
             if hasattr(value, "model_dump"):
                 dumped = value.model_dump(by_alias=True, exclude_none=True, mode="json")
                 prop["default"] = dumped
@@ -340,10 +341,8 @@ def _default_nested_objects(schema: dict[str, Any], model: type) -> None:
             _default_nested_objects(prop, sub_model)
 
 
-def model_in(annotation: Any) -> type | None:
+def model_in(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model inside an annotation (Optional[X], list[X], X), if any."""
-    from pydantic import BaseModel
-
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in getattr(annotation, "__args__", ()) or ():
@@ -434,7 +433,7 @@ SELECTABLE_FIELDS = [{"jsonPath": ".status.phase"}]
 def crd() -> dict[str, Any]:
     root = {
         "type": "object",
-        "description": " ".join(api.LoraRLJob.__doc__.split()),
+        "description": " ".join((api.LoraRLJob.__doc__ or "").split()),
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string", "description": "APIVersion: lorarl.dev/v1alpha1."},

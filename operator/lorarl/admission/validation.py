@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any
 
 import celpy
@@ -148,7 +148,7 @@ def structure_problems(obj: dict[str, Any]) -> list[Problem]:
     for err in _structure_validator().iter_errors(obj):
         at = _json_path(err.absolute_path)
         if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-            known = err.schema.get("properties", {})
+            known = err.schema.get("properties", {}) if isinstance(err.schema, Mapping) else {}
             for name in sorted(set(err.instance) - set(known)):
                 problems.append(Problem(f"{at}.{name}" if at else name, "unknown field"))
             continue
@@ -162,22 +162,26 @@ def structure_problems(obj: dict[str, Any]) -> list[Problem]:
 
 def _message(err: jsonschema.ValidationError) -> str:
     v, s = err.validator, err.validator_value
+    # what the validator checked: a list, an object or a string for the size rules, the object schema
+    # (not a boolean one) for the bounds
+    size = len(err.instance) if isinstance(err.instance, Sized) else 0
+    schema = err.schema if isinstance(err.schema, Mapping) else {}
     if v == "type":
         return f"must be of type {s}"
-    if v == "enum":
+    if v == "enum" and isinstance(s, list):
         return "Unsupported value: " + repr(err.instance) + "; supported values: " + ", ".join(map(str, s))
     if v == "maxLength":
         return f"Too long: may not be more than {s} bytes"
     if v in ("maxItems", "maxProperties"):
-        return f"Too many: {len(err.instance)}: must have at most {s} items"
+        return f"Too many: {size}: must have at most {s} items"
     if v == "minLength":
         return f"Too short: may not be less than {s} bytes"
     if v in ("minItems", "minProperties"):
-        return f"Too few: {len(err.instance)}: must have at least {s} items"
+        return f"Too few: {size}: must have at least {s} items"
     if v == "minimum":
-        return f"should be greater than {'' if err.schema.get('exclusiveMinimum') else 'or equal to '}{s}"
+        return f"should be greater than {'' if schema.get('exclusiveMinimum') else 'or equal to '}{s}"
     if v == "maximum":
-        return f"should be less than {'' if err.schema.get('exclusiveMaximum') else 'or equal to '}{s}"
+        return f"should be less than {'' if schema.get('exclusiveMaximum') else 'or equal to '}{s}"
     return err.message
 
 
@@ -265,7 +269,7 @@ def _cel_split(text: Any, separator: Any) -> celpy.celtypes.ListType:
     return celpy.celtypes.ListType([celpy.celtypes.StringType(part) for part in str(text).split(str(separator))])
 
 
-CEL_FUNCTIONS = {
+CEL_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "split": _cel_split,
     "matches": _cel_matches,
     "indexOf": _cel_index_of,

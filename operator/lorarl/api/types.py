@@ -13,17 +13,19 @@ left unset mean "the hardware profile's (or the recipe's) choice".
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, Required, TypedDict
+from typing import Annotated, Any, Final, Literal, Required, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict, JsonValue
 
 from . import secret_scanners as scanners
 
 GROUP = "lorarl.dev"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "LoraRLJob"
+API_VERSION: Final = "lorarl.dev/v1alpha1"  # GROUP/VERSION, spelled out: the type of LoraRLJob.api_version
+assert f"{GROUP}/{VERSION}" == API_VERSION
+KIND: Final = "LoraRLJob"
 PLURAL = "lorarljobs"
 SINGULAR = "lorarljob"
 SHORT_NAMES = ["lrl"]
@@ -50,13 +52,13 @@ INPUT_URI = r"^(https://[A-Za-z0-9.-]+(:[0-9]{1,5})?|s3://[a-z0-9][a-z0-9.-]{1,6
 INPUT_URI_HELP = "must be an https://host/path or s3://bucket/key URI of letters, digits and _@%+=:,./- (no query string)"
 
 
-def repo_id_rule() -> dict[str, str]:
+def repo_id_rule() -> JsonDict:
     """The repository id syntax as a rule, so that a refusal says in words what is allowed (a
     pattern's refusal shows only the regular expression)."""
     return {"rule": f"self.matches('{HF_REPO_ID}')", "message": HF_REPO_ID_HELP + _ELSEWHERE}
 
 
-URI_RULE = {"rule": f"self.matches('{INPUT_URI}')", "message": INPUT_URI_HELP}
+URI_RULE: JsonDict = {"rule": f"self.matches('{INPUT_URI}')", "message": INPUT_URI_HELP}
 
 
 _ELSEWHERE = "; for a file already on the job's volume set path, for an s3:// or https:// source set uri"
@@ -70,7 +72,7 @@ K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # validation environment since 1.28: pkg/cel/environment/base.go) calls
 # k8s.io/apimachinery/pkg/api/resource.ParseQuantity; lorarl.admission.validation implements the same
 # grammar for `lorarl validate`. Zero and negative sizes are refused (a pod cannot use them).
-QUANTITY_RULE = {
+QUANTITY_RULE: JsonDict = {
     "rule": "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
     "message": "must be a positive Kubernetes quantity, e.g. 64, 500m, 512Gi or 1e3",
 }
@@ -98,7 +100,7 @@ ModuleName = Annotated[str, StringConstraints(pattern=IDENTIFIER, max_length=64)
 # A value that reaches a command line as an option's value (hf download --revision R) must not
 # look like an option itself: "--help" would be parsed as one (click, which the hf CLI is built
 # on, and argparse both read a leading "-" as an option).
-NOT_OPTION_RULE = {"rule": "!self.startsWith('-')", "message": "must not start with '-': it would be read as a command-line option"}
+NOT_OPTION_RULE: JsonDict = {"rule": "!self.startsWith('-')", "message": "must not start with '-': it would be read as a command-line option"}
 
 
 def REVISION_SCHEMA(schema: dict[str, Any]) -> None:  # noqa: N802 (used like the constants beside it)
@@ -120,7 +122,7 @@ def cel_regex(pattern: str) -> str:
     return pattern.replace("\\", "\\\\")
 
 
-def syntax_rules(pattern: str, help_: str, *fields: str) -> list[dict]:
+def syntax_rules(pattern: str, help_: str, *fields: str) -> list[JsonValue]:
     """The syntax of string fields that may hold a pasted secret, as rules on the object that holds
     them (fieldPath names the field), not as a `pattern`: the API server quotes a refused string
     ('Invalid value: "<the value>"'), a refused object by its type only ("object")."""
@@ -172,7 +174,7 @@ ACCESS_KEY_SHAPED_MESSAGE = (
 )
 
 
-def not_token_shaped(*fields: str) -> list[dict]:
+def not_token_shaped(*fields: str) -> list[JsonValue]:
     """Refuse token-shaped values of these string fields, by rules on the object that holds them
     (fieldPath names the field): the API server quotes a refused string's value in its message
     ('Invalid value: "<the token>"'), a refused object only by its type ("object"), so the token
@@ -191,7 +193,7 @@ def flag(name: str) -> dict[str, Any]:
     return {"flag": name}
 
 
-def cel(rule: str, message: str, field_path: str | None = None, reason: str | None = None) -> dict:
+def cel(rule: str, message: str, field_path: str | None = None, reason: str | None = None) -> JsonDict:
     """One ``x-kubernetes-validations`` entry."""
     out: dict[str, Any] = {"rule": rule, "message": message}
     if field_path:
@@ -272,7 +274,7 @@ QWEN3_DENSE_NAME = r"^Qwen/Qwen3-(0\.6B|1\.7B|4B|8B|14B|32B)(-[A-Za-z0-9._-]+)?$
 
 
 # a path segment "." or ".." would leave the input's directory
-NO_DOT_SEGMENT_RULE = {"rule": "!self.matches('(^|/)[.][.]?(/|$)')", "message": "must stay inside its directory: no '.' or '..' path segment"}
+NO_DOT_SEGMENT_RULE: JsonDict = {"rule": "!self.matches('(^|/)[.][.]?(/|$)')", "message": "must stay inside its directory: no '.' or '..' path segment"}
 MODEL_SOURCE_RULES = [
     cel("!(has(self.path) && has(self.uri))", "give model.path (on the volume) or model.uri (downloaded), not both", field_path=".uri"),
     cel(
@@ -923,7 +925,7 @@ INTERNAL_HOST_MESSAGE = (
 )
 
 
-def internal_host_rules(prefix: str, end: str) -> list[dict]:
+def internal_host_rules(prefix: str, end: str) -> list[JsonValue]:
     """The CEL rule refusing those hosts in a field of the form ``<prefix><host><end>``."""
     at = f"{prefix}({{}}){end}"
     refused = at.format(_REFUSED_HOST)
@@ -1104,7 +1106,7 @@ class ServeSpec(ApiModel):
 # ------------------------------------------------------------------------------ run and health
 
 
-HOLD_GPUS_RULES = [
+HOLD_GPUS_RULES: list[JsonValue] = [
     cel(
         "!has(self.ttlSecondsAfterFinished) || self.holdGpusAfterFinishSeconds == 0 || self.holdGpusAfterFinishSeconds == self.ttlSecondsAfterFinished",
         "runPolicy.ttlSecondsAfterFinished is the deprecated name of runPolicy.holdGpusAfterFinishSeconds: give one of them",
@@ -1231,8 +1233,8 @@ class HealthSpec(ApiModel):
 IMMUTABLE_FIELDS = ["model", "hardware", "lora", "rollout", "eval", "optimizer", "algorithm", "sglang", "dataPrep", "tracking", "scheduling"]
 
 
-def _immutable_rules() -> list[dict]:
-    rules = [
+def _immutable_rules() -> list[JsonValue]:
+    rules: list[JsonValue] = [
         cel(
             f"self.{f} == oldSelf.{f}",
             f"spec.{f} is immutable: create a new LoraRLJob (or delete and re-create this one) to change it",
@@ -1265,7 +1267,7 @@ def _immutable_rules() -> list[dict]:
     return rules
 
 
-SPEC_RULES = [
+SPEC_RULES: list[JsonValue] = [
     cel(
         "(self.rollout.batchSize * self.rollout.samplesPerPrompt) % self.rollout.globalBatchSize == 0",
         "rollout.batchSize x rollout.samplesPerPrompt must be a multiple of rollout.globalBatchSize "
@@ -1358,7 +1360,7 @@ CREDENTIAL_FLAG_MESSAGE = (
 
 # Rules on each item, so that a refusal names the element (spec.extraArgs[3]), as the API server
 # reports a rule of an `items` schema; lorarl.admission.crdgen adds the spec-owned flags rule.
-EXTRA_ARG_ITEM_RULES = [
+EXTRA_ARG_ITEM_RULES: list[JsonDict] = [
     # a bare flag (no '='), named by its index; an item with '=' may carry the secret itself, and
     # an item with a character outside SHELL_SAFE may be one glued on: the list-level rules below
     # refuse those unechoed
@@ -1374,7 +1376,7 @@ EXTRA_ARG_ITEM_RULES = [
 # so that what the item holds stays out of the answer (and of whatever shows it: kubectl, a
 # GitOps controller's status, audit records). tests/security/test_credential_screen.py reads the
 # API server's whole answer for each.
-EXTRA_ARGS_RULES = [
+EXTRA_ARGS_RULES: list[JsonDict] = [
     # the characters a word may hold, as a rule on the list and not a `pattern` on the items (ExtraArg)
     # (a messageExpression naming the item's index costs more than the API server's budget for one)
     cel(f"self.all(a, a.matches('{SHELL_SAFE}'))", f"each item may hold only {SHELL_SAFE_HELP} (it passes through shells); the item is not repeated here"),
@@ -1404,7 +1406,7 @@ EXTRA_ARGS_RULES = [
     ),
 ]
 
-MODEL_PARALLEL_RULES = [
+MODEL_PARALLEL_RULES: list[JsonValue] = [
     cel(
         f"{_GPUS} % ({_MODEL_PARALLEL}) == 0",
         "the job's GPUs (hardware.nodes x hardware.gpusPerNode) cannot be split into model-parallel groups "
