@@ -32,8 +32,9 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
+from ..job.render import JOB_LABEL
 from . import driver, gpuhours, pods, status
 
 Key = tuple[str, str]
@@ -66,7 +67,7 @@ def trim_job(body: dict[str, Any], cached: dict[str, Any] | None = None) -> dict
             and meta.get("generation") is not None
             and (cached_meta.get("uid"), cached_meta.get("generation")) == (meta.get("uid"), meta.get("generation"))
         )
-        out[SPEC_TEXT] = cached[SPEC_TEXT] if same else json.dumps(body["spec"], separators=(",", ":"))
+        out[SPEC_TEXT] = cached[SPEC_TEXT] if same and cached is not None else json.dumps(body["spec"], separators=(",", ":"))
     return out
 
 
@@ -222,7 +223,7 @@ def key_of(body: dict[str, Any]) -> Key:
 def by_job(body: dict[str, Any]) -> Key | None:
     """(namespace, job) of an object labelled with its LoraRLJob (its Ray pods, its export Jobs)."""
     meta = body["metadata"]
-    job = (meta.get("labels") or {}).get(pods.JOB_LABEL)
+    job = (meta.get("labels") or {}).get(JOB_LABEL)
     return (meta["namespace"], job) if job else None
 
 
@@ -386,14 +387,14 @@ def _newer(current: dict[str, Any], body: dict[str, Any]) -> bool:
         return False
 
 
-class Memo:
+class Memo(Generic[V]):
     """A bounded, thread-safe map with least-recently-used eviction (parse and render results
     per job generation: computed once per generation, not once per event)."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
         self._lock = threading.Lock()
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
 
     def get(self, key: Hashable, make: Callable[[], V]) -> V:
         with self._lock:
@@ -441,8 +442,8 @@ class Caches:
         self.export_jobs_listed = threading.Event()
         if rayjobs_listed:  # a cache filled by hand (tests, tools): every kind counts as listed
             self.export_jobs_listed.set()
-        self.parsed = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~15 KiB each
-        self.digests = Memo()  # (uid, generation) -> Kind -> digest of each rendered child
+        self.parsed: Memo[Any] = Memo(2048)  # (uid, generation) -> (job, unknown fields) or InvalidJob; ~15 KiB each
+        self.digests: Memo[dict[str, str]] = Memo()  # (uid, generation) -> Kind -> digest of each rendered child
         # GPU accounting (gpuhours.account) reads the pods only once their listing is complete
         # (None: the whole cluster), else a pod not yet listed would look gone
         self.pods_listed: set[str | None] = set()
@@ -461,7 +462,7 @@ class Caches:
         if not self.pods.delete(body) or cached is None:
             return
         meta = cached["metadata"]
-        job = (meta.get("labels") or {}).get(pods.JOB_LABEL)
+        job = (meta.get("labels") or {}).get(JOB_LABEL)
         self._note_gone_head(cached, job, now)
         if not job or not gpuhours.pod_gpus(cached):
             return

@@ -89,9 +89,11 @@ def lost(
     """(the DriverLost message, or None; when to judge again). ``pods``: the job's pods from a
     complete listing (None: not known, nothing is judged); ``gone_heads``: RayCluster name ->
     {name, at} of head pods seen deleted (cache.Caches.gone_heads)."""
-    st = (rayjob or {}).get("status") or {}
+    if rayjob is None or pods is None:
+        return None, None
+    st = rayjob.get("status") or {}
     cluster = st.get("rayClusterName")
-    if pods is None or not cluster or (st.get("jobDeploymentStatus"), st.get("jobStatus")) != ("Running", "RUNNING"):
+    if not cluster or (st.get("jobDeploymentStatus"), st.get("jobStatus")) != ("Running", "RUNNING"):
         return None, None
     job_start = parse_time((st.get("rayJobInfo") or {}).get("startTime"))
     heads = sorted(

@@ -82,8 +82,8 @@ def release_time(pod: dict[str, Any]) -> float | None:
     st = pod.get("status") or {}
     app = st.get("containerStatuses") or []
     if st.get("phase") in ("Succeeded", "Failed") or (app and all((s.get("state") or {}).get("terminated") for s in app)):
-        ends = [parse_time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt")) for s in [*(st.get("initContainerStatuses") or []), *app]]
-        ends = [t for t in ends if t is not None]
+        finished = (parse_time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt")) for s in [*(st.get("initContainerStatuses") or []), *app])
+        ends = [t for t in finished if t is not None]
         if ends:
             return max(ends)
     # being deleted: deletionTimestamp is the deadline of its grace period (held until then at most)
@@ -118,7 +118,8 @@ def _hours(pod: dict[str, Any], record: dict[str, Any] | None, now: float) -> fl
     release is known (the kubelet reports the end a few seconds late, so a write that fell in
     between counted those seconds too much: corrected here), else never less than recorded."""
     hours = pod_gpu_hours(pod, now)
-    if release_time(pod) is not None and release_time(pod) <= now:
+    released = release_time(pod)
+    if released is not None and released <= now:
         return hours
     return max(_number((record or {}).get(POD_HOURS)), hours)
 
@@ -134,7 +135,7 @@ class Usage:
 
     @property
     def total(self) -> float:
-        return self.fields[PROGRESS][GPU_HOURS]
+        return float(self.fields[PROGRESS][GPU_HOURS])
 
 
 def recorded_holding(job_status: dict[str, Any]) -> bool:

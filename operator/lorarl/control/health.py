@@ -142,7 +142,7 @@ def gated(verdict: Verdict, quiet: str | None, policy: str, previous: dict[str, 
         return Verdict("False", DRIVER_LOST, lost)
     if quiet:
         return Verdict("False", NO_PROGRESS, quiet)
-    old = next((c for c in previous.get("conditions") or [] if c.get("type") == "TrainingHealthy"), {})
+    old: dict[str, Any] = next((c for c in previous.get("conditions") or [] if c.get("type") == "TrainingHealthy"), {})
     if policy == "Suspend" and old.get("status") == "False" and old.get("reason") in (NO_PROGRESS, DRIVER_LOST):
         return Verdict("False", old["reason"], old.get("message") or f"{old['reason']} while Running")
     return verdict

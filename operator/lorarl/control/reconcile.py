@@ -318,7 +318,7 @@ class Reconciler:
             rendered_children = children()
             rayjob_child, rayjob_manager = queueing.rayjob_apply(rendered_children.rayjob, job, rayjob, verdict)
             rayjob_child["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # rayjob_apply copied it: the memoised render stays untouched
-            if queueing.queued(job) and queueing.owns_suspend(rayjob):
+            if queueing.queued(job) and rayjob is not None and queueing.owns_suspend(rayjob):
                 self._hand_over_suspend(rayjob)
             if self.caches is not None:  # so that the watch event of this apply is known as ours
                 rj_meta = (rayjob or {}).get("metadata") or {}
@@ -468,7 +468,8 @@ class Reconciler:
         Refused (an older chart without the delete rule): logged, the Jobs stay, the reconcile goes on."""
         if self.caches is not None and not self.caches.export_jobs_listed.is_set():
             return []
-        namespace, notes = job.metadata.namespace, []
+        namespace = job.metadata.namespace
+        notes: list[status.Event] = []
         for gone in adapter_status.superseded_saved_exports(saved, self._pods_of(job), final_exported):
             meta = gone.job["metadata"]
             try:
@@ -574,6 +575,7 @@ class Reconciler:
         """Deactivate / re-activate the job's Workload as the operator decided, and read what
         Kueue says about it. Without Kueue's CRDs (404) the job just stays queued."""
         namespace, queue = job.metadata.namespace, job.spec.scheduling.queue_name
+        assert queue is not None  # only a queued job follows Kueue (queueing.queued)
         workload = None
         if rayjob is not None:
             try:

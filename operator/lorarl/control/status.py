@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..api import types as api
 from ..api.types import ACCESS_KEY_SHAPED_VALUE
@@ -24,6 +24,9 @@ from . import adapter_status, pods, serve_status
 from .driver import DRIVER_LOST
 from .health import NO_PROGRESS, Verdict
 from .queueing import HEALTH_SUSPENDED, Admission
+
+if TYPE_CHECKING:  # the I/O layer's error, for its type only: this module stays pure
+    from ..runtime.kube import ApiError
 
 PENDING: Final = "Pending"
 PREPARING: Final = "Preparing"
@@ -204,7 +207,7 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
             return Observation(PREPARING, "RayClusterRestarting", f"KubeRay is starting a new Ray cluster{after}")
         return Observation(PENDING, "RayJobCreated", "waiting for KubeRay to pick up the RayJob")
     queued = not user_suspended and bool(queue_name) and (admission is None or admission.deactivated_by is None)
-    if deployment == "Initializing" and queued and (rayjob.get("spec") or {}).get("suspend"):
+    if deployment == "Initializing" and queued and queue_name and (rayjob.get("spec") or {}).get("suspend"):
         # a RayJob created suspended for Kueue passes through Initializing on its way to
         # Suspending (rayjob_controller.go:166-180, 964-981 in v1.5.0) without creating a cluster
         return queue_observation(queue_name, admission)
@@ -238,7 +241,7 @@ def observe(rayjob: dict[str, Any] | None, user_suspended: bool, queue_name: str
     if deployment == "ValidationFailed":
         return Observation(FAILED, "ValidationFailed", message or "KubeRay rejected the RayJob spec")
     if deployment in ("Suspending", "Suspended"):
-        if queued:
+        if queued and queue_name:  # (queued implies a queue name)
             return queue_observation(queue_name, admission)
         return Observation(
             SUSPENDED, deployment, "the Ray cluster is being deleted" if deployment == "Suspending" else "the run is suspended; its Ray cluster is deleted"
@@ -584,7 +587,7 @@ def admission_events(previous: list[dict[str, Any]], conditions: list[api.Condit
 TOO_LARGE_HINT = "; the object is too large to store: a smaller spec (fewer affinity terms, tolerations or arguments) renders a smaller one"
 
 
-def refusal_text(err) -> str:
+def refusal_text(err: ApiError) -> str:
     """The API server's words of a refused apply (a ``kube.ApiError``), with what to do about an
     object too large to store (issue 35: its 500 or 413 is a refusal, not a retry). For the
     operator's log only: they may quote another object's fields (a 422's values, an admission
@@ -604,7 +607,7 @@ REFUSAL_SENTENCES = {
 MAX_FIELDS = 8
 
 
-def apply_failure(kind: str, namespace: str, name: str, err) -> str:
+def apply_failure(kind: str, namespace: str, name: str, err: ApiError) -> str:
     """The ApplyFailed message of a refused apply (a ``kube.ApiError``): which child, the HTTP
     status and reason, the fields the API server's Status names (details.causes[].field), and a
     sentence of ours. No text of the server's: a 422 quotes the values of the object it refused,
@@ -638,7 +641,8 @@ def condition(status: Mapping[str, Any], type_: str, key: str) -> str | None:
     """A field of one condition in a stored status, or None."""
     for cond in status.get(CONDITIONS) or []:
         if cond.get("type") == type_:
-            return cond.get(key)
+            value = cond.get(key)
+            return value if isinstance(value, str) else None  # the CRD's condition fields asked for are strings
     return None
 
 

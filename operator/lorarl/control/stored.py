@@ -25,7 +25,8 @@ KNOWN_FIELDS_FILE = "known_fields.json"
 @functools.cache
 def known_fields() -> dict[str, Any]:
     """The spec's declared fields (the CRD schema's properties/additionalProperties/items tree)."""
-    return json.loads(resources.files(__package__).joinpath(KNOWN_FIELDS_FILE).read_text())
+    fields: dict[str, Any] = json.loads(resources.files(__package__).joinpath(KNOWN_FIELDS_FILE).read_text())
+    return fields
 
 
 def drop_unknown(schema: dict[str, Any], value: Any, path: str = "") -> tuple[Any, list[str]]:
