@@ -3,6 +3,8 @@ as plain JSON (the pod reads it with the standard library; docs/adapters.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..api.types import LoraRLJob
 from . import profiles
 
@@ -52,7 +54,7 @@ def projection_dims(job: LoraRLJob) -> tuple[int, dict[str, list[int]]]:
     }
 
 
-def export_plan(job: LoraRLJob) -> dict:
+def export_plan(job: LoraRLJob) -> dict[str, Any]:
     export = job.spec.export
     if export is None:
         raise PlanError("spec.export: not set")

@@ -145,13 +145,20 @@ def gpus_per_node(job: LoraRLJob) -> int:
 def model_shape(job: LoraRLJob) -> ModelShape:
     """The architecture: explicit, a named preset, or inferred from a Qwen3 dense model name."""
     arch = job.spec.model.architecture
-    if arch is not None and arch.preset is None:
+    if arch is not None and arch.preset is not None:
+        return MODEL_PRESETS[arch.preset]
+    if arch is not None:
+        layers, hidden, ffn, heads, groups = arch.num_layers, arch.hidden_size, arch.ffn_hidden_size, arch.num_attention_heads, arch.num_query_groups
+        if layers is None or hidden is None or ffn is None or heads is None or groups is None:  # the CRD's rule refuses that
+            raise ValueError(
+                "spec.model.architecture: an explicit architecture needs numLayers, hiddenSize, ffnHiddenSize, numAttentionHeads and numQueryGroups"
+            )
         return ModelShape(
-            num_layers=arch.num_layers,
-            hidden_size=arch.hidden_size,
-            ffn_hidden_size=arch.ffn_hidden_size,
-            num_attention_heads=arch.num_attention_heads,
-            num_query_groups=arch.num_query_groups,
+            num_layers=layers,
+            hidden_size=hidden,
+            ffn_hidden_size=ffn,
+            num_attention_heads=heads,
+            num_query_groups=groups,
             untie_embeddings=arch.untie_embeddings_and_output_weights,
             kv_channels=arch.kv_channels,
             vocab_size=arch.vocab_size,
@@ -159,8 +166,6 @@ def model_shape(job: LoraRLJob) -> ModelShape:
             norm_epsilon=fmt(arch.norm_epsilon),
             qk_layernorm=arch.qk_layernorm,
         )
-    if arch is not None:
-        return MODEL_PRESETS[arch.preset]
     match = _QWEN3_NAME.match(job.spec.model.name)
     if not match:
         raise ValueError(f"spec.model.architecture: required for {job.spec.model.name!r} (only the Qwen3 dense family is inferred)")

@@ -18,12 +18,13 @@ import functools
 import importlib.resources
 import ipaddress
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import yaml
 
 from ..adapter import egress
-from ..api.types import API_VERSION, KIND, LoraRLJob
+from ..api.types import API_VERSION, KIND, DatasetRef, EvalDataset, LoraRLJob, SecretKeyRef
 from ..reporter.spool import SPOOL_ENV
 from . import command, paths, profiles
 from .settings import DEFAULT as DEFAULT_SETTINGS
@@ -248,7 +249,7 @@ def egress_env(settings: EgressSettings) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------ assets
 
 
-def asset_path(name: str):
+def asset_path(name: str) -> Traversable:
     """A file shipped in lorarl/job/assets (the prepare script)."""
     return importlib.resources.files("lorarl.job").joinpath("assets", name)
 
@@ -336,7 +337,7 @@ def persistent_volume_claim(job: LoraRLJob) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------------- the pods
 
 
-def secret_env(name: str, ref) -> dict[str, Any]:
+def secret_env(name: str, ref: SecretKeyRef) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
 
 
@@ -463,7 +464,7 @@ def downloads(job: LoraRLJob) -> list[str]:
         items = [("uri", model.uri, paths.model_dir(job), "")]
     else:
         items = [("model", model.name, paths.model_dir(job), model.revision or "")]
-    datasets = [job.spec.rollout.prompt_data, *(job.spec.eval.datasets if job.spec.eval.enabled else [])]
+    datasets: list[DatasetRef | EvalDataset] = [job.spec.rollout.prompt_data, *(job.spec.eval.datasets if job.spec.eval.enabled else [])]
     for ds in datasets:
         if ds.path:
             items.append(("path", paths.dataset_file(ds), paths.dataset_file(ds), ""))
