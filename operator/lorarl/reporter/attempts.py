@@ -33,7 +33,7 @@ def record_path(save_root: str, attempt: int) -> str:
 
 def read_all(save_root: str) -> list:
     """Every readable record, by attempt number. A torn or foreign file is skipped."""
-    out = []
+    out: list[dict] = []
     try:
         names = os.listdir(ledger_dir(save_root))
     except OSError:

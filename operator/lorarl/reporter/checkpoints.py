@@ -85,7 +85,7 @@ def _iterations(save_dir: str) -> dict | None:
                     is_dir = m is not None and entry.is_dir()
                 except OSError:
                     is_dir = False
-                if is_dir:
+                if is_dir and m is not None:
                     found[int(m.group(1))] = entry.path
         return found
     except OSError:
@@ -115,7 +115,7 @@ class Verdict(NamedTuple):
 def judge(saves: list, current_attempt: int = 0, logged_done_local: int = -1) -> Verdict:
     """Apply the three rules. ``logged_done_local``: the highest local iteration of the current
     attempt that the log proves finished (a later rollout's line appeared)."""
-    newest = {}
+    newest: dict[int, int] = {}
     for s in saves:
         newest[s.attempt] = max(newest.get(s.attempt, -1), s.local)
     complete, saving = [], None

@@ -19,7 +19,7 @@ from . import attempts, checkpoints, launcher, oom, spool, supervise
 from .kubeapi import Patcher, api_config
 from .logparse import parse_line
 from .notes import PREFIX, warn
-from .schedule import Reporter
+from .schedule import Reporter, Sender
 from .summary import Summary
 
 
@@ -168,7 +168,7 @@ def make_reporter(opts, plan, eval_names: frozenset | None = None) -> Reporter:
         eval_names=eval_names,
     )
     config = api_config()
-    patcher = None
+    patcher: Sender | None = None
     spool_dir = os.environ.get(spool.SPOOL_ENV, "").strip()
     if spool_dir:  # the token is in the sidecar, not here
         patcher = spool.SpoolPatcher(spool_dir, f"{opts.namespace}/{opts.name}")

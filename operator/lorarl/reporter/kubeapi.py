@@ -95,7 +95,7 @@ class Patcher:
         self.sent = 0
         self.failures = 0  # consecutive failed attempts
         self._lock = threading.Lock()
-        self._opener = None
+        self._opener: urllib.request.OpenerDirector | None = None
 
     def _token(self) -> str | None:
         try:
@@ -105,7 +105,7 @@ class Patcher:
             return None
 
     def _build_opener(self):
-        handlers = [urllib.request.ProxyHandler({})]
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
         if self.url.startswith("https://"):
             ctx = ssl.create_default_context()
             if os.path.exists(self.api.ca_file):

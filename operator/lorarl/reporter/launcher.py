@@ -68,7 +68,7 @@ def rewrite(argv: list, save_dir: str, num_rollout: int, adapter: str | None) ->
 
 def plan(argv: list, save_root: str, total: int, ranks: int, gpus: int, resume: bool, now: float) -> Plan:
     """Claim the next attempt on the volume and decide its command."""
-    found = {}
+    found: dict = {}  # what make_record decided (it runs under the ledger's lock)
 
     def make_record(attempt: int) -> dict:
         offset, adapter = 0, None

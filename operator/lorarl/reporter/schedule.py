@@ -8,10 +8,21 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-from .kubeapi import Patcher
 from .notes import warn
 from .summary import Summary
+
+
+class Sender(Protocol):
+    """Where the status goes: the API server (kubeapi.Patcher) or the sidecar's spool
+    (spool.SpoolPatcher). True once sent (or written)."""
+
+    target: str  # what it reports to, for the log
+    timeout: float  # seconds a send may take
+
+    def send(self, status: dict, timeout: float | None = None) -> bool: ...
+
 
 FINAL_TIMEOUT = 10.0  # seconds for everything after the child exited
 
@@ -25,7 +36,7 @@ class Reporter:
     def __init__(
         self,
         summary: Summary,
-        patcher: Patcher | None,
+        patcher: Sender | None,
         interval: float,
         scan: Callable[[], tuple | None] | None = None,
         heartbeat: Callable[[dict], None] | None = None,
@@ -108,7 +119,7 @@ class Reporter:
                 with self._cond:
                     patch_due, _ = self._due(self._now())
                     version, status = self.summary.version, self.summary.status()
-                if patch_due:
+                if patch_due and self.patcher is not None:  # (_due says so only with a patcher)
                     self._last_attempt = self._now()
                     if self.patcher.send(status):
                         self._sent_version = version

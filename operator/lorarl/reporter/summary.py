@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from fractions import Fraction
+from typing import Any, TypeGuard
 
 from . import attempts, checkpoints
 from . import statuskeys as K
@@ -62,7 +63,7 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _finite(value) -> bool:
+def _finite(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -172,7 +173,7 @@ class Summary:
         elif kind == "wandb":
             # the CRD's bound (any other would refuse the whole patch); a URL with a control,
             # format or space character is not shown at all (text.printable would change it)
-            url = event.path
+            url = event.path or ""
             if url.startswith("https://") and len(url) <= MAX_URL and printable(url) == url and " " not in url:
                 self.wandb_url = url
         elif kind == "eval":
@@ -352,7 +353,7 @@ class Summary:
         eta = self._eta(done)
         if eta is not None:
             progress[K.ETA_SECONDS] = eta
-        metrics = {}
+        metrics: dict[str, Any] = {}
         if self._step is not None:
             metrics[K.STEP] = self._step
         for field, _ in METRIC_SOURCES:
@@ -363,7 +364,7 @@ class Summary:
             metrics[K.LOGPROB_DIFF_MEAN] = significant(float(self._diff_sum) / len(self._diffs))
         if self._non_finite:
             metrics[K.NON_FINITE] = [dict(self._non_finite[field]) for field, _ in WATCHED_FINITE if field in self._non_finite]
-        status = {K.PROGRESS: progress, K.METRICS: metrics}
+        status: dict[str, Any] = {K.PROGRESS: progress, K.METRICS: metrics}
         if self._evals:
             status[K.EVAL] = [
                 {**e, K.EVAL_LATEST: significant(e[K.EVAL_LATEST]), K.EVAL_BEST: significant(e[K.EVAL_BEST])} for _, e in sorted(self._evals.items())

@@ -119,6 +119,7 @@ def run(command: list, forwarder: SignalForwarder, on_line: Callable[[bytes], No
         warn(f"cannot run {command[0]!r}: {exc}")
         return 127
     forwarder.attach(child)
+    assert child.stdout is not None and child.stderr is not None  # both PIPE
     pumps = [
         threading.Thread(target=pump, args=(child.stdout.fileno(), _fileno(sys.stdout, 1), on_line), daemon=True),
         threading.Thread(target=pump, args=(child.stderr.fileno(), _fileno(sys.stderr, 2), on_line), daemon=True),
