@@ -103,7 +103,7 @@ class Policy:
             infos = _original_getaddrinfo(host, port, 0, socket.SOCK_STREAM)
         except OSError:
             return
-        self.check_addresses(host, [info[4][0] for info in infos])
+        self.check_addresses(host, [str(info[4][0]) for info in infos])
 
 
 _original_getaddrinfo = socket.getaddrinfo
@@ -115,7 +115,7 @@ def install(policy: Policy) -> None:
     def getaddrinfo(host, port, *args, **kwargs):
         infos = _original_getaddrinfo(host, port, *args, **kwargs)
         name = host.decode() if isinstance(host, bytes) else str(host)
-        policy.check_addresses(name, [info[4][0] for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)])
+        policy.check_addresses(name, [str(info[4][0]) for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)])
         return infos
 
     socket.getaddrinfo = getaddrinfo

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..reporter import attempts, checkpoints, launcher
 from . import safetensors_file, torchfile
@@ -157,7 +158,9 @@ def build(plan: dict, status: dict, save_root: str, staging: str, now: datetime.
     safetensors_file.write(os.path.join(staging, WEIGHTS), tensors, {"format": "pt"})
     with open(os.path.join(staging, CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
-    files = [{"name": n, "size": os.path.getsize(os.path.join(staging, n)), "sha256": _sha256(os.path.join(staging, n))} for n in (CONFIG, WEIGHTS)]
+    files: list[dict[str, Any]] = [
+        {"name": n, "size": os.path.getsize(os.path.join(staging, n)), "sha256": _sha256(os.path.join(staging, n))} for n in (CONFIG, WEIGHTS)
+    ]
     manifest = {
         "apiVersion": "lorarl.dev/v1alpha1",
         "kind": "AdapterManifest",

@@ -6,6 +6,7 @@ sha256, and only then renames the directory to ``DIR``: nothing unverified is le
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -44,7 +45,7 @@ def pull(store: stores.Store, target: str, expected_digest: str | None = None) -
                 raise VerifyError(f"{package.MANIFEST}: file name {name!r} is not a plain name")
             h, n = hashlib.sha256(), 0
             with store.open(name) as src, open(os.path.join(partial, name), "wb") as out:
-                for chunk in iter(lambda s=src: s.read(1 << 20), b""):
+                for chunk in iter(functools.partial(src.read, 1 << 20), b""):
                     h.update(chunk)
                     n += len(chunk)
                     out.write(chunk)

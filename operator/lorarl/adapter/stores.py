@@ -82,7 +82,9 @@ class S3Store:
         self._errors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
 
     def _fail(self, what: str, err: Exception) -> StoreError:
-        response = getattr(err, "response", None) if isinstance(getattr(err, "response", None), dict) else {}
+        response = getattr(err, "response", None)
+        if not isinstance(response, dict):
+            response = {}
         status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
         code = known_code((response.get("Error") or {}).get("Code"), S3_ERROR_CODES)
         said = " ".join(x for x in (f"HTTP {status}" if status else "", code or "") if x)
@@ -298,7 +300,7 @@ class HubStore:
         self._downloads: tempfile.TemporaryDirectory | None = None
 
     def _fail(self, what: str, err: Exception) -> StoreError:
-        cause = err
+        cause: BaseException = err
         while cause.__cause__ is not None and getattr(cause, "response", None) is None:
             cause = cause.__cause__  # the upload's RuntimeError wraps the HTTP error
         response = getattr(cause, "response", None)

@@ -33,7 +33,7 @@ try:  # in the package (lorarl.serving.loader); in the load pod, egress.py is th
     from ..adapter import egress
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # python3 -I leaves it out
-    import egress  # type: ignore[no-redef]
+    import egress  # type: ignore[no-redef,import-not-found]  # egress.py beside it, in the load pod only
 
 TERMINATION_LIMIT = 4096  # the kubelet keeps at most 4096 bytes of a termination message
 RETRY, REFUSED = 1, 2
