@@ -191,7 +191,8 @@ class Informer:
         """Every object of one listing with its key, decoded one at a time; the listing's
         resourceVersion is left in ``self._listed_at``. Yields None when the listing starts over
         (an expired continue token: one full list instead)."""
-        token, limit = None, self._page_size
+        token: str | None = None
+        limit: int | None = self._page_size
         while True:
             try:
                 page = self._page(limit, token, field_selector, from_cache)

@@ -377,9 +377,10 @@ def _api_error(err: ApiException | ErrorAnswer) -> ApiError:
     message = err.body or err.reason or ""
     if isinstance(message, bytes):
         message = message.decode(errors="replace")
-    status_reason, fields = "", ()
+    status_reason = ""
+    fields: tuple[str, ...] = ()
     try:
-        parsed = json.loads(err.body)
+        parsed = json.loads(err.body or "")  # none: ValueError, as a body that is not JSON
         message = parsed.get("message", message)
         status_reason, fields = status_parts(parsed)
     except (TypeError, ValueError, AttributeError):

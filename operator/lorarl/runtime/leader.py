@@ -38,7 +38,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +74,7 @@ class Timings:
         return None
 
 
-def new_identity(environ: dict[str, str] | None = None) -> str:
+def new_identity(environ: Mapping[str, str] | None = None) -> str:
     """``$POD_NAME`` (else the hostname) plus a random suffix, unique per process even when a
     restarted pod keeps its name (as controller-runtime: hostname + "_" + uuid)."""
     environ = os.environ if environ is None else environ
@@ -159,7 +159,7 @@ def describe_error(err: BaseException) -> str:
     if isinstance(err, ApiException):
         message = err.reason or ""
         try:
-            message = json.loads(err.body).get("message", message)
+            message = json.loads(err.body or "").get("message", message)  # none: ValueError
         except (TypeError, ValueError, AttributeError):
             pass
         return f"{err.status} {message}"
@@ -231,10 +231,11 @@ class LeaseElector:
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": record.to_spec(),
                 }
-                result = self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=self._timeout())
+                # a dict body is serialised as it is (ApiClient.sanitize_for_serialization); the client types it V1Lease
+                result = self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=self._timeout())  # type: ignore[arg-type]
             else:
                 body = {**self._lease, "spec": {**(self._lease.get("spec") or {}), **record.to_spec()}}
-                result = self.leases.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self._timeout())
+                result = self.leases.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=self._timeout())  # type: ignore[arg-type]
         except ApiException as err:
             if err.status in (409, 404):  # somebody else wrote (or deleted) it first
                 self._lease = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import threading
 import urllib.parse
+from typing import Any, cast
 
 import certifi
 import kubernetes
@@ -113,7 +114,8 @@ class CurlTransport:
             handle.close()
 
     def request(self, method: str, url: str, body: bytes | None, headers: dict[str, str], timeout: float) -> Answer:
-        for auth in self.config.auth_settings().values():  # runs the (throttled) refresh hook
+        # runs the (throttled) refresh hook; each setting is one of the client's *AuthSetting TypedDicts
+        for auth in cast(dict[str, dict[str, Any]], self.config.auth_settings()).values():
             if auth.get("in") == "header" and auth.get("value"):
                 headers = {**headers, auth["key"]: auth["value"]}
         for attempt in range(CONNECT_RETRIES + 1):
@@ -128,7 +130,8 @@ class CurlTransport:
         handle = self._handle()
         handle.reset()  # options only: the live connection stays
         config = self.config
-        answer, lines = io.BytesIO(), []
+        answer = io.BytesIO()
+        lines: list[bytes] = []
         handle.setopt(pycurl.NOSIGNAL, 1)  # threads: no SIGALRM for timeouts
         handle.setopt(pycurl.URL, self.host + url)
         handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
@@ -165,5 +168,5 @@ class CurlTransport:
             handle.perform()
         except pycurl.error as err:
             code, message = err.args[0], err.args[1] if len(err.args) > 1 else ""
-            raise TransportError(code, message or pycurl.version) from None
+            raise TransportError(int(code), message or pycurl.version) from None
         return Answer(handle.getinfo(pycurl.RESPONSE_CODE), lines, answer.getvalue())
