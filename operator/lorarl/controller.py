@@ -45,7 +45,7 @@ from typing import Any
 import msgspec
 
 from .api import types as api
-from .control import adapter_status, gpuhours, jobmetrics, reconcile, status
+from .control import adapter_status, gpuhours, jobmetrics, reconcile, status, times
 from .control.cache import Caches, compact_job, key_of
 from .control.options import Options
 from .control.reconcile import Reconciler, timed
@@ -380,7 +380,9 @@ class Controller:
             return
         labels = (body.get("metadata") or {}).get("labels") or {}
         owner = labels.get(render.JOB_LABEL)
-        job, whole = self.caches.jobs.read((key[0], owner)) if owner else (None, False)
+        if not owner:
+            return
+        job, whole = self.caches.jobs.read((key[0], owner))
         # a compact job is settled: its export has ended; but an export at a save may end after
         # it, and its Job is then deleted as superseded (reconcile._delete_superseded)
         at_save_ended = export_job.ROLLOUT_LABEL in labels and type_ != "DELETED" and adapter_status.finished(body)
@@ -398,7 +400,9 @@ class Controller:
         else:
             self.caches.pods.put(body)
         owner = ((body.get("metadata") or {}).get("labels") or {}).get(render.JOB_LABEL)
-        job, whole = self.caches.jobs.read((key[0], owner)) if owner else (None, False)
+        if not owner:
+            return
+        job, whole = self.caches.jobs.read((key[0], owner))
         if job is not None and whole:  # a compact job is finished: nothing to report
             self.queue.add((key[0], owner), "pod-event")
 
@@ -470,10 +474,10 @@ class Controller:
             self.queue.remove(key)
             self.repairs.forget(key)
             return None
-        now = reconcile.utcnow()
+        now = times.utcnow()
         for event in outcome.events:
             try:  # events are best effort: never fail a reconcile for one
-                self.recorder.record(outcome.body, event.type, event.reason, event.message, reconcile.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+                self.recorder.record(outcome.body, event.type, event.reason, event.message, times.rfc3339(now), now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
             except ApiError as err:
                 logger.warning("could not post event %s: %s", event.reason, err, extra={"reconcile_id": reconcile_id})
         if outcome.apply_failed:

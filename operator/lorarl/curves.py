@@ -138,7 +138,8 @@ def _read(namespace: str | None, name: str) -> dict[str, Any]:
         namespace = namespace or "default"
     api = kubernetes.client.CustomObjectsApi()
     try:
-        return api.get_namespaced_custom_object("lorarl.dev", "v1alpha1", namespace, "lorarljobs", name)
+        job: dict[str, Any] = api.get_namespaced_custom_object("lorarl.dev", "v1alpha1", namespace, "lorarljobs", name)  # type: ignore[assignment]  # the object's JSON (the client types it object)
+        return job
     except kubernetes.client.ApiException as err:
         if err.status == 404:
             raise click.ClickException(f"lorarljob {namespace}/{name} not found") from None

@@ -234,7 +234,8 @@ def logs(name: str, namespace: str | None, follow: bool) -> None:
             click.echo(f"waiting for the trainer to start ({why})", err=True)
             said = why
         time.sleep(2)
-    response = core.read_namespaced_pod_log(
+    # with _preload_content=False the client returns the urllib3 response (it types the decoded str)
+    response: Any = core.read_namespaced_pod_log(
         pod["metadata"]["name"], namespace, container=SUBMITTER_CONTAINER, follow=follow, _preload_content=False, _request_timeout=None if follow else 60
     )
     try:

@@ -364,6 +364,7 @@ def run(
 for _command in (follow.logs, follow.status, follow.wait):
     main.add_command(_command)
 
-main.add_command(curves.plot), main.add_command(curves.watch)  # lorarl plot / watch (curves.py)
+main.add_command(curves.plot)  # lorarl plot (curves.py)
+main.add_command(curves.watch)  # lorarl watch (curves.py)
 main.add_command(adapter_cli.adapter)  # lorarl adapter pull (cli/adapter.py)
 main.add_command(serve_cli.serve)  # lorarl serve manifest (cli/serve.py)
