@@ -49,12 +49,13 @@ binaries-e2e: setup
 binaries: setup
 	bash hack/controlplane/build.sh $(API_BINARIES) $(filter-out $(API_BINARIES),$(E2E_BINARIES))
 
-# ruff's lint rules and its formatter (pyproject.toml [tool.ruff]): `ruff format .` fixes what the check refuses
-# and the package's layers (pyproject.toml [tool.importlinter]: lint-imports)
+# ruff's lint rules and its formatter (pyproject.toml [tool.ruff]): `ruff format .` fixes what the check refuses,
+# the package's layers (pyproject.toml [tool.importlinter]: lint-imports) and its types (pyproject.toml [tool.mypy])
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # The Debian packages the real node and the image builds need (hack/node/packages.sh: only those
 # missing), the observability tests' (prometheus) and the GitOps tests' (git, redis-server). As root
