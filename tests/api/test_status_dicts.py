@@ -31,7 +31,7 @@ def plain(annotation: Any) -> Any:
         rest = [a for a in args if a is not type(None)]
         return plain(rest[0]) if len(rest) == 1 else tuple(plain(a) for a in rest)
     if origin is list:
-        return list[plain(args[0])]  # type: ignore[misc]
+        return list[plain(args[0])]
     return MIRRORS.get(annotation, annotation)
 
 
