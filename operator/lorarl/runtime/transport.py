@@ -115,7 +115,7 @@ class CurlTransport:
 
     def request(self, method: str, url: str, body: bytes | None, headers: dict[str, str], timeout: float) -> Answer:
         # runs the (throttled) refresh hook; each setting is one of the client's *AuthSetting TypedDicts
-        for auth in cast(dict[str, dict[str, Any]], self.config.auth_settings()).values():
+        for auth in cast("dict[str, dict[str, Any]]", self.config.auth_settings()).values():  # (a string: nothing built per request)
             if auth.get("in") == "header" and auth.get("value"):
                 headers = {**headers, auth["key"]: auth["value"]}
         for attempt in range(CONNECT_RETRIES + 1):
