@@ -184,7 +184,8 @@ class Controller:
         self.export_informers = [
             Informer(kube.client, "batch", "v1", "jobs", ns, self.on_export_job, label_selector=EXPORT_JOBS, stopping=self.stopping) for ns in where
         ]
-        self.threads: list[threading.Thread] = []
+        self.watchers: list[threading.Thread] = []
+        self.workers: list[threading.Thread] = []
         caches = self.caches  # the cache gauges are read when scraped
         metrics.CACHED.labels("LoraRLJob", "whole").set_function(lambda: len(caches.jobs) - caches.jobs.compact_count())
         metrics.CACHED.labels("LoraRLJob", "compact").set_function(caches.jobs.compact_count)
@@ -226,18 +227,20 @@ class Controller:
                 raise runner.RetryStart(f"listing {informer.describe} failed: {err}", delay=5) from None
             log.info("listed %d %s%s in %.1fs", count, informer.describe, " (unfinished)" if informer.split else "", time.monotonic() - began)
         self.synced.set()
-        self.threads = [
+        # the watches and listings, never waited for at stop (one may block in a read for minutes)
+        self.watchers = [
             threading.Thread(target=i.watch, args=(self.stopping,), name=f"lorarl-watch-{i.plural}-{i.namespace or 'all'}", daemon=True)
             for i in self.job_informers
         ]
-        self.threads.append(threading.Thread(target=self._list_the_rest, name="lorarl-watch-backfill", daemon=True))
-        self.threads += [
+        self.watchers.append(threading.Thread(target=self._list_the_rest, name="lorarl-watch-backfill", daemon=True))
+        self.watchers += [
             threading.Thread(target=self._follow_pods, args=(i,), name=f"lorarl-watch-pods-{i.namespace or 'all'}", daemon=True) for i in self.pod_informers
         ]
-        self.threads.append(threading.Thread(target=self._follow_export_jobs, name="lorarl-watch-export-jobs", daemon=True))
-        self.threads += [threading.Thread(target=self._work, name=f"lorarl-worker-{n}", daemon=True) for n in range(self.options.workers)]
-        self.threads.append(threading.Thread(target=self._resync_loop, name="lorarl-resync", daemon=True))
-        for thread in self.threads:
+        self.watchers.append(threading.Thread(target=self._follow_export_jobs, name="lorarl-watch-export-jobs", daemon=True))
+        # the reconciling workers and the resync that feeds them: joined at stop
+        self.workers = [threading.Thread(target=self._work, name=f"lorarl-worker-{n}", daemon=True) for n in range(self.options.workers)]
+        self.workers.append(threading.Thread(target=self._resync_loop, name="lorarl-resync", daemon=True))
+        for thread in (*self.watchers, *self.workers):
             thread.start()
 
     def _list_the_rest(self) -> None:
@@ -262,12 +265,17 @@ class Controller:
         for thread in watches:
             thread.start()
 
-    def _until_done(self, listing: Any, what: str) -> int | None:
-        """``listing()``, retried every 5 s while it fails; None once the controller stops."""
+    def _until_done(self, listing: Any, what: str, without: str | None = None) -> int | None:
+        """``listing()``, retried every 5 s while it fails; None once the controller stops, or,
+        when ``without`` says what goes without it, once this operator may not list ``what`` (an
+        older chart's RBAC: said once)."""
         while not self.stopping.is_set():
             try:
                 return listing()
-            except Exception as err:  # noqa: BLE001 - the API server is away: retry
+            except Exception as err:  # noqa: BLE001 - the API server is away: retry; a 403 ends it
+                if without is not None and getattr(err, "status", None) == 403:
+                    log.warning("no access to %s: %s", what, without)
+                    return None
                 log.warning("listing %s failed, retrying in 5s: %s", what, err)
                 self.stopping.wait(5)
         return None
@@ -279,9 +287,8 @@ class Controller:
         self.stopping.set()
         self.kube.stopping.set()  # a request waiting out a Retry-After gives up now
         self.queue.shutdown()
-        for thread in self.threads:
-            if not thread.name.startswith("lorarl-watch-"):
-                thread.join(timeout=60)  # each worker finishes the reconcile it is in
+        for thread in self.workers:
+            thread.join(timeout=60)  # each worker finishes the reconcile it is in
 
     # -- watch events -> caches and queue ------------------------------------------------------
 
@@ -328,23 +335,14 @@ class Controller:
         self.queue.add((key[0], owner), "rayjob-event")
 
     def _list_until_done(self, informer: Informer, what: str, without: str) -> bool:
-        """List ``informer``, retried every 5 s until it answers; False when this operator may
-        not list ``what`` (an older chart's RBAC: said once, with what goes ``without`` it) or
+        """List ``informer`` (``_until_done``); False when this operator may not list ``what`` or
         is stopping."""
-        while not self.stopping.is_set():
-            began = time.monotonic()
-            try:
-                count = informer.list()
-            except Exception as err:  # noqa: BLE001 - retried; a 403 ends it
-                if getattr(err, "status", None) == 403:
-                    log.warning("no access to %s (%s): %s", what, informer.describe, without)
-                    return False
-                log.warning("listing %s failed, retrying in 5s: %s", informer.describe, err)
-                self.stopping.wait(5)
-                continue
-            log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
-            return True
-        return False
+        began = time.monotonic()
+        count = self._until_done(informer.list, f"{what} ({informer.describe})", without)
+        if count is None:
+            return False
+        log.info("listed %d %s in %.1fs", count, informer.describe, time.monotonic() - began)
+        return True
 
     def _follow_pods(self, informer: Informer) -> None:
         """List, then watch, the jobs' pods; without the chart's pods RBAC (an older chart) the

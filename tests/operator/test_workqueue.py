@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import threading
 
 from lorarl.control.status import apply_backoff
-from lorarl.control.workqueue import WorkQueue
+from lorarl.control.workqueue import RESYNC, TRIGGER_RANK, WorkQueue
+
+from tests.helpers import REPO
 
 
 class Clock:
@@ -255,3 +258,29 @@ def test_a_due_key_removed_and_added_again_is_handed_out_once():
     q.remove(("b", "y"))
     q.add(("b", "y"), "job-event")
     assert drain(q) == [(("b", "y"), "job-event")]
+
+
+def test_an_event_merged_with_a_stale_resync_keeps_its_name():
+    """A worker skips a resync of a finished job (controller._work). A resync queued while the job
+    was still exporting, then an event of its export Job at a save (which may end after the job
+    settled): the run must be the event's, or its reconcile (deleting that superseded Job) is lost."""
+    for event in ("export-event", "pod-event", "job-event", "rayjob-event", "change", "timer", "retry"):
+        q = WorkQueue(Clock())
+        q.add(("ns", "a"), RESYNC)
+        q.add(("ns", "a"), event)
+        assert drain(q) == [(("ns", "a"), event)], event
+
+
+def test_every_trigger_the_controller_queues_is_ranked():
+    """A trigger missing from TRIGGER_RANK would fail the merge (a KeyError in the queue): read from
+    the controller's own calls, not listed by hand."""
+    tree = ast.parse((REPO / "operator" / "lorarl" / "controller.py").read_text())
+    queued = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("add", "add_rate_limited") and len(node.args) >= 2:
+            trigger = node.args[1]
+            options = [trigger.body, trigger.orelse] if isinstance(trigger, ast.IfExp) else [trigger]
+            queued |= {o.value for o in options if isinstance(o, ast.Constant) and isinstance(o.value, str)}
+    assert {"pod-event", "export-event", "resync", "timer", "retry"} <= queued, queued  # the reader finds them
+    assert queued <= set(TRIGGER_RANK), queued - set(TRIGGER_RANK)
+    assert max(TRIGGER_RANK, key=TRIGGER_RANK.get) == RESYNC

@@ -30,15 +30,18 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
-# when two triggers of one key merge, the log names the most telling one
-TRIGGER_RANK = {"change": 0, "rayjob-event": 1, "job-event": 2, "timer": 3, "retry": 4, "resync": 5}
+# when two triggers of one key merge, the run is named by the most telling one. Every trigger is
+# ranked above the resync: a worker skips a resync of a finished job (controller._work), so an
+# event merged with a stale resync must keep its own name or its reconcile is lost (the end of an
+# export at a save of a job that has settled, tests/operator/test_workqueue.py)
+TRIGGER_RANK = {"change": 0, "rayjob-event": 1, "job-event": 2, "export-event": 3, "pod-event": 4, "timer": 5, "retry": 6, "resync": 7}
 RESYNC = "resync"  # the periodic backstop (controller._resync_loop), which a worker may skip
 
 
 def stronger(a: str | None, b: str) -> str:
     if a is None:
         return b
-    return a if TRIGGER_RANK.get(a, 9) <= TRIGGER_RANK.get(b, 9) else b
+    return a if TRIGGER_RANK[a] <= TRIGGER_RANK[b] else b
 
 
 def merge(old: tuple[float, str] | None, due: float, trigger: str, now: float) -> tuple[float, str]:
