@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 
 from lorarl.control.gpuhours import account, pod_gpu_hours, pod_gpus, recorded_holding, released_at, scheduled_at
-from lorarl.control.jobmetrics import parse_time
 from lorarl.control.pods import trim_pod
+from lorarl.control.times import unix_seconds as parse_time
 
 T0 = "2026-12-01T10:00:00Z"
 

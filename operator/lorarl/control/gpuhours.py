@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .jobmetrics import parse_time
+from .times import unix_seconds as parse_time
 
 GPU_RESOURCES = ("amd.com/gpu", "nvidia.com/gpu")
 # status keys (api.types.GpuAccounting, GpuPod): operator-owned

@@ -10,13 +10,12 @@ every metric is in docs/observability.md.
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-PHASES = ("Pending", "Preparing", "Running", "Succeeded", "Failed", "Suspended")
-TERMINAL = ("Succeeded", "Failed")
+from .status import PHASES, TERMINAL
+from .times import unix_seconds as parse_time
 
 # name -> (help, where in the status: (section, field)); all gauges, one series per job
 VALUES: dict[str, tuple[str, tuple[str, str]]] = {
@@ -63,16 +62,6 @@ class Sample(NamedTuple):
     name: str
     labels: dict[str, str]
     value: float
-
-
-def parse_time(text: Any) -> float | None:
-    """RFC 3339 (what the API server and the reporter write) -> Unix seconds; None if absent or unreadable."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _number(value: Any) -> float | None:

@@ -26,3 +26,9 @@ def parse_time(text: Any) -> datetime.datetime | None:
     if moment.tzinfo is None:
         return None  # RFC 3339 requires an offset: a local time is ambiguous
     return moment.astimezone(datetime.UTC)
+
+
+def unix_seconds(text: Any) -> float | None:
+    """:func:`parse_time` as Unix seconds (what metrics and GPU-hours count in); None as it."""
+    moment = parse_time(text)
+    return moment.timestamp() if moment is not None else None
