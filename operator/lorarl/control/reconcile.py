@@ -210,6 +210,30 @@ class Outcome:
     deleted: bool = False  # ttlSecondsAfterFinished ran out: the job was deleted
 
 
+@dataclass
+class Pass:
+    """What one reconcile knows, read at its start and filled in by its steps in order."""
+
+    body: dict[str, Any]
+    previous: dict[str, Any]  # the status as stored
+    generation: int
+    now: datetime.datetime
+    job: api.LoraRLJob
+    rayjob: dict[str, Any] | None
+    finished: bool  # the stored phase is final: no child is applied, no health judged
+    verdict: health.Verdict = health.Verdict("Unknown", "", "")
+    quiet: str | None = None  # the reporter has gone quiet (health.no_progress)
+    progress_due: datetime.datetime | None = None
+    lost: str | None = None  # the driver's head is gone (driver.lost)
+    lost_due: datetime.datetime | None = None
+    stopped: bool = False  # stopped as unhealthy in this pass
+    notes: list[status.Event] = field(default_factory=list)  # Events the steps ask for
+    applied: int = 0
+    apply_failed: str | None = None  # the API server refused a child: the ApplyFailed message
+    admission: queueing.Admission | None = None
+    run_pods: list[dict[str, Any]] | None = None
+
+
 def _parse(body: dict[str, Any]) -> Any:
     try:
         # lenient: the API server admitted this object; never re-judge it by this version's rules
@@ -246,7 +270,31 @@ class Reconciler:
 
     def reconcile(self, namespace: str, name: str, apply_children: bool = True) -> Outcome:
         """``apply_children``: apply every child whatever the records say (one-off tools and
-        tests; the controller's periodic repair); False: only the children whose render changed."""
+        tests; the controller's periodic repair); False: only the children whose render changed.
+
+        One pass is a chain of steps, each owning one concern, in the order the control loop runs
+        them (docs/architecture.md, "One reconcile"): read; the health gate; the children (stop an
+        unhealthy run, or apply what changed); Kueue; the pods; the phase, decided once; the
+        exports at saves; the export and the load after Succeeded; the status, computed once and
+        written with the GPU accounting; the next due time."""
+        begun = self._begin(namespace, name)
+        if isinstance(begun, Outcome):
+            return begun
+        run = begun
+        self._judge_health(run)
+        if not self._stop_unhealthy(run):
+            self._apply_children(run, everything=apply_children)
+        self._follow_queue(run)
+        self._read_pods(run)
+        facts, decided = self._decide(run)
+        facts = self._export_at_saves(run, facts, decided)
+        facts = self._export_and_serve(run, facts, decided)
+        return self._write(run, facts, decided)
+
+    # -- the steps of one pass, in order -----------------------------------------------------------
+
+    def _begin(self, namespace: str, name: str) -> Pass | Outcome:
+        """Read the job and its RayJob; a job that is gone, invalid or past its TTL ends the pass here."""
         body = self._read(api.API_VERSION, api.KIND, namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return Outcome(body=None)  # owner references let the garbage collector clean up
@@ -258,14 +306,51 @@ class Reconciler:
             return self._write_invalid(body, previous, generation, now, str(parsed))
         job, unknown = parsed
         _report_unknown(body, unknown)
-
         expiry = ttl_expiry(job, previous)  # None while its export runs: the deletion waits for its end
         if expiry is not None and now >= expiry:
             return self._expire(body, previous)
-
-        verdict = health.evaluate(job.spec.health, previous, frozenset(d.name for d in job.spec.eval.datasets))
         rayjob = self._read(render.RAYJOB_API_VERSION, "RayJob", namespace, render.rayjob_name(job))
-        finished = previous.get(status.PHASE) in status.TERMINAL
+        return Pass(body, previous, generation, now, job, rayjob, finished=previous.get(status.PHASE) in status.TERMINAL)
+
+    def _judge_health(self, run: Pass) -> None:
+        """The health verdict from the reporter's metrics, gated by a quiet reporter (no progress)
+        and a lost driver where the spec asks the gate to act on them."""
+        job, previous, now = run.job, run.previous, run.now
+        run.verdict = health.evaluate(job.spec.health, previous, frozenset(d.name for d in job.spec.eval.datasets))
+        if run.finished:
+            return
+        if previous.get(status.PHASE) == status.RUNNING:
+            last_update = parse_time((previous.get(K.PROGRESS) or {}).get(K.LAST_UPDATE_TIME))
+            attempt_start = parse_time(((run.rayjob or {}).get("status") or {}).get("startTime"))
+            run.quiet, run.progress_due = health.no_progress(job.spec.health, previous, last_update, attempt_start, now)
+        if self.caches is not None:  # the pods come from the cache, once listed
+            namespace = job.metadata.namespace
+            job_pods = self.caches.pods_of(namespace, job.metadata.name) if self.caches.pods_complete(namespace) else None
+            run.lost, run.lost_due = driver.lost(run.rayjob, job_pods, now, self.caches.gone_heads(namespace, job.metadata.name))
+        run.verdict = health.gated(run.verdict, run.quiet, job.spec.health.stop_on_unhealthy, previous, run.lost)
+
+    def _stop_unhealthy(self, run: Pass) -> bool:
+        """spec.health.stopOnUnhealthy: Stop and an unhealthy verdict: the RayJob deleted (its
+        cluster with it), and nothing else of the run is followed in this pass."""
+        job = run.job
+        if run.finished or run.verdict.status != "False" or job.spec.health.stop_on_unhealthy != "Stop":
+            return False
+        if run.rayjob is not None:
+            name = run.rayjob["metadata"]["name"]
+            self.kube.delete(render.RAYJOB_API_VERSION, "RayJob", job.metadata.namespace, name, propagation="Foreground")
+            run.notes.append(status.Event("Warning", "StoppingUnhealthy", f"deleted RayJob {name}: {run.verdict.message}"))
+        run.rayjob, run.stopped = None, True
+        run.quiet, run.progress_due, run.lost, run.lost_due = None, None, None, None
+        return True
+
+    def _apply_children(self, run: Pass, everything: bool) -> None:
+        """The children of an unfinished job (PVC, ConfigMap, RBAC, NetworkPolicy, then the RayJob
+        that mounts them), those whose render changed since the RayJob's record (``children_to_apply``);
+        a refusal stops the apply there and says which child (``Pass.apply_failed``)."""
+        if run.finished:
+            return
+        job, previous, rayjob = run.job, run.previous, run.rayjob
+        namespace = job.metadata.namespace
         rendered: list[render.Children] = []
 
         def children() -> render.Children:
@@ -273,145 +358,149 @@ class Reconciler:
                 rendered.append(render.children(job, self.render_settings))
             return rendered[0]
 
-        digests: dict[str, str] = {} if finished else self._memo("digests", body, lambda: child_digests(children().in_apply_order()))
-        notes: list[status.Event] = []
-        stopped = False
-        applied = 0
-        apply_failed: str | None = None
-
-        quiet, progress_due = None, None
-        lost, lost_due = None, None
-        if previous.get(status.PHASE) == status.RUNNING and not finished:
-            last_update = parse_time((previous.get(K.PROGRESS) or {}).get(K.LAST_UPDATE_TIME))
-            attempt_start = parse_time(((rayjob or {}).get("status") or {}).get("startTime"))
-            quiet, progress_due = health.no_progress(job.spec.health, previous, last_update, attempt_start, now)
-        if not finished and self.caches is not None:  # the pods come from the cache, once listed
-            listed = self.caches.pods_complete(namespace)
-            job_pods = self.caches.pods_of(namespace, job.metadata.name) if listed else None
-            lost, lost_due = driver.lost(rayjob, job_pods, now, self.caches.gone_heads(namespace, job.metadata.name))
-        if not finished:  # a quiet run, or one without its driver, is unhealthy where the spec asks the gate to act on it
-            verdict = health.gated(verdict, quiet, job.spec.health.stop_on_unhealthy, previous, lost)
-
-        if not finished and verdict.status == "False" and job.spec.health.stop_on_unhealthy == "Stop":
-            if rayjob is not None:
-                self.kube.delete(render.RAYJOB_API_VERSION, "RayJob", namespace, rayjob["metadata"]["name"], propagation="Foreground")
-                notes.append(status.Event("Warning", "StoppingUnhealthy", f"deleted RayJob {rayjob['metadata']['name']}: {verdict.message}"))
-            rayjob, stopped = None, True
-        elif not finished and (
-            to_apply := children_to_apply(
-                digests,
-                rayjob,
-                everything=apply_children or status.condition(previous, status.STALLED, "reason") == status.APPLY_FAILED,  # retry until it goes through
-                suspend_differs=suspend_drifted(job, rayjob, verdict),
-            )
-        ):
-            digest = encode_digests(digests)
-            if rayjob is None and (previous.get(status.RAY_JOB) or {}).get("name"):
-                notes.append(
-                    status.Event(
-                        "Warning",
-                        "RayJobRecreated",
-                        f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it"
-                        + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else ""),
-                    )
-                )
-            rendered_children = children()
-            rayjob_child, rayjob_manager = queueing.rayjob_apply(rendered_children.rayjob, job, rayjob, verdict)
-            rayjob_child["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # rayjob_apply copied it: the memoised render stays untouched
-            if queueing.queued(job) and rayjob is not None and queueing.owns_suspend(rayjob):
-                self._hand_over_suspend(rayjob)
-            if self.caches is not None:  # so that the watch event of this apply is known as ours
-                rj_meta = (rayjob or {}).get("metadata") or {}
-                # a queued RayJob's suspend is Kueue's after creation: the live value stays
-                suspend = rayjob_child["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
-                after = {
-                    "metadata": {**rj_meta, "annotations": {CHILDREN_DIGEST: digest}},
-                    "spec": {"suspend": suspend},
-                    "status": (rayjob or {}).get("status"),
-                }
-                self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), rayjob_fingerprint(after))
-            for child in [*rendered_children.before_rayjob, rayjob_child]:  # the RayJob mounts what comes before it
-                if child["kind"] not in to_apply:
-                    continue  # rendered as the RayJob records it
-                try:
-                    is_rayjob = child is rayjob_child  # the one answer read (below)
-                    result = self.kube.apply(child, field_manager=rayjob_manager if is_rayjob else kube_field_manager, answer=is_rayjob)
-                except ApiError as err:
-                    if not err.needs_fix:
-                        raise  # transient: the controller retries soon (backoff)
-                    meta = child["metadata"]
-                    apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], err)
-                    log_refusal(child, err)
-                    break  # later children depend on earlier ones (the RayJob mounts the ConfigMap)
-                applied += 1
-                if is_rayjob:
-                    rayjob = result
-                    if self.caches is not None:
-                        self.caches.rayjobs.note_own_write(result)
-
-        if stopped:
-            quiet, progress_due, lost, lost_due = None, None, None, None
-        admission = None
-        if queueing.queued(job) and not finished and not stopped:
-            admission = self._follow_kueue(job, rayjob, queueing.suspend_reason(job, verdict))
-        run_pods = (
-            None
-            if finished or stopped or self.caches is None
-            else pods.current(training_pods(self.caches.pods_of(namespace, job.metadata.name)), ((rayjob or {}).get("status") or {}).get("rayClusterName"))
+        digests: dict[str, str] = self._memo("digests", run.body, lambda: child_digests(children().in_apply_order()))
+        to_apply = children_to_apply(
+            digests,
+            rayjob,
+            everything=everything or status.condition(previous, status.STALLED, "reason") == status.APPLY_FAILED,  # retry until it goes through
+            suspend_differs=suspend_drifted(job, rayjob, run.verdict),
         )
+        if not to_apply:
+            return
+        digest = encode_digests(digests)
+        if rayjob is None and (previous.get(status.RAY_JOB) or {}).get("name"):
+            run.notes.append(
+                status.Event(
+                    "Warning",
+                    "RayJobRecreated",
+                    f"RayJob {render.rayjob_name(job)} was deleted while the job was unfinished; re-creating it"
+                    + (" (resuming from the newest checkpoint)" if job.spec.checkpoint.resume else ""),
+                )
+            )
+        rendered_children = children()
+        rayjob_child, rayjob_manager = queueing.rayjob_apply(rendered_children.rayjob, job, rayjob, run.verdict)
+        rayjob_child["metadata"].setdefault("annotations", {})[CHILDREN_DIGEST] = digest  # rayjob_apply copied it: the memoised render stays untouched
+        if queueing.queued(job) and rayjob is not None and queueing.owns_suspend(rayjob):
+            self._hand_over_suspend(rayjob)
+        if self.caches is not None:  # so that the watch event of this apply is known as ours
+            rj_meta = (rayjob or {}).get("metadata") or {}
+            # a queued RayJob's suspend is Kueue's after creation: the live value stays
+            suspend = rayjob_child["spec"].get("suspend", bool(((rayjob or {}).get("spec") or {}).get("suspend")))
+            after = {
+                "metadata": {**rj_meta, "annotations": {CHILDREN_DIGEST: digest}},
+                "spec": {"suspend": suspend},
+                "status": (rayjob or {}).get("status"),
+            }
+            self.caches.rayjobs.expect((namespace, render.rayjob_name(job)), rayjob_fingerprint(after))
+        for child in [*rendered_children.before_rayjob, rayjob_child]:  # the RayJob mounts what comes before it
+            if child["kind"] not in to_apply:
+                continue  # rendered as the RayJob records it
+            try:
+                is_rayjob = child is rayjob_child  # the one answer read (below)
+                result = self.kube.apply(child, field_manager=rayjob_manager if is_rayjob else kube_field_manager, answer=is_rayjob)
+            except ApiError as err:
+                if not err.needs_fix:
+                    raise  # transient: the controller retries soon (backoff)
+                meta = child["metadata"]
+                run.apply_failed = status.apply_failure(child["kind"], meta["namespace"], meta["name"], err)
+                log_refusal(child, err)
+                break  # later children depend on earlier ones (the RayJob mounts the ConfigMap)
+            run.applied += 1
+            if is_rayjob:
+                run.rayjob = result
+                if self.caches is not None:
+                    self.caches.rayjobs.note_own_write(result)
+
+    def _follow_queue(self, run: Pass) -> None:
+        """A queued job's Kueue Workload: deactivated or re-activated as decided, and read."""
+        if queueing.queued(run.job) and not run.finished and not run.stopped:
+            run.admission = self._follow_kueue(run.job, run.rayjob, queueing.suspend_reason(run.job, run.verdict))
+
+    def _read_pods(self, run: Pass) -> None:
+        """The current Ray cluster's own pods, from the cache (None: finished, stopped, or no cache)."""
+        if run.finished or run.stopped or self.caches is None:
+            return
+        job = run.job
+        cluster = ((run.rayjob or {}).get("status") or {}).get("rayClusterName")
+        run.run_pods = pods.current(training_pods(self.caches.pods_of(job.metadata.namespace, job.metadata.name)), cluster)
+
+    def _decide(self, run: Pass) -> tuple[status.Facts, status.Observation]:
+        """What the status mapping is told (``status.Facts``), and the phase it decides from it."""
+        job, now = run.job, run.now
         facts = status.Facts(
-            generation=generation,
+            generation=run.generation,
             now=rfc3339(now),
             user_suspended=job.spec.suspend,
             queue_name=job.spec.scheduling.queue_name,
-            verdict=verdict,
-            startup_timed_out=startup_timed_out(job, rayjob, now),
-            stopped_unhealthy=stopped,
-            apply_failed=apply_failed,
-            notes=notes,
-            health_suspended=queueing.suspend_reason(job, verdict) == queueing.HEALTH_SUSPENDED,
-            admission=admission,
-            no_progress=quiet,
-            driver_lost=lost,
-            pod_trouble=None if run_pods is None else pods.diagnose(run_pods),
-            node_not_ready=None if run_pods is None else pods.node_not_ready(run_pods),
+            verdict=run.verdict,
+            startup_timed_out=startup_timed_out(job, run.rayjob, now),
+            stopped_unhealthy=run.stopped,
+            apply_failed=run.apply_failed,
+            notes=run.notes,
+            health_suspended=queueing.suspend_reason(job, run.verdict) == queueing.HEALTH_SUSPENDED,
+            admission=run.admission,
+            no_progress=run.quiet,
+            driver_lost=run.lost,
+            pod_trouble=None if run.run_pods is None else pods.diagnose(run.run_pods),
+            node_not_ready=None if run.run_pods is None else pods.node_not_ready(run.run_pods),
         )
-        new_status, events = status.compute(previous, rayjob, facts)
-        if new_status["phase"] == status.RUNNING and job.spec.export is not None and job.spec.export.on_save and not stopped:
-            saved_adapter, save_refused, deleted = self._export_on_save(job, body)
-            apply_failed = apply_failed or save_refused
-            if saved_adapter is not None or deleted:
-                facts = dataclasses.replace(facts, saved_adapter=saved_adapter, notes=[*notes, *deleted])
-                new_status, events = status.compute(previous, rayjob, facts)
-        if new_status["phase"] == status.SUCCEEDED and job.spec.export is not None and not stopped:
-            export_state, export_refused = self._export(job, body, previous)
-            apply_failed = apply_failed or export_refused
-            serve_state = None
-            if export_state.status == "True" and job.spec.serve is not None:
-                serve_state, serve_refused = self._serve(job, body, previous, export_state)
-                apply_failed = apply_failed or serve_refused
-            deleted = self._delete_superseded(job, self._saved_exports(job), final_exported=export_state.status == "True") if job.spec.export.on_save else []
-            new_status, events = status.compute(previous, rayjob, dataclasses.replace(facts, export=export_state, serve=serve_state, notes=[*notes, *deleted]))
-        usage = self._gpu_usage(body, previous, now)
+        return facts, status.decide(run.previous, run.rayjob, facts)
+
+    def _export_at_saves(self, run: Pass, facts: status.Facts, decided: status.Observation) -> status.Facts:
+        """spec.export.onSave: while Running, each complete save exported by a Job of its own."""
+        export = run.job.spec.export
+        if decided.phase != status.RUNNING or export is None or not export.on_save or run.stopped:
+            return facts
+        saved_adapter, refused, deleted = self._export_on_save(run.job, run.body)
+        run.apply_failed = run.apply_failed or refused
+        if saved_adapter is None and not deleted:
+            return facts
+        return dataclasses.replace(facts, saved_adapter=saved_adapter, notes=[*run.notes, *deleted])
+
+    def _export_and_serve(self, run: Pass, facts: status.Facts, decided: status.Observation) -> status.Facts:
+        """After Succeeded: the export (spec.export), then the load into a server (spec.serve)
+        once exported; the exports at saves it superseded deleted."""
+        job = run.job
+        export = job.spec.export
+        if decided.phase != status.SUCCEEDED or export is None or run.stopped:
+            return facts
+        export_state, refused = self._export(job, run.body, run.previous)
+        run.apply_failed = run.apply_failed or refused
+        serve_state = None
+        if export_state.status == "True" and job.spec.serve is not None:
+            serve_state, serve_refused = self._serve(job, run.body, run.previous, export_state)
+            run.apply_failed = run.apply_failed or serve_refused
+        deleted = self._delete_superseded(job, self._saved_exports(job), final_exported=export_state.status == "True") if export.on_save else []
+        return dataclasses.replace(facts, export=export_state, serve=serve_state, notes=[*run.notes, *deleted])
+
+    def _write(self, run: Pass, facts: status.Facts, decided: status.Observation) -> Outcome:
+        """The status, computed once, written with the GPU accounting when either changed; the
+        time when a decision changes with time alone."""
+        previous, now = run.previous, run.now
+        new_status, events = status.compute(previous, run.rayjob, facts, decided)
+        usage = self._gpu_usage(run.body, previous, now)
         patch: dict[str, Any] = {**new_status}  # what is written: the mapping's fields and the GPU accounting's
         if usage is not None and (usage.due or status.changed(previous, patch)):
             patch.update(usage.fields)  # exact at transitions, else once a minute or with another write
-        written = self._write_status(job.metadata.namespace, job.metadata.name, previous, patch)
+        namespace, name = run.job.metadata.namespace, run.job.metadata.name
+        written = self._write_status(namespace, name, previous, patch)
         if written and usage is not None and usage.folded and self.caches is not None:
             self.caches.counted(namespace, name, usage.folded)
-        due = [t for t in (progress_due, lost_due) if t is not None]
-        requeue = next_check(job, rayjob, {**previous, **patch}, now, min(due) if due else None)
+        due = [t for t in (run.progress_due, run.lost_due) if t is not None]
+        requeue = next_check(run.job, run.rayjob, {**previous, **patch}, now, min(due) if due else None)
         if usage is not None and usage.holding:  # the GPU-hours grow with time alone
             requeue = min(requeue or gpuhours.REFRESH_SECONDS, gpuhours.REFRESH_SECONDS)
         return Outcome(
-            body=body,
+            body=run.body,
             phase=new_status["phase"],
             events=events,
-            applied=applied,
+            applied=run.applied,
             status_written=written,
-            apply_failed=apply_failed,
+            apply_failed=run.apply_failed,
             requeue_after=requeue,
         )
+
+    # -- what the steps call ---------------------------------------------------------------------
 
     def _export(self, job: api.LoraRLJob, body: dict[str, Any], previous: dict[str, Any]) -> tuple[adapter_status.ExportState, str | None]:
         """The export of a Succeeded job: its ConfigMap and Job applied once, then what they say;

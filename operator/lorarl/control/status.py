@@ -405,8 +405,11 @@ def summarize(obs: Observation, facts: Facts) -> Summary:
     return Summary(True, False, False, obs.reason, obs.message)  # Running, or Suspended as asked
 
 
-def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Facts) -> tuple[api.OperatorStatusDict, list[Event]]:
-    """The operator's status fields and the Events for this observation."""
+def decide(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Facts) -> Observation:
+    """The phase, reason and message of this observation: what the RayJob says, overridden by what
+    the operator knows beyond it (the health gate, the pods, a stop, a finished run). Nothing of
+    the adapter's export or serving changes them, so the reconcile decides the phase first and
+    runs those steps (which depend on it) before ``compute``."""
     prev_phase = previous.get(PHASE)
     obs = observe(rayjob, facts.user_suspended, facts.queue_name, facts.admission)
     if obs.phase == SUSPENDED and facts.health_suspended and not facts.user_suspended:
@@ -428,7 +431,16 @@ def compute(previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Fact
             condition(previous, SUCCEEDED if prev_phase == SUCCEEDED else FAILED, "reason") or prev_phase,
             condition(previous, READY, "message") or "",
         )
+    return obs
 
+
+def compute(
+    previous: dict[str, Any], rayjob: dict[str, Any] | None, facts: Facts, decided: Observation | None = None
+) -> tuple[api.OperatorStatusDict, list[Event]]:
+    """The operator's status fields and the Events for this observation (``decided``: ``decide``'s
+    answer for the same arguments, when the caller has it already)."""
+    obs = decided if decided is not None else decide(previous, rayjob, facts)
+    prev_phase = previous.get(PHASE)
     phase = obs.phase
     summary = summarize(obs, facts)
     prev_conditions = previous.get(CONDITIONS) or []
