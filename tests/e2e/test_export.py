@@ -80,7 +80,7 @@ def runs(real_node_cluster, hub, node_images, lorarl_operator, tmp_path_factory)
     claim_ns, stores_ns = make_namespace(cp), make_namespace(cp)
     try:
         claim = _start_claim_and_serve(cp, hub, node_images, claim_ns)
-        seedrun.wait_for("the first run's Ray head up", lambda: _ray_up(cp, claim_ns, NAME), RUN_TIMEOUT, explain=claim.explain)
+        seedrun.wait_for("the first run's Ray head up", lambda: seedrun.ray_head_up(cp, claim_ns, NAME), RUN_TIMEOUT, explain=claim.explain)
         yield {"claim": claim, "stores": _start_stores(cp, hub, node_images, stores_ns, tmp_path_factory.mktemp("registry"))}
     finally:
         release_namespace(cp, claim_ns)
@@ -141,18 +141,23 @@ def _start_stores(cp, hub, node_images, ns: str, registry_dir: pathlib.Path) -> 
     return Run(ns, revision, explain, {"admin": admin, "endpoint": endpoint, "address": address})
 
 
-def _ray_up(cp, ns: str, name: str) -> bool:
-    """KubeRay has submitted the Ray job (its head is up), or the job already ended."""
-    rayjob = seedrun.get(cp, "rayjob", name, ns) or {}
-    return (rayjob.get("status") or {}).get("jobDeploymentStatus") in ("Running", "Complete", "Failed")
-
-
 def _when(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _condition(status: dict, type_: str) -> dict:
     return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def _settled(cp, ns: str, name: str, type_: str, timeout: float, explain) -> dict:
+    """The job's status once its condition ``type_`` is True or False (the export's and the load's
+    final word)."""
+
+    def final():
+        st = seedrun.job_status(cp, ns, name)
+        return st if _condition(st, type_).get("status") in ("True", "False") else None
+
+    return seedrun.wait_for(f"{type_} True or False", final, timeout, explain=explain)
 
 
 def _host_dir(cp, ns: str, claim: str) -> pathlib.Path:
@@ -251,12 +256,7 @@ def test_the_seed_job_exports_to_a_claim_at_each_save_pull_verifies_it_and_sglan
     MEASURED.append(
         f"export at the save at 49 (onSave): AdapterExportedAtSave {spare:.0f} s before the run's completionTime (0.4 s a rollout, beside the other run)"
     )
-    status = seedrun.wait_for(
-        "AdapterExported True or False",
-        lambda: (lambda st: st if _condition(st, "AdapterExported").get("status") in ("True", "False") else None)(seedrun.job_status(cp, ns, name)),
-        EXPORT_TIMEOUT,
-        explain=explain,
-    )
+    status = _settled(cp, ns, name, "AdapterExported", EXPORT_TIMEOUT, explain)
     exported = _condition(status, "AdapterExported")
     assert exported["status"] == "True", (exported, explain())
     seconds = (_when(exported["lastTransitionTime"]) - _when(status["completionTime"])).total_seconds()
@@ -309,12 +309,7 @@ def test_the_seed_job_exports_to_a_claim_at_each_save_pull_verifies_it_and_sglan
     assert refused.exit_code == 1 and "adapter_model.safetensors" in refused.stderr and not (tmp_path / "nope").exists()
 
     # spec.serve: once exported, the load Job loads it into the SGLang stand-in under the job's name
-    status = seedrun.wait_for(
-        "AdapterServed True or False",
-        lambda: (lambda st: st if _condition(st, "AdapterServed").get("status") in ("True", "False") else None)(seedrun.job_status(cp, ns, name)),
-        SERVE_TIMEOUT,
-        explain=explain,
-    )
+    status = _settled(cp, ns, name, "AdapterServed", SERVE_TIMEOUT, explain)
     served = _condition(status, "AdapterServed")
     assert served["status"] == "True", (served, _condition(status, "AdapterExported"), explain())
     exported = _condition(status, "AdapterExported")
@@ -350,12 +345,7 @@ def test_the_seed_job_exports_to_a_bucket_a_registry_and_the_hub_and_pull_verifi
 
     status = seedrun.wait_finished(cp, ns, name, RUN_TIMEOUT, explain)
     assert status["phase"] == "Succeeded", explain()
-    status = seedrun.wait_for(
-        "AdapterExported True or False",
-        lambda: (lambda st: st if _condition(st, "AdapterExported").get("status") in ("True", "False") else None)(seedrun.job_status(cp, ns, name)),
-        EXPORT_TIMEOUT,
-        explain=explain,
-    )
+    status = _settled(cp, ns, name, "AdapterExported", EXPORT_TIMEOUT, explain)
     exported = _condition(status, "AdapterExported")
     assert exported["status"] == "True", (exported, explain())
     seconds = (_when(exported["lastTransitionTime"]) - _when(status["completionTime"])).total_seconds()

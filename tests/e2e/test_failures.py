@@ -186,12 +186,6 @@ def _apply(cp, hub, images, ns: str, watcher: Watcher, case: Case) -> None:
     cp.kubectl("apply", "-f", "-", input=json.dumps(job))
 
 
-def _ray_up(cp, ns: str, name: str) -> bool:
-    """KubeRay has submitted the Ray job (its head is up), or the job already ended."""
-    rayjob = seedrun.get(cp, "rayjob", name, ns) or {}
-    return (rayjob.get("status") or {}).get("jobDeploymentStatus") in ("Running", "Complete", "Failed")
-
-
 class Follower:
     """``lorarl logs -f JOB`` started before the job's submitter exists, each line it prints
     recorded with the moment it arrived."""
@@ -252,7 +246,7 @@ def failures(request, real_node_cluster, hub, node_images, lorarl_operator):
                 if case.name == "f-hang":
                     follower = Follower(cp, ns, case.name)
                 _apply(cp, hub, node_images, ns, watcher, case)
-                seedrun.wait_for(f"{case.name}'s Ray head up", lambda c=case: _ray_up(cp, ns, c.name), SHOW_TIMEOUT, explain=explain)
+                seedrun.wait_for(f"{case.name}'s Ray head up", lambda c=case: seedrun.ray_head_up(cp, ns, c.name), SHOW_TIMEOUT, explain=explain)
         yield ns, watcher, follower, explain
     finally:
         watcher.stop.set()

@@ -148,18 +148,12 @@ def one_pod_faults(real_node_cluster, hub, node_images, lorarl_operator):
     worker_ns, head_ns = make_namespace(cp), make_namespace(cp)
     try:
         worker = Scenario("worker pod killed", lambda: _worker_pod_killed(cp, hub, node_images, worker_ns))
-        seedrun.wait_for("the worker run's Ray head up", lambda: _ray_up(cp, worker_ns, "worker-lost") or worker.done(), RUN_TIMEOUT)
+        seedrun.wait_for("the worker run's Ray head up", lambda: seedrun.ray_head_up(cp, worker_ns, "worker-lost") or worker.done(), RUN_TIMEOUT)
         head = Scenario("head restarted", lambda: _head_restarted(cp, hub, node_images, head_ns))
         yield {"worker": worker, "head": head}
     finally:
         release_namespace(cp, worker_ns)
         release_namespace(cp, head_ns)
-
-
-def _ray_up(cp, ns: str, name: str) -> bool:
-    """KubeRay has submitted the Ray job (its head is up), or the job already ended."""
-    rayjob = seedrun.get(cp, "rayjob", name, ns) or {}
-    return (rayjob.get("status") or {}).get("jobDeploymentStatus") in ("Running", "Complete", "Failed")
 
 
 def test_a_worker_pod_killed_mid_run_fails_the_attempt_truthfully_and_the_retry_resumes(one_pod_faults):

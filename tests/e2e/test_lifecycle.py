@@ -144,7 +144,7 @@ def ending_runs(real_node_cluster, hub, node_images, lorarl_operator):
             {"seconds_per_rollout": 5},  # 500 s of training: the 60 s deadline comes first
             {"hardware": ONE_GPU, "runPolicy": {"activeDeadlineSeconds": 60, "backoffLimit": 2, "ttlSecondsAfterFinished": 0}},
         )
-        seedrun.wait_for("the deadline run's Ray head up", lambda: _ray_up(cp, deadline_ns, "seed-deadline"), RUN_TIMEOUT, explain=deadline)
+        seedrun.wait_for("the deadline run's Ray head up", lambda: seedrun.ray_head_up(cp, deadline_ns, "seed-deadline"), RUN_TIMEOUT, explain=deadline)
         retry = _apply(
             cp,
             hub,
@@ -163,12 +163,6 @@ def ending_runs(real_node_cluster, hub, node_images, lorarl_operator):
 def _apply(cp, hub, node_images, ns: str, name: str, knobs: dict, spec: dict):
     revision = hub.revision(knobs)
     return seedrun.apply_seed(cp, image=node_images["job"], endpoint=hub.endpoint, name=name, namespace=ns, model_revision=revision, spec=spec)
-
-
-def _ray_up(cp, ns: str, name: str) -> bool:
-    """KubeRay has submitted the Ray job (its head is up), or the job already ended."""
-    rayjob = seedrun.get(cp, "rayjob", name, ns) or {}
-    return (rayjob.get("status") or {}).get("jobDeploymentStatus") in ("Running", "Complete", "Failed")
 
 
 def _heads_scheduled(cp, ns: str) -> set[str]:

@@ -289,6 +289,15 @@ def job_status(cp: ControlPlane, namespace: str, name: str) -> dict:
     return ((get(cp, "lorarljob", name, namespace) or {}).get("status")) or {}
 
 
+def ray_head_up(cp: ControlPlane, namespace: str, name: str) -> bool:
+    """KubeRay has submitted the RayJob's Ray job (its head is up), or the job already ended: when
+    a test may start a second Ray head beside it (`ray start` gives the raylet a fixed 30 s to
+    register, ray/_private/node.py:409-425, Ray 2.55.1, which heads starting together on 2 loaded
+    cores can miss)."""
+    rayjob = get(cp, "rayjob", name, namespace) or {}
+    return (rayjob.get("status") or {}).get("jobDeploymentStatus") in ("Running", "Complete", "Failed")
+
+
 def rollout_at_least(cp: ControlPlane, namespace: str, name: str, k: int) -> dict | None:
     """The status once it says rollout >= ``k`` (how a test observes "mid-run"); a run that ended
     before that fails the wait at once, with KubeRay's reason, instead of running out its time."""
